@@ -1,0 +1,39 @@
+"""Runtime profiles: the few calibrated constants that separate a real framework from the roofline."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from engine.errors import InputError, suggest
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """Efficiencies and overheads of one serving framework (see presets/runtimes.toml for the fit)."""
+
+    name: str
+    description: str
+    bw_eff: float
+    flops_eff: float
+    step_overhead_s: float
+    layer_overhead_s: float
+
+
+@cache
+def runtimes() -> dict[str, Runtime]:
+    text = resources.files("engine").joinpath("presets", "runtimes.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    return {name: Runtime(name=name, description=str(d.get("description", "")), bw_eff=float(d["bw_eff"]),
+                          flops_eff=float(d["flops_eff"]), step_overhead_s=float(d["step_overhead_s"]),
+                          layer_overhead_s=float(d["layer_overhead_s"]))
+            for name, d in data.items()}
+
+
+def load_runtime(name: str) -> Runtime:
+    table = runtimes()
+    if name not in table:
+        raise InputError(f"unknown runtime '{name}'{suggest(name, list(table))}")
+    return table[name]

@@ -1,0 +1,274 @@
+"""The step model: what one forward pass over a batch costs, from bytes moved and FLOPs done.
+
+A step runs every sequence in the batch through the model once. Sequence i contributes new_i tokens
+(1 in decode, a chunk in prefill) on top of ctx_i tokens already in its KV cache. The time is the
+roofline: max(bytes / bandwidth, FLOPs / peak) plus fixed overheads and tensor-parallel all-reduces.
+All figures are per GPU: under tensor parallelism every GPU moves its share at the same time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from engine.calibration import Runtime, load_runtime
+from engine.errors import InputError
+from engine.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
+
+# Activation traffic per token per layer, in elements: the residual stream in and out of attention
+# and MLP, q/k/v/o projections and the MLP's gate, up and down (fused kernels keep the rest on chip).
+_ACT_HIDDEN_PASSES = 8
+_ACT_FFN_PASSES = 3
+_ACT_BYTES = 2  # activations stay 16-bit
+# Per all-reduce fixed cost (launch + link latency); 0 under --ideal.
+_ALLREDUCE_LATENCY_S = 8e-6
+# Share of device memory held back for activations, CUDA graphs and fragmentation (vLLM's default
+# gpu_memory_utilization = 0.9 leaves the same 10 %).
+RESERVE_FRACTION = 0.10
+
+
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    """How the model is run: parallelism, dtypes, calibration and the what-if multipliers."""
+
+    tp: int = 1
+    weight_dtype: str | None = None  # None: the model's own (bf16, or fp8/mxfp4 where it ships so)
+    kv_dtype: str = "bf16"
+    ideal: bool = False
+    runtime: str = "vllm"
+    compute_mult: float = 1.0
+    bandwidth_mult: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """The priced step. Bytes and FLOPs are per GPU; times in seconds."""
+
+    time_s: float
+    t_memory_s: float
+    t_compute_s: float
+    t_comm_s: float
+    t_overhead_s: float
+    bytes: dict[str, float]
+    flops: dict[str, float]
+    tokens: int
+    seqs: int
+    experts_touched: float
+    ridge: float
+    l2_bytes: float
+    layers: int
+
+    @property
+    def bytes_total(self) -> float:
+        return sum(self.bytes.values())
+
+    @property
+    def flops_total(self) -> float:
+        return sum(self.flops.values())
+
+    @property
+    def bound(self) -> str:
+        """Which roofline term sets the pace: 'memory' or 'compute'."""
+        return "memory" if self.t_memory_s >= self.t_compute_s else "compute"
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops_total / self.bytes_total if self.bytes_total else 0.0
+
+    @property
+    def l2_refills(self) -> float:
+        """How many times the L2 shelf is filled and emptied: every HBM byte passes through it."""
+        return self.bytes_total / self.l2_bytes
+
+    @property
+    def sm_busy(self) -> float:
+        return self.t_compute_s / self.time_s if self.time_s else 0.0
+
+    @property
+    def bw_busy(self) -> float:
+        return self.t_memory_s / self.time_s if self.time_s else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "time_s": self.time_s, "t_memory_s": self.t_memory_s, "t_compute_s": self.t_compute_s,
+            "t_comm_s": self.t_comm_s, "t_overhead_s": self.t_overhead_s,
+            "bytes_total": self.bytes_total, "bytes": dict(self.bytes),
+            "flops_total": self.flops_total, "flops": dict(self.flops),
+            "bound": self.bound, "arithmetic_intensity": self.arithmetic_intensity, "ridge": self.ridge,
+            "l2_refills": self.l2_refills, "sm_busy": self.sm_busy, "bw_busy": self.bw_busy,
+            "tokens": self.tokens, "seqs": self.seqs, "experts_touched_per_layer": self.experts_touched,
+        }
+
+
+@dataclass(slots=True)
+class StepModel:
+    """Prices steps for one (hardware, model, options); constants are computed once, so pricing is cheap."""
+
+    hw: Hardware
+    model: Model
+    opts: StepOptions = field(default_factory=StepOptions)
+    runtime: Runtime = field(init=False)
+    wdtype: str = field(init=False)
+    edtype: str = field(init=False)
+    _c: dict[str, float] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        o, m, hw = self.opts, self.model, self.hw
+        if o.tp < 1 or int(o.tp) != o.tp:
+            raise InputError(f"--tp must be a whole number >= 1, got {o.tp}")
+        if o.weight_dtype is not None and o.weight_dtype not in WEIGHT_DTYPES:
+            raise InputError(f"--dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {o.weight_dtype!r}")
+        if o.kv_dtype not in KV_DTYPES:
+            raise InputError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {o.kv_dtype!r}")
+        if o.compute_mult <= 0 or o.bandwidth_mult <= 0:
+            raise InputError("compute and bandwidth multipliers must be > 0")
+        self.runtime = load_runtime(o.runtime)
+        self.wdtype = o.weight_dtype or m.weight_dtype
+        self.edtype = o.weight_dtype or m.expert_dtype or m.weight_dtype
+        c = m.counts
+        wb, eb = DTYPE_BYTES[self.wdtype], DTYPE_BYTES[self.edtype]
+        tp = o.tp
+        # Weights read once per step whatever the batch: everything but the embedding table, the
+        # LM head and the routed experts (those three are priced per step below).
+        always = c["total"] - c["embed"] - c["lm_head_separate"] - c["expert_all"]
+        # KV heads shard across tp GPUs; with fewer KV heads than GPUs (or MLA's single latent) they replicate.
+        kv_shards = 1 if m.is_mla else max(1, min(tp, m.kv_heads))
+        kvl = m.kv_bytes_per_token_layer(o.kv_dtype)
+        ffn_active = (m.dense_layers * m.intermediate + m.moe_layers * (m.experts_per_token + m.shared_experts)
+                      * m.expert_intermediate) / m.layers
+        compute_dtype = self.edtype if m.is_moe else self.wdtype
+        peak = hw.peak_flops(compute_dtype) * o.compute_mult
+        bw = hw.bandwidth * o.bandwidth_mult
+        eff_bw, eff_fl = (1.0, 1.0) if o.ideal else (self.runtime.bw_eff, self.runtime.flops_eff)
+        self._c = {
+            "w_always": always * wb / tp,
+            "w_row": m.hidden * wb / tp,  # one embedding row per token
+            # The LM head (the embedding table itself when tied) is read once if any position needs logits.
+            "w_lm_head": c["lm_head_matrix"] * wb / tp,
+            "w_expert": c["expert"] * eb / tp,
+            "kv_full": kvl * m.full_attn_layers / kv_shards,
+            "kv_win": kvl * m.sliding_layers / kv_shards,
+            "act": m.layers * (_ACT_HIDDEN_PASSES * m.hidden + _ACT_FFN_PASSES * ffn_active) * _ACT_BYTES / tp,
+            "fl_matmul": 2.0 * c["matmul_active"] / tp,
+            "fl_attn_full": 2.0 * m.full_attn_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
+            "fl_attn_win": 2.0 * m.sliding_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
+            "fl_lm": 2.0 * c["lm_head_matrix"] / tp,
+            "bw": bw * eff_bw, "peak": peak * eff_fl, "ridge": peak / bw,
+            "overhead": 0.0 if o.ideal else self.runtime.step_overhead_s + m.layers * self.runtime.layer_overhead_s,
+            "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
+            "ar_lat": 0.0 if o.ideal else _ALLREDUCE_LATENCY_S,
+        }
+
+    # ---- memory budget ----------------------------------------------------------------------
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        return self.model.weight_bytes(self.opts.weight_dtype) / self.opts.tp
+
+    @property
+    def reserve_bytes(self) -> float:
+        return RESERVE_FRACTION * self.hw.memory_bytes
+
+    @property
+    def kv_capacity_bytes(self) -> float:
+        """Per-GPU bytes left for the KV pool: memory minus weights minus the reserve (may be < 0)."""
+        return self.hw.memory_bytes - self.weight_bytes_per_gpu - self.reserve_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Per-GPU KV bytes one cached token holds (sliding layers count too, up to their window)."""
+        return self._c["kv_full"] + self._c["kv_win"]
+
+    def check_fits(self) -> None:
+        """Raise a one-line InputError when the weights alone overflow the GPU."""
+        if self.kv_capacity_bytes <= 0:
+            need = self.weight_bytes_per_gpu + self.reserve_bytes
+            over = need - self.hw.memory_bytes
+            tp_need = math.ceil(self.model.weight_bytes(self.opts.weight_dtype)
+                                / (self.hw.memory_bytes * (1 - RESERVE_FRACTION) * 0.9))
+            raise InputError(
+                f"{self.model.name} does not fit on {self.hw.name}: weights {self.weight_bytes_per_gpu / 1e9:.1f} GB"
+                f" + reserve {self.reserve_bytes / 1e9:.1f} GB per GPU exceed {self.hw.memory_gb:g} GB by"
+                f" {over / 1e9:.1f} GB; try --tp {max(tp_need, self.opts.tp + 1)} or a smaller --dtype (fp8, int4)")
+
+    def kv_bytes_for(self, contexts: np.ndarray) -> float:
+        """Per-GPU KV bytes that sequences with these context lengths hold."""
+        c = self._c
+        ctx = np.asarray(contexts, dtype=np.float64)
+        total = c["kv_full"] * float(ctx.sum())
+        if c["kv_win"]:
+            total += c["kv_win"] * float(np.minimum(ctx, self.model.sliding_window).sum())
+        return total
+
+    # ---- pricing ----------------------------------------------------------------------------
+    def cost(self, new: np.ndarray | list[int], ctx: np.ndarray | list[int], logits: int | None = None) -> StepCost:
+        """Price one step over sequences with `new` tokens on top of `ctx` cached ones each."""
+        n = np.asarray(new, dtype=np.float64)
+        x = np.asarray(ctx, dtype=np.float64)
+        if n.shape != x.shape:
+            raise InputError("new and ctx must have one entry per sequence")
+        if n.size and (n.min() < 0 or x.min() < 0):
+            raise InputError("token counts must be >= 0")
+        w = self.model.sliding_window
+        attn_full = float((n * (x + n / 2)).sum())
+        if self.model.sliding_layers:
+            xw = np.minimum(x, w)
+            sum_win = float(xw.sum())
+            attn_win = float((n * (xw + np.minimum(n, w) / 2)).sum())
+        else:
+            sum_win = attn_win = 0.0
+        seqs = int((n > 0).sum())
+        return self.cost_agg(int(n.sum()), seqs, float(x.sum()), sum_win, attn_full, attn_win,
+                             seqs if logits is None else logits)
+
+    def cost_agg(self, tokens: int, seqs: int, sum_ctx: float, sum_ctx_win: float, attn_full: float,
+                 attn_win: float, logits: int) -> StepCost:
+        """Price a step from batch aggregates (the serving loop computes these without a Python loop)."""
+        c, m = self._c, self.model
+        T = float(tokens)
+        if m.is_moe and T > 0:
+            e, k = m.experts, m.experts_per_token
+            # Uniform routing: each of T tokens picks k of E experts; expected distinct experts touched.
+            touched = e * (1.0 - (1.0 - k / e) ** T)
+        else:
+            touched = 0.0
+        head = c["w_lm_head"] if logits > 0 else 0.0
+        weights = c["w_always"] + head + T * c["w_row"] + m.moe_layers * touched * c["w_expert"]
+        kv_read = c["kv_full"] * sum_ctx + c["kv_win"] * sum_ctx_win
+        kv_write = T * (c["kv_full"] + c["kv_win"])
+        act = T * c["act"]
+        fl_mm = T * c["fl_matmul"]
+        fl_attn = c["fl_attn_full"] * attn_full + c["fl_attn_win"] * attn_win
+        fl_lm = logits * c["fl_lm"]
+        byts = weights + kv_read + kv_write + act
+        flops = fl_mm + fl_attn + fl_lm
+        t_mem = byts / c["bw"]
+        t_cmp = flops / c["peak"]
+        tp = self.opts.tp
+        t_comm = 0.0
+        if tp > 1 and T > 0:
+            # Two ring all-reduces of the residual stream per layer: each GPU sends 2(tp-1)/tp of it.
+            msg = T * m.hidden * _ACT_BYTES
+            t_comm = 2 * m.layers * (2 * (tp - 1) / tp * msg / c["comm_bw"] + c["ar_lat"])
+        over = c["overhead"] if T > 0 else 0.0
+        return StepCost(
+            time_s=max(t_mem, t_cmp) + t_comm + over, t_memory_s=t_mem, t_compute_s=t_cmp, t_comm_s=t_comm,
+            t_overhead_s=over,
+            bytes={"weights": weights, "kv_read": kv_read, "kv_write": kv_write, "activations": act},
+            flops={"matmul": fl_mm, "attention": fl_attn, "lm_head": fl_lm},
+            tokens=int(T), seqs=seqs, experts_touched=touched, ridge=c["ridge"], l2_bytes=self.hw.l2_bytes,
+            layers=m.layers,
+        )
+
+    def decode(self, batch: int, context: int) -> StepCost:
+        """One decode step: `batch` sequences each adding one token on top of `context` cached tokens."""
+        return self.cost(np.ones(batch), np.full(batch, context))
+
+    def prefill(self, prompt: int, context: int = 0) -> StepCost:
+        """One prefill of a `prompt`-token prompt (on top of `context` already cached), one logit out."""
+        return self.cost(np.array([prompt]), np.array([context]), logits=1)
+
+    def with_options(self, **changes: object) -> StepModel:
+        """The same hardware and model with some options changed (what-if knobs)."""
+        return StepModel(self.hw, self.model, replace(self.opts, **changes))
