@@ -1,0 +1,47 @@
+"""What a simulation is: hardware, model, scheduler and workload, as one immutable value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEDULERS = ("static", "continuous", "chunked")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Everything needed to build an Engine; the same seed gives the same run, tick for tick.
+
+    Length options (prompt, output, think, think_time) are distribution specs: "200" (fixed),
+    "uniform:100,300", "normal:200,50", "lognormal:200,0.5" (median, sigma), "exp:200" (mean).
+    """
+
+    hardware: str = "h100-sxm"
+    model: str = "generic-14b"
+    tp: int = 1
+    weight_dtype: str | None = None
+    kv_dtype: str = "bf16"
+    ideal: bool = False
+    runtime: str = "vllm"
+    compute_mult: float = 1.0
+    bandwidth_mult: float = 1.0
+    # scheduling
+    scheduler: str = "continuous"
+    max_batch: int = 256
+    max_batched_tokens: int = 8192
+    fast_share: float = 0.0  # fraction of users in the priority "fast lane"
+    fast_max_batch: int = 4  # batch cap the fast lane runs at
+    # workload: closed loop (users > 0) or open loop (rate > 0, Poisson arrivals per second)
+    users: int = 4
+    rate: float = 0.0
+    prompt: str = "1000"
+    output: str = "200"
+    think: str = "0"  # hidden reasoning tokens generated before the visible answer
+    think_time: str = "0"  # seconds a closed-loop user waits between answer and next question
+    requests: int | None = None  # stop admitting after this many requests
+    duration: float | None = None  # stop after this much simulated time
+    seed: int = 0
+    # metrics
+    price_per_hour: float | None = None  # None: the hardware preset's
+    slo_ttft: float | None = None
+    slo_tpot: float | None = None
+    debug: bool = False  # check every invariant on every tick

@@ -1,0 +1,76 @@
+"""The `tokensim` command: the app with no subcommand, headless tools (step, run, claims, ...) otherwise.
+
+Subcommands live one per module in tui/commands and are imported only when used, so headless
+commands start without loading Textual. Bad input becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from engine.errors import InputError
+
+# name -> (module, one-line help). A new command is a module with add_arguments(p) and run(args).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("tui.commands.list_cmd", "list hardware or model presets"),
+    "step": ("tui.commands.step_cmd", "price one decode or prefill step from first principles"),
+    "claims": ("tui.commands.claims_cmd", "check every claim of the articles against the engine"),
+    "run": ("tui.commands.run_cmd", "simulate serving many users headless and report the metrics"),
+    "bench": ("tui.commands.bench_cmd", "measure the engine's (and the renderer's) speed"),
+    "validate": ("tui.commands.validate_cmd", "compare predicted speeds with measured tables"),
+    "scene": ("tui.commands.scene_cmd", "list guided scenes, open one, or play it headless"),
+    "tour": ("tui.commands.tour_cmd", "play every guided scene in order in the app"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (not usage + error) and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The top-level parser; only the subcommand actually named on the command line is imported."""
+    parser = _Parser(prog="tokensim", description=__doc__.splitlines()[0])
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first in COMMANDS:
+        sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+        mod_name, help_ = COMMANDS[first]
+        p = sub.add_parser(first, help=help_, description=help_)
+        importlib.import_module(mod_name).add_arguments(p)
+    else:
+        from tui.commands import app_cmd
+
+        app_cmd.add_arguments(parser)
+        parser.epilog = "commands: " + "; ".join(f"{k}: {v[1]}" for k, v in COMMANDS.items())
+        parser.set_defaults(command=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list)
+    args = parser.parse_args(args_list)
+    try:
+        if args.command is None:
+            from tui.commands import app_cmd
+
+            return app_cmd.run(args)
+        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    except InputError as e:
+        sys.stderr.write(f"tokensim: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
