@@ -8,7 +8,6 @@ All figures are per GPU: under tensor parallelism every GPU moves its share at t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -181,16 +180,27 @@ class StepModel:
         return self._c["kv_full"] + self._c["kv_win"]
 
     def check_fits(self) -> None:
-        """Raise a one-line InputError when the weights alone overflow the GPU."""
+        """Raise a one-line InputError when the weights alone overflow the GPU, with what would fit."""
         if self.kv_capacity_bytes <= 0:
-            need = self.weight_bytes_per_gpu + self.reserve_bytes
-            over = need - self.hw.memory_bytes
-            tp_need = math.ceil(self.model.weight_bytes(self.opts.weight_dtype)
-                                / (self.hw.memory_bytes * (1 - RESERVE_FRACTION) * 0.9))
+            over = self.weight_bytes_per_gpu + self.reserve_bytes - self.hw.memory_bytes
             raise InputError(
                 f"{self.model.name} does not fit on {self.hw.name}: weights {self.weight_bytes_per_gpu / 1e9:.1f} GB"
                 f" + reserve {self.reserve_bytes / 1e9:.1f} GB per GPU exceed {self.hw.memory_gb:g} GB by"
-                f" {over / 1e9:.1f} GB; try --tp {max(tp_need, self.opts.tp + 1)} or a smaller --dtype (fp8, int4)")
+                f" {over / 1e9:.1f} GB; {self._fit_hint()}")
+
+    def _fit_hint(self) -> str:
+        """The smallest power-of-two --tp, and the dtypes, that leave a KV pool of at least 10 % of memory."""
+        total = self.model.weight_bytes(self.opts.weight_dtype)
+        room = self.hw.memory_bytes * (1 - 2 * RESERVE_FRACTION)
+        tp = self.opts.tp
+        while total / tp > room and tp < 1024:
+            tp *= 2
+        dtypes = [d for d in ("fp8", "int4") if DTYPE_BYTES[d] < DTYPE_BYTES[self.wdtype]
+                  and self.model.weight_bytes(d) / self.opts.tp <= room]
+        hint = f"try --tp {tp}"
+        if dtypes:
+            hint += f" or --dtype {dtypes[0]}"
+        return hint
 
     def kv_bytes_for(self, contexts: np.ndarray) -> float:
         """Per-GPU KV bytes that sequences with these context lengths hold."""
@@ -272,3 +282,25 @@ class StepModel:
     def with_options(self, **changes: object) -> StepModel:
         """The same hardware and model with some options changed (what-if knobs)."""
         return StepModel(self.hw, self.model, replace(self.opts, **changes))
+
+
+def crossover_batch(sm: StepModel, context: int = 0, limit: int = 1 << 20) -> int:
+    """Smallest decode batch at which compute time catches up with memory time (found by bisection).
+
+    This is the 'saturating batch' B*: below it each extra user rides along almost free.
+    Returns `limit` if decode never turns compute-bound (e.g. when KV reads grow as fast as FLOPs).
+    """
+    def compute_bound(b: int) -> bool:
+        c = sm.decode(b, context)
+        return c.t_compute_s >= c.t_memory_s
+
+    if not compute_bound(limit):
+        return limit
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if compute_bound(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

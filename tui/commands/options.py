@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from rich.console import Console
+
 from engine.calibration import runtimes
 from engine.errors import InputError
 from engine.specs import KV_DTYPES, WEIGHT_DTYPES, load_hardware, load_model
@@ -82,3 +84,9 @@ def _jsonable(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
     raise InputError(f"cannot serialise {type(o).__name__} to JSON")
+
+
+def console(stderr: bool = False) -> Console:
+    """A Rich console; when piped (no terminal) it is 140 columns wide so tables are not squeezed."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 140)
