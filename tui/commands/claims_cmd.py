@@ -1,0 +1,48 @@
+"""`tokensim claims`: every claim of the articles, the article's figure beside the engine's."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from rich.table import Table
+
+from engine.claims import CLAIM_IDS, compute
+from engine.errors import InputError, suggest
+from tui.commands.options import console, print_json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("ids", nargs="*", metavar="ID", help="claim ids to check (default: all, C01..C25)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _clean(v: object) -> object:
+    """JSON has no NaN: a figure with no single number becomes null."""
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def run(args: argparse.Namespace) -> int:
+    ids = [i.upper() for i in args.ids]
+    for i in ids:
+        if i not in CLAIM_IDS:
+            raise InputError(f"unknown claim '{i}'{suggest(i, list(CLAIM_IDS))}")
+    rows = compute(ids or None)
+    if args.json:
+        print_json([{k: _clean(v) for k, v in r.items()} for r in rows])
+        return 0
+    t = Table(title="The articles' claims, recomputed", header_style="bold", show_lines=False)
+    t.add_column("id", no_wrap=True)
+    t.add_column("claim")
+    t.add_column("article", justify="right")
+    t.add_column("simulated", justify="right")
+    t.add_column("", no_wrap=True)
+    t.add_column("why they differ / how it is computed", style="dim")
+    for r in rows:
+        mark = "[yellow]pending[/]" if r["pending"] else ("[green]agrees[/]" if r["agrees"] else "[red]differs[/]")
+        t.add_row(r["id"], r["claim"], r["article_text"], r["simulated_text"], mark, r.get("note", ""))
+    console().print(t)
+    n_ok = sum(1 for r in rows if r["agrees"])
+    n_pending = sum(1 for r in rows if r["pending"])
+    console().print(f"{n_ok} agree, {len(rows) - n_ok - n_pending} differ, {n_pending} pending")
+    return 0
