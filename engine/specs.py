@@ -19,15 +19,19 @@ from typing import Any
 from engine.errors import InputError, suggest
 
 # Bytes per stored weight or KV element. mxfp4 carries one 8-bit scale per 32 values: 4.25 bits.
+# Group-quantised checkpoints count their scales too: GPTQ/AWQ int8/int4 with one fp16 scale per 128 weights
+# (8.125 / 4.125 bits; symmetric kernels never read the packed zero points), NVFP4 one fp8 scale per 16 (4.5 bits).
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 4.25 / 8,
+    "int8-g128": 8.125 / 8, "int4-g128": 4.125 / 8, "nvfp4": 4.5 / 8,
 }
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4", "int8-g128", "int4-g128", "nvfp4")
 KV_DTYPES = ("bf16", "fp16", "fp8")
 # Which tensor-core rate a weight dtype computes at, given the part supports it (else bf16:
 # int8/int4 weight-only quantisation dequantises to 16-bit before the matmul).
 _COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "bf16", "int4": "bf16",
-                  "fp4": "fp4", "mxfp4": "fp4", "fp32": "bf16"}
+                  "fp4": "fp4", "mxfp4": "fp4", "fp32": "bf16", "int8-g128": "bf16", "int4-g128": "bf16",
+                  "nvfp4": "fp4"}
 
 PRESET_ROOT = "presets"
 

@@ -36,9 +36,14 @@ class StepOptions:
     weight_dtype: str | None = None  # None: the model's own (bf16, or fp8/mxfp4 where it ships so)
     kv_dtype: str = "bf16"
     ideal: bool = False
-    runtime: str = "vllm"
+    runtime: str | Runtime = "vllm"  # a profile name, or a Runtime itself (the fit prices candidate constants)
     compute_mult: float = 1.0
     bandwidth_mult: float = 1.0
+    # Expert parallel with attention data parallel (TensorRT-LLM's "DEP"): ep GPUs (tp 1) each hold every
+    # non-expert weight and run attention for their own sequences; the routed experts are split ep ways.
+    ep: int = 1
+    # None: as the weights. Quantised checkpoints (GPTQ, AWQ, ModelOpt) keep the embedding and LM head 16-bit.
+    head_dtype: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +128,18 @@ class StepModel:
             raise InputError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {o.kv_dtype!r}")
         if o.compute_mult <= 0 or o.bandwidth_mult <= 0:
             raise InputError("compute and bandwidth multipliers must be > 0")
-        self.runtime = load_runtime(o.runtime)
+        if o.ep < 1 or int(o.ep) != o.ep:
+            raise InputError(f"--ep must be a whole number >= 1, got {o.ep}")
+        if o.ep > 1 and (o.tp > 1 or not m.is_moe):
+            raise InputError("expert parallel (ep > 1) needs a mixture-of-experts model and tp 1")
+        if o.head_dtype is not None and o.head_dtype not in WEIGHT_DTYPES:
+            raise InputError(f"head dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {o.head_dtype!r}")
+        self.runtime = o.runtime if isinstance(o.runtime, Runtime) else load_runtime(o.runtime)
         self.wdtype = o.weight_dtype or m.weight_dtype
         self.edtype = o.weight_dtype or m.expert_dtype or m.weight_dtype
         c = m.counts
         wb, eb = DTYPE_BYTES[self.wdtype], DTYPE_BYTES[self.edtype]
+        hb = DTYPE_BYTES[o.head_dtype or self.wdtype]
         tp = o.tp
         # Weights read once per step whatever the batch: everything but the embedding table, the
         # LM head and the routed experts (those three are priced per step below).
@@ -143,9 +155,9 @@ class StepModel:
         eff_bw, eff_fl = (1.0, 1.0) if o.ideal else (self.runtime.bw_eff, self.runtime.flops_eff)
         self._c = {
             "w_always": always * wb / tp,
-            "w_row": m.hidden * wb / tp,  # one embedding row per token
+            "w_row": m.hidden * hb / tp,  # one embedding row per token
             # The LM head (the embedding table itself when tied) is read once if any position needs logits.
-            "w_lm_head": c["lm_head_matrix"] * wb / tp,
+            "w_lm_head": c["lm_head_matrix"] * hb / tp,
             "w_expert": c["expert"] * eb / tp,
             "kv_full": kvl * m.full_attn_layers / kv_shards,
             "kv_win": kvl * m.sliding_layers / kv_shards,
@@ -163,7 +175,13 @@ class StepModel:
     # ---- memory budget ----------------------------------------------------------------------
     @property
     def weight_bytes_per_gpu(self) -> float:
-        return self.model.weight_bytes(self.opts.weight_dtype) / self.opts.tp
+        o, c = self.opts, self.model.counts
+        total = self.model.weight_bytes(o.weight_dtype)
+        if o.head_dtype:
+            total += (c["embed"] + c["lm_head_separate"]) * (DTYPE_BYTES[o.head_dtype] - DTYPE_BYTES[self.wdtype])
+        if o.ep > 1:  # each GPU keeps 1/ep of the routed experts
+            total -= c["expert_all"] * DTYPE_BYTES[self.edtype] * (1 - 1 / o.ep)
+        return total / o.tp
 
     @property
     def reserve_bytes(self) -> float:
@@ -240,7 +258,9 @@ class StepModel:
         if m.is_moe and T > 0:
             e, k = m.experts, m.experts_per_token
             # Uniform routing: each of T tokens picks k of E experts; expected distinct experts touched.
-            touched = e * (1.0 - (1.0 - k / e) ** T)
+            # Under expert parallel this GPU's E/ep experts see the tokens of all ep GPUs (T each).
+            ep = self.opts.ep
+            touched = e * (1.0 - (1.0 - k / e) ** (T * ep)) / ep
         else:
             touched = 0.0
         head = c["w_lm_head"] if logits > 0 else 0.0
@@ -261,6 +281,12 @@ class StepModel:
             # Two ring all-reduces of the residual stream per layer: each GPU sends 2(tp-1)/tp of it.
             msg = T * m.hidden * _ACT_BYTES
             t_comm = 2 * m.layers * (2 * (tp - 1) / tp * msg / c["comm_bw"] + c["ar_lat"])
+        ep = self.opts.ep
+        if ep > 1 and T > 0:
+            # Expert parallel: per MoE layer an all-to-all sends each token's hidden state to its k experts and
+            # back (dispatch + combine); (ep-1)/ep of those experts live on other GPUs.
+            msg = T * m.experts_per_token * m.hidden * _ACT_BYTES * (ep - 1) / ep
+            t_comm += 2 * m.moe_layers * (msg / c["comm_bw"] + c["ar_lat"])
         over = c["overhead"] if T > 0 else 0.0
         return StepCost(
             time_s=max(t_mem, t_cmp) + t_comm + over, t_memory_s=t_mem, t_compute_s=t_cmp, t_comm_s=t_comm,
