@@ -1,0 +1,165 @@
+"""The step model against the articles' arithmetic and hand-checked breakdowns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.errors import InputError
+from engine.specs import load_hardware, load_model
+from engine.step import StepModel, StepOptions, crossover_batch
+
+
+def sm(model: str = "generic-14b", hw: str = "h100-sxm", **opts: object) -> StepModel:
+    return StepModel(load_hardware(hw), load_model(model), StepOptions(**{"ideal": True, **opts}))
+
+
+def test_c02_decode_floor_is_28gb_over_3350gbs() -> None:
+    c = sm().decode(1, 0)
+    assert c.time_s * 1e3 == pytest.approx(28 / 3350 * 1e3, rel=1e-3)  # 8.358 ms
+    assert round(c.time_s * 1e3, 2) == 8.36
+    assert round(1 / c.time_s, 0) == 120  # 119.6 tok/s
+    assert c.bound == "memory"
+
+
+def test_c03_hundred_tokens_read_2_8_tb() -> None:
+    m = sm()
+    total = sum(m.decode(1, ctx).bytes_total for ctx in range(100))
+    assert total / 1e12 == pytest.approx(2.8, rel=0.005)
+
+
+def test_c04_l2_refills_560() -> None:
+    assert sm().decode(1, 0).l2_refills == pytest.approx(560, rel=0.002)
+
+
+@pytest.mark.parametrize(("hw", "ridge"), [("h100-sxm", 295.3), ("b200", 292.2), ("a100-80g", 153.0)])
+def test_c12_ridge_points(hw: str, ridge: float) -> None:
+    assert load_hardware(hw).ridge("bf16") == pytest.approx(ridge, abs=0.1)
+    assert sm(hw=hw, model="qwen2.5-7b").decode(1, 0).ridge == pytest.approx(ridge, abs=0.1)
+
+
+def test_c16_kv_is_2kb_per_layer_at_fp8() -> None:
+    m = load_model("generic-14b")
+    assert m.kv_bytes_per_token_layer("fp8") == 128 * 8 * 2 * 1 == 2048
+    assert m.kv_bytes_per_token("fp8") == 2048 * 48
+
+
+def test_dense_breakdown_by_hand() -> None:
+    """generic-14b, batch 4 at context 1000: every byte and FLOP accounted for."""
+    m = sm()
+    c = m.decode(4, 1000)
+    mod = load_model("generic-14b")
+    kv_tok = 2 * 48 * 8 * 128 * 2  # K and V, 48 layers, 8 KV heads, 128 dims, bf16
+    assert c.bytes["kv_read"] == 4 * 1000 * kv_tok
+    assert c.bytes["kv_write"] == 4 * kv_tok
+    # Tied embeddings: the whole table is the LM head, read once; plus one embedding row per token.
+    assert c.bytes["weights"] == pytest.approx(28e9 + 4 * 5120 * 2)
+    matmul_params = 14e9 - 153798 * 5120
+    assert c.flops["matmul"] == pytest.approx(2 * 4 * matmul_params)
+    assert c.flops["attention"] == pytest.approx(4 * 48 * 40 * 128 * 4 * (1000 + 0.5))
+    assert c.flops["lm_head"] == pytest.approx(2 * 4 * 153798 * 5120)
+    assert mod.params_total == 14e9
+
+
+def test_gqa_kv_uses_kv_heads_not_query_heads() -> None:
+    m = load_model("qwen2.5-14b")  # 40 query heads share 8 KV heads
+    assert m.kv_bytes_per_token("bf16") == 2 * 48 * 8 * 128 * 2 == 196608
+    c = sm("qwen2.5-14b").decode(2, 500)
+    assert c.bytes["kv_read"] == 2 * 500 * 196608
+    # Attention FLOPs still scale with the 40 query heads.
+    assert c.flops["attention"] == pytest.approx(4 * 48 * 40 * 128 * 2 * 500.5)
+
+
+def test_moe_expert_coverage() -> None:
+    """Mixtral: one token touches 2 of 8 experts per layer; a big batch touches all 8."""
+    m = sm("mixtral-8x7b", hw="h200")
+    mod = load_model("mixtral-8x7b")
+    one = m.decode(1, 0)
+    assert one.experts_touched == pytest.approx(2.0)
+    big = m.decode(256, 0)
+    assert big.experts_touched == pytest.approx(8.0, rel=1e-6)
+    expert_bytes = 3 * 4096 * 14336 * 2
+    assert big.bytes["weights"] - one.bytes["weights"] == pytest.approx(
+        32 * 6 * expert_bytes + 255 * 4096 * 2, rel=1e-9)
+    # Compute follows active parameters: 2 of 8 experts per token, whatever the batch.
+    assert one.flops["matmul"] == pytest.approx(2 * (mod.params_active - 2 * 32000 * 4096))
+    t = 17
+    assert m.decode(t, 0).experts_touched == pytest.approx(8 * (1 - (1 - 2 / 8) ** t))
+
+
+def test_mla_caches_latent_plus_rope() -> None:
+    m = load_model("deepseek-v3")
+    assert m.kv_bytes_per_token_layer("bf16") == (512 + 64) * 2
+    assert m.kv_bytes_per_token("bf16") == 70272  # models.json kv_bytes_per_token_bf16
+    c = sm("deepseek-v3", hw="b200", tp=8).decode(1, 1000)
+    # The latent is shared by all heads, so tensor parallelism replicates it instead of splitting it.
+    assert c.bytes["kv_read"] == 1000 * 70272
+    assert m.weight_dtype == "fp8"
+
+
+def test_sliding_window_caps_kv_reads() -> None:
+    m = load_model("gpt-oss-120b")
+    assert m.sliding_layers == 18 and m.sliding_window == 128
+    c = sm("gpt-oss-120b", hw="h200").decode(1, 10_000)
+    per_layer = 2 * 8 * 64 * 2
+    assert c.bytes["kv_read"] == per_layer * (18 * 10_000 + 18 * 128)
+
+
+def test_compute_x2_leaves_decode_and_halves_long_prefill() -> None:
+    base, fast = sm(), sm(compute_mult=2.0)
+    assert fast.decode(1, 0).time_s == pytest.approx(base.decode(1, 0).time_s, rel=0.01)
+    assert base.prefill(4096).time_s / fast.prefill(4096).time_s == pytest.approx(2.0, rel=0.05)
+
+
+def test_prefill_compute_bound_decode_memory_bound() -> None:
+    m = sm()
+    assert m.prefill(4096).bound == "compute"
+    assert m.decode(1, 0).bound == "memory"
+    assert m.prefill(4096).arithmetic_intensity > m.decode(1, 0).ridge > m.decode(1, 0).arithmetic_intensity
+
+
+def test_crossover_batch_near_ridge() -> None:
+    b = crossover_batch(sm())
+    assert 280 <= b <= 360
+    c = sm().decode(b, 0)
+    assert c.bound == "compute" and sm().decode(b - 1, 0).bound == "memory"
+
+
+def test_tensor_parallel_splits_weights_and_adds_allreduce() -> None:
+    one = sm("qwen2.5-72b", hw="h200")
+    four = sm("qwen2.5-72b", hw="h200", tp=4)
+    assert four.decode(1, 0).bytes["weights"] == pytest.approx(one.decode(1, 0).bytes["weights"] / 4, rel=1e-6)
+    assert four.decode(1, 0).t_comm_s > 0 and one.decode(1, 0).t_comm_s == 0
+
+
+def test_weight_dtype_halves_weight_bytes() -> None:
+    bf16 = sm().decode(1, 0).bytes["weights"]
+    fp8 = sm(weight_dtype="fp8").decode(1, 0).bytes["weights"]
+    assert fp8 == pytest.approx(bf16 / 2, rel=1e-6)
+
+
+def test_calibrated_is_slower_than_ideal() -> None:
+    ideal = sm().decode(1, 0).time_s
+    real = sm(ideal=False).decode(1, 0).time_s
+    assert real > ideal
+
+
+def test_kv_capacity_is_memory_minus_weights_minus_reserve() -> None:
+    m = sm()
+    assert m.kv_capacity_bytes == pytest.approx(80e9 - 28e9 - 8e9)
+
+
+@pytest.mark.parametrize("opts", [{"tp": 0}, {"weight_dtype": "fp7"}, {"kv_dtype": "int4"}, {"compute_mult": 0.0}])
+def test_bad_options_raise_input_error(opts: dict[str, object]) -> None:
+    with pytest.raises(InputError):
+        sm(**opts)
+
+
+def test_model_too_big_says_by_how_much() -> None:
+    with pytest.raises(InputError, match=r"exceed 80 GB by 73\.4 GB; try --tp 4"):
+        sm("qwen2.5-72b").check_fits()
+
+
+def test_cost_rejects_mismatched_arrays() -> None:
+    with pytest.raises(InputError):
+        sm().cost(np.ones(3), np.zeros(2))
