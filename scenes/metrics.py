@@ -1,0 +1,791 @@
+"""The metrics a scene's narration and checkpoints may name: each a pure function of the director's state.
+
+Nothing here re-derives physics: step-model metrics call engine.step.StepModel (and its helpers) on
+the scene's current configuration and probe; live metrics read the Engine's Snapshot and metrics().
+A metric returns a float, or a str for the few whose unit is "text" (e.g. which roofline term wins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from engine.config import EngineConfig
+    from engine.snapshot import Snapshot
+    from engine.step import StepCost, StepModel
+    from scenes.schema import Probe
+
+
+class Stage(Protocol):
+    """What a metric may look at: the current config and probe, step models for it, the live engine."""
+
+    config: EngineConfig
+    probe: Probe
+
+    def step_model(self, ideal: bool | None = None) -> StepModel:
+        """The step model of the current config (ideal=None: as configured)."""
+        ...
+
+    def snapshot(self) -> Snapshot:
+        """The live engine's latest snapshot."""
+        ...
+
+    def engine_metrics(self) -> dict[str, Any]:
+        """The live engine's run metrics (Engine.metrics())."""
+        ...
+
+    def lane_metrics(self, fast: bool) -> dict[str, Any]:
+        """One lane's run metrics (fast lane or normal lane)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A named, documented figure; `unit` 'text' marks a string-valued metric."""
+
+    name: str
+    unit: str
+    doc: str
+    fn: Callable[[Stage], float | str]
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def metric(name: str, unit: str, doc: str) -> Callable[[Callable[[Stage], Any]], Callable[[Stage], Any]]:
+    """Register a metric function under `name`."""
+    def deco(fn: Callable[[Stage], Any]) -> Callable[[Stage], Any]:
+        METRICS[name] = Metric(name, unit, doc, fn)
+        return fn
+    return deco
+
+
+def _reference() -> dict[str, Any]:
+    from engine.claims import reference
+
+    return reference()
+
+
+def _decode(s: Stage, ideal: bool | None = None) -> StepCost:
+    return s.step_model(ideal).decode(s.probe.batch, s.probe.context)
+
+
+def _prefill(s: Stage, ideal: bool | None = None) -> StepCost:
+    return s.step_model(ideal).prefill(s.probe.prompt)
+
+
+# ---- hardware and memory --------------------------------------------------------------------
+
+@metric("hbm_gb", "GB", "HBM (warehouse) size of one GPU")
+def _hbm_gb(s: Stage) -> float:
+    return s.step_model().hw.memory_gb
+
+
+@metric("hbm_gbps", "GB/s", "HBM bandwidth (the conveyor) with the bandwidth knob applied")
+def _hbm_gbps(s: Stage) -> float:
+    return s.step_model().hw.memory_bandwidth_gbps * s.config.bandwidth_mult
+
+
+@metric("ssd_gbps", "GB/s", "a fast NVMe SSD's read speed (engine reference figure)")
+def _ssd_gbps(s: Stage) -> float:
+    return float(_reference()["ssd"]["read_gbps"])
+
+
+@metric("hbm_vs_ssd", "x", "how many times faster the HBM conveyor is than a fast SSD")
+def _hbm_vs_ssd(s: Stage) -> float:
+    return _hbm_gbps(s) / _ssd_gbps(s)
+
+
+@metric("tflops", "TFLOP/s", "dense tensor-core peak at the weights' compute dtype, compute knob applied")
+def _tflops(s: Stage) -> float:
+    sm = s.step_model()
+    return sm.hw.peak_flops(sm.wdtype) * s.config.compute_mult / 1e12
+
+
+@metric("l2_mb", "MB", "L2 cache (the shelf) size")
+def _l2_mb(s: Stage) -> float:
+    return s.step_model().hw.l2_mb
+
+
+@metric("sm_count", "SMs", "streaming multiprocessors (workstations)")
+def _sm_count(s: Stage) -> float:
+    return float(s.step_model().hw.sm_count)
+
+
+@metric("tray_kb", "KB", "L1/shared memory per SM (one workstation's tray)")
+def _tray_kb(s: Stage) -> float:
+    return s.step_model().hw.smem_per_sm_kb
+
+
+@metric("trays_total_mb", "MB", "all trays together: SMs x tray size")
+def _trays_total_mb(s: Stage) -> float:
+    hw = s.step_model().hw
+    return hw.sm_count * hw.smem_per_sm_kb / 1e3
+
+
+@metric("gpus", "GPUs", "tensor-parallel GPUs the model is spread over")
+def _gpus(s: Stage) -> float:
+    return float(s.config.tp)
+
+
+@metric("weights_gb", "GB", "weight bytes per GPU at the current weight dtype")
+def _weights_gb(s: Stage) -> float:
+    return s.step_model().weight_bytes_per_gpu / 1e9
+
+
+@metric("params_b", "billion", "total parameters of the current model")
+def _params_b(s: Stage) -> float:
+    return s.step_model().model.params_total / 1e9
+
+
+@metric("params_yi", "亿", "total parameters in units of 1e8 (亿), for the Chinese narration")
+def _params_yi(s: Stage) -> float:
+    return s.step_model().model.params_total / 1e8
+
+
+@metric("active_params_b", "billion", "parameters one token actually multiplies (MoE: routed experts only)")
+def _active_params_b(s: Stage) -> float:
+    return s.step_model().model.params_active / 1e9
+
+
+@metric("weight_bytes_each", "B", "bytes one weight takes at the current weight dtype")
+def _weight_bytes_each(s: Stage) -> float:
+    from engine.specs import DTYPE_BYTES
+
+    return DTYPE_BYTES[s.step_model().wdtype]
+
+
+@metric("ssd_step_ms", "ms", "time to read the weights once from a fast SSD instead of HBM")
+def _ssd_step_ms(s: Stage) -> float:
+    return s.step_model().weight_bytes_per_gpu / (_ssd_gbps(s) * 1e9) * 1e3
+
+
+@metric("l2_share_pct", "%", "share of the weights the L2 shelf can hold at once")
+def _l2_share_pct(s: Stage) -> float:
+    sm = s.step_model()
+    return sm.hw.l2_bytes / sm.weight_bytes_per_gpu * 100
+
+
+@metric("free_after_weights_gb", "GB", "HBM left once the weights are in: memory minus weights")
+def _free_after_weights_gb(s: Stage) -> float:
+    sm = s.step_model()
+    return (sm.hw.memory_bytes - sm.weight_bytes_per_gpu) / 1e9
+
+
+@metric("reserve_gb", "GB", "HBM held back for activations and scratch")
+def _reserve_gb(s: Stage) -> float:
+    return s.step_model().reserve_bytes / 1e9
+
+
+@metric("reserve_pct", "%", "share of HBM held back for activations and scratch")
+def _reserve_pct(s: Stage) -> float:
+    sm = s.step_model()
+    return sm.reserve_bytes / sm.hw.memory_bytes * 100
+
+
+@metric("kv_pool_gb", "GB", "KV pool: memory minus weights minus the reserve")
+def _kv_pool_gb(s: Stage) -> float:
+    return s.step_model().kv_capacity_bytes / 1e9
+
+
+@metric("ridge", "FLOP/B", "the hardware constant: peak FLOP/s / bytes/s at the weights' dtype")
+def _ridge(s: Stage) -> float:
+    return _decode(s).ridge
+
+
+@metric("ridge_bf16", "FLOP/B", "peak bf16 FLOP/s / HBM bytes/s of the current GPU (no knobs)")
+def _ridge_bf16(s: Stage) -> float:
+    return s.step_model().hw.ridge("bf16")
+
+
+@metric("drain_ms", "ms", "time to read the whole HBM once at peak bandwidth ('a train every N ms')")
+def _drain_ms(s: Stage) -> float:
+    return s.step_model().hw.drain_time_s() * 1e3 / s.config.bandwidth_mult
+
+
+@metric("drain_ms_calibrated", "ms", "the same at the runtime's calibrated bandwidth efficiency")
+def _drain_ms_cal(s: Stage) -> float:
+    sm = s.step_model(False)
+    return _drain_ms(s) / sm.runtime.bw_eff
+
+
+# ---- the probe step (probe_batch sequences on probe_context tokens; a probe_prompt prefill) -----
+
+@metric("probe_batch", "sequences", "sequences in the probe decode step")
+def _probe_batch(s: Stage) -> float:
+    return float(s.probe.batch)
+
+
+@metric("probe_context", "tokens", "tokens each probe sequence already holds in its KV cache")
+def _probe_context(s: Stage) -> float:
+    return float(s.probe.context)
+
+
+@metric("probe_prompt", "tokens", "length of the probe prefill's prompt")
+def _probe_prompt(s: Stage) -> float:
+    return float(s.probe.prompt)
+
+
+@metric("step_ms_ideal", "ms", "decode step time of the probe at peak bandwidth and FLOP/s, no overhead")
+def _step_ms_ideal(s: Stage) -> float:
+    return _decode(s, True).time_s * 1e3
+
+
+@metric("step_ms_calibrated", "ms", "decode step time of the probe with the calibrated runtime")
+def _step_ms_cal(s: Stage) -> float:
+    return _decode(s, False).time_s * 1e3
+
+
+@metric("step_ms", "ms", "decode step time of the probe as configured (ideal or calibrated)")
+def _step_ms(s: Stage) -> float:
+    return _decode(s).time_s * 1e3
+
+
+@metric("tok_s_ideal", "tok/s", "one user's ideal decode speed: 1 / ideal step time")
+def _tok_s_ideal(s: Stage) -> float:
+    return 1e3 / _step_ms_ideal(s)
+
+
+@metric("tok_s_calibrated", "tok/s", "one user's calibrated decode speed")
+def _tok_s_cal(s: Stage) -> float:
+    return 1e3 / _step_ms_cal(s)
+
+
+@metric("batch_tok_s_ideal", "tok/s", "the whole probe batch's ideal decode output per second")
+def _batch_tok_s_ideal(s: Stage) -> float:
+    return s.probe.batch * _tok_s_ideal(s)
+
+
+@metric("reading_pace_chars_s", "chars/s", "a comfortable reading pace (engine reference figure)")
+def _reading_pace(s: Stage) -> float:
+    return float(_reference()["reading"]["chars_per_s"])
+
+
+@metric("reading_pace_x", "x", "ideal decode speed over a comfortable reading pace")
+def _reading_pace_x(s: Stage) -> float:
+    return _tok_s_ideal(s) / _reading_pace(s)
+
+
+@metric("decode_bound", "text", "which roofline term sets the probe decode step's pace: memory or compute")
+def _decode_bound(s: Stage) -> str:
+    return _decode(s).bound
+
+
+@metric("decode_ai", "FLOP/B", "arithmetic intensity of the probe decode step")
+def _decode_ai(s: Stage) -> float:
+    return _decode(s).arithmetic_intensity
+
+
+@metric("decode_gb", "GB", "HBM bytes one probe decode step moves")
+def _decode_gb(s: Stage) -> float:
+    return _decode(s).bytes_total / 1e9
+
+
+@metric("decode_weights_gb", "GB", "weight bytes one probe decode step reads")
+def _decode_weights_gb(s: Stage) -> float:
+    return _decode(s).bytes["weights"] / 1e9
+
+
+@metric("decode_kv_gb", "GB", "KV-cache bytes one probe decode step reads")
+def _decode_kv_gb(s: Stage) -> float:
+    return _decode(s).bytes["kv_read"] / 1e9
+
+
+@metric("l2_refills", "refills", "times the L2 shelf is filled and emptied in one probe decode step")
+def _l2_refills(s: Stage) -> float:
+    return _decode(s).l2_refills
+
+
+@metric("sm_busy_pct", "%", "share of the probe decode step the SMs spend computing")
+def _sm_busy_pct(s: Stage) -> float:
+    return _decode(s).sm_busy * 100
+
+
+@metric("sm_idle_pct", "%", "share of the probe decode step the SMs wait")
+def _sm_idle_pct(s: Stage) -> float:
+    return 100 - _sm_busy_pct(s)
+
+
+@metric("sm_idle_pct_ideal", "%", "the same at peak figures, no overhead")
+def _sm_idle_pct_ideal(s: Stage) -> float:
+    return 100 - _decode(s, True).sm_busy * 100
+
+
+@metric("hbm_tb_100_tokens", "TB", "HBM bytes the probe batch moves writing 100 tokens (step model)")
+def _hbm_tb_100(s: Stage) -> float:
+    sm, p = s.step_model(), s.probe
+    return sum(sm.decode(p.batch, p.context + i).bytes_total for i in range(100)) / 1e12
+
+
+@metric("prefill_ms", "ms", "time to prefill the probe prompt as configured")
+def _prefill_ms(s: Stage) -> float:
+    return _prefill(s).time_s * 1e3
+
+
+@metric("prefill_bound", "text", "which roofline term sets the probe prefill's pace")
+def _prefill_bound(s: Stage) -> str:
+    return _prefill(s).bound
+
+
+@metric("prefill_ai", "FLOP/B", "arithmetic intensity of the probe prefill")
+def _prefill_ai(s: Stage) -> float:
+    return _prefill(s).arithmetic_intensity
+
+
+@metric("prefill_tok_s", "tok/s", "prompt tokens read per second in the probe prefill")
+def _prefill_tok_s(s: Stage) -> float:
+    return s.probe.prompt / _prefill(s).time_s
+
+
+@metric("read_vs_write_x", "x", "prompt tokens read per second over tokens written per second (probe)")
+def _read_vs_write(s: Stage) -> float:
+    return _prefill_tok_s(s) / (s.probe.batch / _decode(s).time_s)
+
+
+# ---- batching -------------------------------------------------------------------------------
+
+@metric("crossover_batch", "sequences", "smallest decode batch (at the probe context) that turns compute-bound")
+def _crossover_batch(s: Stage) -> float:
+    from engine.step import crossover_batch
+
+    return float(crossover_batch(s.step_model(), s.probe.context))
+
+
+@metric("moe_formula_batch", "sequences", "the article's MoE estimate: ridge x total / active params")
+def _moe_formula_batch(s: Stage) -> float:
+    m = s.step_model().model
+    return _ridge(s) * m.params_total / m.params_active
+
+
+@metric("moe_vs_dense_batch_x", "x", "crossover batch of the current model over the ridge (dense ~1)")
+def _moe_vs_dense(s: Stage) -> float:
+    return _crossover_batch(s) / _ridge(s)
+
+
+@metric("moe_crossover_vs_formula", "x", "the engine's crossover batch over the article's MoE formula (1 = agree)")
+def _moe_cross_vs_formula(s: Stage) -> float:
+    return _crossover_batch(s) / _moe_formula_batch(s)
+
+
+@metric("experts_per_token", "experts", "routed experts each token visits per layer")
+def _experts_per_token(s: Stage) -> float:
+    return float(s.step_model().model.experts_per_token)
+
+
+@metric("experts_touched", "experts", "routed experts per layer the probe decode step reads (expected)")
+def _experts_touched(s: Stage) -> float:
+    return _decode(s).experts_touched
+
+
+@metric("experts_total", "experts", "routed experts per layer")
+def _experts_total(s: Stage) -> float:
+    return float(s.step_model().model.experts)
+
+
+@metric("cost_per_token_batch1_x", "x", "cost per output token at batch 1 over that at the probe batch")
+def _cost_b1_x(s: Stage) -> float:
+    sm, p = s.step_model(), s.probe
+    one = sm.decode(1, p.context).time_s
+    many = sm.decode(p.batch, p.context).time_s / p.batch
+    return one / many
+
+
+# ---- KV cache -------------------------------------------------------------------------------
+
+@metric("kv_bytes_token_layer", "B", "KV bytes one token adds per layer (K and V, all KV heads, KV dtype)")
+def _kv_b_tl(s: Stage) -> float:
+    return s.step_model().model.kv_bytes_per_token_layer(s.config.kv_dtype)
+
+
+@metric("kv_kb_token", "KB", "KV bytes one token adds across all layers")
+def _kv_kb_t(s: Stage) -> float:
+    return s.step_model().model.kv_bytes_per_token(s.config.kv_dtype) / 1e3
+
+
+@metric("head_dim", "dims", "width of one attention head")
+def _head_dim(s: Stage) -> float:
+    return float(s.step_model().model.head_dim)
+
+
+@metric("kv_heads", "heads", "key/value heads per layer (grouped-query attention)")
+def _kv_heads(s: Stage) -> float:
+    return float(s.step_model().model.kv_heads)
+
+
+@metric("kv_dtype_bytes", "B", "bytes per cached key or value element at the KV dtype")
+def _kv_dtype_bytes(s: Stage) -> float:
+    from engine.specs import DTYPE_BYTES
+
+    return DTYPE_BYTES[s.config.kv_dtype]
+
+
+@metric("layers", "layers", "transformer layers of the current model")
+def _layers(s: Stage) -> float:
+    return float(s.step_model().model.layers)
+
+
+@metric("kv_conv_mb_layer", "MB", "one probe-context conversation's KV, one layer only (the article's figure)")
+def _kv_conv_mb_layer(s: Stage) -> float:
+    return _kv_b_tl(s) * s.probe.context / 1e6
+
+
+@metric("kv_conv_gb", "GB", "one probe-context conversation's KV across all layers")
+def _kv_conv_gb(s: Stage) -> float:
+    return _kv_kb_t(s) * 1e3 * s.probe.context / 1e9
+
+
+@metric("kv_batch_gb_layer", "GB", "probe-batch users x probe context, one layer only (the article's figure)")
+def _kv_batch_gb_layer(s: Stage) -> float:
+    return _kv_conv_mb_layer(s) * s.probe.batch / 1e3
+
+
+@metric("kv_batch_tb", "TB", "probe-batch users x probe context, all layers")
+def _kv_batch_tb(s: Stage) -> float:
+    return _kv_conv_gb(s) * s.probe.batch / 1e3
+
+
+@metric("rack_tb", "TB", "HBM of a whole GB200 NVL72 rack (engine reference figure)")
+def _rack_tb(s: Stage) -> float:
+    return float(_reference()["nvl72"]["memory_gb"]) / 1e3
+
+
+@metric("context_wall_tokens", "tokens", "context at which one user's KV read equals their share of the weight read")
+def _context_wall(s: Stage) -> float:
+    # Found by bisection on the step model: per-user KV read at context L vs weight read / batch.
+    sm, b = s.step_model(), s.probe.batch
+
+    def over(ctx: int) -> bool:
+        c = sm.decode(b, ctx)
+        return c.bytes["kv_read"] >= c.bytes["weights"]
+
+    hi = 1 << 26
+    if not over(hi):
+        return float(hi)
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if over(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(lo)
+
+
+@metric("context_wall_article", "tokens", "the article's wall: weight bytes / (ridge x per-layer KV bytes per token)")
+def _context_wall_article(s: Stage) -> float:
+    return s.step_model().weight_bytes_per_gpu / (_ridge(s) * _kv_b_tl(s))
+
+
+@metric("kv_share_pct", "%", "share of the probe decode step's bytes that are KV-cache reads")
+def _kv_share(s: Stage) -> float:
+    c = _decode(s)
+    return c.bytes["kv_read"] / c.bytes_total * 100
+
+
+# ---- live engine (Snapshot and Engine.metrics()) ----------------------------------------------
+
+@metric("sim_time_s", "s", "simulated time on the engine's clock")
+def _sim_time(s: Stage) -> float:
+    return s.snapshot().time_s
+
+
+@metric("live_step_ms", "ms", "time of the step the engine just ran")
+def _live_step_ms(s: Stage) -> float:
+    st = s.snapshot().last_step
+    return st.time_s * 1e3 if st is not None else 0.0
+
+
+@metric("live_bound", "text", "which roofline term set the pace of the step the engine just ran")
+def _live_bound(s: Stage) -> str:
+    st = s.snapshot().last_step
+    return st.bound if st is not None else "idle"
+
+
+@metric("live_sm_busy_pct", "%", "SM busy share of the step the engine just ran")
+def _live_sm_busy(s: Stage) -> float:
+    st = s.snapshot().last_step
+    return st.sm_busy * 100 if st is not None else 0.0
+
+
+@metric("live_l2_refills", "refills", "L2 refills in the step the engine just ran")
+def _live_l2(s: Stage) -> float:
+    st = s.snapshot().last_step
+    return st.l2_refills if st is not None else 0.0
+
+
+@metric("batch_size", "sequences", "sequences in the step the engine just ran")
+def _batch_size(s: Stage) -> float:
+    return float(s.snapshot().batch_size)
+
+
+@metric("users", "users", "closed-loop users in the workload")
+def _users(s: Stage) -> float:
+    return float(s.snapshot().users)
+
+
+@metric("hbm_tb_moved", "TB", "HBM bytes the engine has moved since the start")
+def _hbm_tb_moved(s: Stage) -> float:
+    return s.snapshot().bytes_moved.get("hbm", 0.0) / 1e12
+
+
+@metric("queue_len", "requests", "requests waiting (queued or preempted)")
+def _queue_len(s: Stage) -> float:
+    snap = s.snapshot()
+    return float(snap.queued + snap.preempted)
+
+
+@metric("running", "requests", "requests running (prefill, thinking or decoding)")
+def _running(s: Stage) -> float:
+    return float(s.snapshot().running)
+
+
+@metric("done", "requests", "requests finished")
+def _done(s: Stage) -> float:
+    return float(s.snapshot().done)
+
+
+@metric("preemptions", "preemptions", "requests evicted under KV pressure since the start")
+def _preemptions(s: Stage) -> float:
+    return float(s.snapshot().preemptions_total)
+
+
+@metric("kv_util_pct", "%", "share of the KV pool's blocks in use")
+def _kv_util(s: Stage) -> float:
+    snap = s.snapshot()
+    return 100.0 * snap.kv_blocks_used / snap.kv_blocks_total if snap.kv_blocks_total else 0.0
+
+
+@metric("kv_used_gb", "GB", "KV bytes held by running requests")
+def _kv_used_gb(s: Stage) -> float:
+    snap = s.snapshot()
+    return snap.kv_capacity_bytes * snap.kv_blocks_used / snap.kv_blocks_total / 1e9 if snap.kv_blocks_total else 0.0
+
+
+@metric("kv_gb_per_running", "GB", "KV bytes held per running request")
+def _kv_per_running(s: Stage) -> float:
+    snap = s.snapshot()
+    return _kv_used_gb(s) / snap.running if snap.running else 0.0
+
+
+@metric("weights_gb_per_running", "GB", "weight bytes per step shared out over the running requests")
+def _weights_per_running(s: Stage) -> float:
+    snap = s.snapshot()
+    return snap.weights_bytes / 1e9 / snap.running if snap.running else 0.0
+
+
+def _num(v: Any) -> float:
+    """A metric value as a float (None, i.e. not measured yet, becomes NaN)."""
+    return float("nan") if v is None else float(v)
+
+
+def _run(s: Stage, key: str, pct: str | None = None) -> float:
+    v = s.engine_metrics()[key]
+    return _num(v[pct] if pct else v)
+
+
+@metric("tok_s_out", "tok/s", "output tokens per second over the recent ticks (all users)")
+def _tok_s_out(s: Stage) -> float:
+    return _num(s.snapshot().metrics.get("tok_s_out"))
+
+
+@metric("tok_s_per_user", "tok/s", "one decoding user's speed over the recent ticks")
+def _tok_s_per_user(s: Stage) -> float:
+    return _num(s.snapshot().metrics.get("tok_s_per_user"))
+
+
+@metric("bw_util_pct", "%", "share of peak HBM bandwidth used over the recent ticks")
+def _bw_util(s: Stage) -> float:
+    return 100 * _num(s.snapshot().metrics.get("bw_util"))
+
+
+@metric("mfu_pct", "%", "model FLOPs utilisation over the recent ticks")
+def _mfu(s: Stage) -> float:
+    return 100 * _num(s.snapshot().metrics.get("mfu"))
+
+
+@metric("requests_completed", "requests", "answers finished since the start")
+def _completed(s: Stage) -> float:
+    return _run(s, "requests_completed")
+
+
+@metric("output_tokens", "tokens", "tokens generated since the start (hidden thinking included)")
+def _output_tokens(s: Stage) -> float:
+    return _run(s, "output_tokens")
+
+
+@metric("ttft_p50_s", "s", "median time to the first visible token")
+def _ttft(s: Stage) -> float:
+    return _run(s, "ttft_s", "p50")
+
+
+@metric("ttft_raw_p50_s", "s", "median time to the first generated token, hidden or not")
+def _ttft_raw(s: Stage) -> float:
+    return _run(s, "ttft_raw_s", "p50")
+
+
+@metric("ttft_visible_minus_raw_s", "s", "how much later the first visible token comes than the first token")
+def _ttft_gap(s: Stage) -> float:
+    return _ttft(s) - _ttft_raw(s)
+
+
+@metric("tpot_ms", "ms", "median time per output token")
+def _tpot(s: Stage) -> float:
+    return _run(s, "tpot_s", "p50") * 1e3
+
+
+@metric("e2e_p50_s", "s", "median end-to-end latency of an answer")
+def _e2e(s: Stage) -> float:
+    return _run(s, "e2e_s", "p50")
+
+
+@metric("queue_delay_p50_s", "s", "median time a request waited before admission")
+def _qd50(s: Stage) -> float:
+    return _run(s, "queue_delay_s", "p50")
+
+
+@metric("queue_delay_p90_s", "s", "90th-percentile time a request waited before admission")
+def _qd90(s: Stage) -> float:
+    return _run(s, "queue_delay_s", "p90")
+
+
+@metric("cost_in_per_mtok", "$/Mtok", "cost of a million input tokens (prefill time charged to input)")
+def _cost_in(s: Stage) -> float:
+    return _run(s, "cost_per_mtok_in")
+
+
+@metric("cost_out_per_mtok", "$/Mtok", "cost of a million output tokens (decode time charged to output)")
+def _cost_out(s: Stage) -> float:
+    return _run(s, "cost_per_mtok_out")
+
+
+@metric("cost_ratio_out_in", "x", "output over input cost per token")
+def _cost_ratio(s: Stage) -> float:
+    return _cost_out(s) / _cost_in(s)
+
+
+@metric("price_per_hour", "$/h", "GPU rental price per hour the costs use")
+def _price(s: Stage) -> float:
+    return _run(s, "price_per_hour")
+
+
+@metric("fast_tok_s_per_user", "tok/s", "a fast-lane user's speed")
+def _fast_speed(s: Stage) -> float:
+    return _num(s.lane_metrics(True)["tok_s_per_user"])
+
+
+@metric("normal_tok_s_per_user", "tok/s", "a normal-lane user's speed")
+def _normal_speed(s: Stage) -> float:
+    return _num(s.lane_metrics(False)["tok_s_per_user"])
+
+
+@metric("fast_speedup_x", "x", "fast-lane speed over normal-lane speed per user")
+def _fast_speedup(s: Stage) -> float:
+    return _fast_speed(s) / _normal_speed(s)
+
+
+@metric("fast_cost_out_per_mtok", "$/Mtok", "fast lane's cost per million output tokens")
+def _fast_cost(s: Stage) -> float:
+    return _num(s.lane_metrics(True)["cost_per_mtok_out"])
+
+
+@metric("normal_cost_out_per_mtok", "$/Mtok", "normal lane's cost per million output tokens")
+def _normal_cost(s: Stage) -> float:
+    return _num(s.lane_metrics(False)["cost_per_mtok_out"])
+
+
+@metric("fast_price_x", "x", "fast lane's cost per output token over the normal lane's")
+def _fast_price(s: Stage) -> float:
+    return _fast_cost(s) / _normal_cost(s)
+
+
+@metric("fast_batch", "sequences", "mean batch the fast lane runs at")
+def _fast_batch(s: Stage) -> float:
+    return _num(s.lane_metrics(True)["batch"])
+
+
+@metric("normal_batch", "sequences", "mean batch the normal lane runs at")
+def _normal_batch(s: Stage) -> float:
+    return _num(s.lane_metrics(False)["batch"])
+
+
+@metric("cost_out_now_per_mtok", "$/Mtok", "cost of a million output tokens over the recent ticks")
+def _cost_out_now(s: Stage) -> float:
+    return _num(s.snapshot().metrics.get("cost_per_mtok_out"))
+
+
+@metric("cost_in_now_per_mtok", "$/Mtok", "cost of a million input tokens over the recent ticks")
+def _cost_in_now(s: Stage) -> float:
+    return _num(s.snapshot().metrics.get("cost_per_mtok_in"))
+
+
+_QWEN_FRAMEWORK = {"vllm": "vllm", "hf-eager": "transformers"}
+
+
+@metric("measured_e2e_s", "s", "Qwen's published A100 time for 2,048 tokens at batch 1 (this model, runtime, GPUs)")
+def _measured_e2e(s: Stage) -> float:
+    from engine.validate import load_table
+
+    c = s.config
+    for r in load_table("qwen25"):
+        if (r["model"].lower().removesuffix("-instruct") == c.model and r["quant"] == "BF16"
+                and r["framework"] == _QWEN_FRAMEWORK.get(c.runtime) and r["input_len"] == "1"
+                and int(r["gpus"]) == c.tp and r["hardware"] == "NVIDIA A100 80GB"):
+            return int(r["output_len"]) / float(r["speed_tok_s"])
+    return float("nan")
+
+
+@metric("e2e_vs_measured", "x", "the engine's median answer time over the published one")
+def _e2e_vs_measured(s: Stage) -> float:
+    return _e2e(s) / _measured_e2e(s)
+
+
+@metric("cost_ratio_now", "x", "output over input cost per token over the recent ticks")
+def _cost_ratio_now(s: Stage) -> float:
+    return _cost_out_now(s) / _cost_in_now(s)
+
+
+@metric("hidden_share_pct", "%", "share of generated tokens that were hidden thinking")
+def _hidden_share(s: Stage) -> float:
+    out = _run(s, "output_tokens")
+    return 100 * (1 - _run(s, "visible_tokens") / out) if out else 0.0
+
+
+@metric("fast_max_batch", "sequences", "batch cap of the fast lane")
+def _fast_max_batch(s: Stage) -> float:
+    return float(s.config.fast_max_batch)
+
+
+@metric("fast_users", "users", "users in the fast lane")
+def _fast_users(s: Stage) -> float:
+    snap = s.snapshot()
+    r = snap.requests
+    live = r.phase != 4  # Phase.DONE
+    return float(len(set(r.user[live & r.fast].tolist())))
+
+
+def _qwen_case(model: str, gpus: int, runtime: str = "vllm") -> Any:
+    """The Qwen2.5 A100 table's batch-1, BF16, 1-token-prompt row for a model on `gpus` GPUs."""
+    from engine.validate import cases
+
+    for c in cases("qwen25")[0]:
+        r = c.row
+        if (c.model == model and c.gpus == gpus and c.runtime == runtime and r["quant"] == "BF16"
+                and c.isl == 1):
+            return c
+    raise KeyError(f"no Qwen2.5 table row for {model} on {gpus} GPUs with {runtime}")
+
+
+@metric("qwen72b_2gpu_measured_s", "s", "Qwen's published time for 2,048 tokens from Qwen2.5-72B on two A100s (vLLM)")
+def _q72_measured(s: Stage) -> float:
+    c = _qwen_case("qwen2.5-72b", 2)
+    return c.osl / c.measured
+
+
+@metric("qwen72b_2gpu_predicted_s", "s", "the step model's time for the same request (tokensim validate's row)")
+def _q72_predicted(s: Stage) -> float:
+    from engine.validate import predict
+
+    c = _qwen_case("qwen2.5-72b", 2)
+    return c.osl / predict(c)
