@@ -45,3 +45,4 @@ class EngineConfig:
     slo_ttft: float | None = None
     slo_tpot: float | None = None
     debug: bool = False  # check every invariant on every tick
+    kv_pool_blocks: int | None = None  # override the KV pool size in 16-token blocks (tests, what-ifs)

@@ -1,0 +1,169 @@
+"""Workload lengths and gaps: distribution specs ("200", "lognormal:200,0.5", ...) as seeded samplers.
+
+A spec is parsed once into a `Dist`; a `Sampler` draws from it with its own numpy Generator in blocks,
+so the serving loop takes values by slicing a buffer instead of calling the generator per request.
+The same seed gives the same sequence of values, whatever order the engine asks in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import InputError
+
+KINDS = ("fixed", "uniform", "normal", "lognormal", "exp")
+_ARGS = {"uniform": 2, "normal": 2, "lognormal": 2, "exp": 1}
+_FORMS = '"200", "uniform:a,b", "normal:mu,sd", "lognormal:median,sigma" or "exp:mean"'
+_BLOCK = 1024  # values drawn per refill: amortises the generator call over many requests
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    """A parsed distribution spec. `a`, `b` are its parameters (b unused for fixed and exp)."""
+
+    kind: str
+    a: float
+    b: float = 0.0
+    spec: str = ""
+
+    @property
+    def is_fixed(self) -> bool:
+        return self.kind == "fixed"
+
+    @property
+    def mean(self) -> float:
+        """Expected value before rounding and clipping (for reports and sizing)."""
+        if self.kind == "fixed" or self.kind == "normal":
+            return self.a
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2
+        if self.kind == "lognormal":
+            return self.a * math.exp(self.b * self.b / 2)
+        return self.a  # exp
+
+    @property
+    def upper(self) -> float:
+        """Largest value the distribution can produce (inf for unbounded ones)."""
+        if self.kind == "fixed":
+            return self.a
+        if self.kind == "uniform":
+            return self.b
+        return math.inf
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n raw float64 draws (no rounding or clipping)."""
+        if self.kind == "fixed":
+            return np.full(n, self.a)
+        if self.kind == "uniform":
+            return rng.uniform(self.a, self.b, n)
+        if self.kind == "normal":
+            return rng.normal(self.a, self.b, n)
+        if self.kind == "lognormal":
+            return rng.lognormal(math.log(self.a), self.b, n)
+        return rng.exponential(self.a, n)
+
+
+def parse_dist(spec: str | float | int, what: str, minimum: float = 0.0) -> Dist:
+    """Parse a distribution spec for option `what` (e.g. "--output"); InputError names the option and the forms."""
+    text = str(spec).strip()
+    kind, sep, rest = text.partition(":")
+    kind = kind.strip().lower()
+    if not sep:
+        v = _number(text, what)
+        if v < minimum:
+            raise InputError(f"{what} must be >= {minimum:g}, got {text}")
+        return Dist("fixed", v, spec=text)
+    if kind not in _ARGS:
+        raise InputError(f"{what}: unknown distribution {kind!r} in {text!r}; use {_FORMS}")
+    parts = [p for p in rest.split(",")]
+    if len(parts) != _ARGS[kind]:
+        raise InputError(f"{what}: {kind} takes {_ARGS[kind]} number(s), got {text!r}; use {_FORMS}")
+    vals = [_number(p, what) for p in parts]
+    if kind == "uniform":
+        lo, hi = vals
+        if lo < minimum or hi < lo:
+            raise InputError(f"{what}: uniform:a,b needs {minimum:g} <= a <= b, got {text!r}")
+        return Dist(kind, lo, hi, spec=text)
+    if kind == "normal":
+        mu, sd = vals
+        if sd < 0 or mu < minimum:
+            raise InputError(f"{what}: normal:mu,sd needs mu >= {minimum:g} and sd >= 0, got {text!r}")
+        return Dist(kind, mu, sd, spec=text)
+    if kind == "lognormal":
+        med, sigma = vals
+        if med <= 0 or sigma < 0:
+            raise InputError(f"{what}: lognormal:median,sigma needs median > 0 and sigma >= 0, got {text!r}")
+        return Dist(kind, med, sigma, spec=text)
+    (mean,) = vals
+    if mean <= 0:
+        raise InputError(f"{what}: exp:mean needs mean > 0, got {text!r}")
+    return Dist(kind, mean, spec=text)
+
+
+def _number(text: str, what: str) -> float:
+    """A finite float, or an InputError that shows the offending text."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise InputError(f"{what}: expected a number or a distribution ({_FORMS}), got {text.strip()!r}") from None
+    if not math.isfinite(v):
+        raise InputError(f"{what}: expected a finite number, got {text.strip()!r}")
+    return v
+
+
+class Sampler:
+    """Seeded draws from one Dist, rounded to integers (token counts) or not (seconds), clipped to [lo, hi].
+
+    Values are drawn _BLOCK at a time and handed out by slicing, so a request costs no generator call.
+    """
+
+    __slots__ = ("dist", "integer", "lo", "hi", "_rng", "_buf", "_pos", "clipped")
+
+    def __init__(self, dist: Dist, rng: np.random.Generator, integer: bool, lo: float = 0.0,
+                 hi: float = math.inf) -> None:
+        self.dist = dist
+        self.integer = integer
+        self.lo = lo
+        self.hi = hi
+        self._rng = rng
+        self._buf = np.empty(0)
+        self._pos = 0
+        self.clipped = 0  # draws pulled down to `hi` (e.g. a sampled prompt longer than the context)
+
+    def take(self, n: int) -> np.ndarray:
+        """The next n values (int64 for token counts, float64 for seconds); a fresh array the caller owns."""
+        if self.dist.is_fixed:
+            v = min(max(self.dist.a, self.lo), self.hi)
+            return np.full(n, round(v) if self.integer else v, dtype=np.int64 if self.integer else np.float64)
+        if self._pos + n > self._buf.size:
+            left = self._buf[self._pos:]
+            fresh = self._draw(max(_BLOCK, n - left.size))
+            self._buf = np.concatenate([left, fresh])
+            self._pos = 0
+        out = self._buf[self._pos:self._pos + n]
+        self._pos += n
+        if self.hi < math.inf:
+            over = out > self.hi
+            if over.any():  # clip at hand-out time, so the count is of values actually used
+                self.clipped += int(over.sum())
+                out = np.minimum(out, self.hi)
+        return out.astype(np.int64) if self.integer else out.copy()
+
+    def _draw(self, n: int) -> np.ndarray:
+        """Draw a block, rounded to whole tokens where integer, and raised to the lower bound."""
+        v = self.dist.draw(self._rng, n)
+        if self.integer:
+            v = np.rint(v)
+        return np.maximum(v, self.lo)
+
+    def take_one(self) -> float:
+        """One value as a Python number."""
+        return float(self.take(1)[0])
+
+
+def seeded_rngs(seed: int, n: int) -> list[np.random.Generator]:
+    """n independent generators from one seed (one per stream, so streams never shift each other)."""
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
