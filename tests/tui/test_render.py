@@ -1,0 +1,213 @@
+"""The pure renderers: frame in, rows of exactly the requested width out, in both languages."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from rich.cells import cell_len
+
+from engine.snapshot import Phase
+from engine.step import StepOptions
+from tests.tui.snapdata import make_snapshot
+from tui.frame import build_frame, user_rows
+from tui.i18n import EN, ZH, default_lang, t
+from tui.render import header, kvqueue, l2, metrics, roofline, sm_grid, traffic, users, warehouse
+from tui.render.answers import answer_tail, corpus
+from tui.render.fmt import bar, crop_left, dur, fit, si
+
+RENDERERS = [warehouse.render, traffic.render, l2.render, sm_grid.render, roofline.render, metrics.render,
+             kvqueue.render]
+
+
+def test_label_tables_have_the_same_keys() -> None:
+    assert set(EN) == set(ZH)
+
+
+def test_default_lang_follows_the_locale() -> None:
+    assert default_lang({"LANG": "zh_CN.UTF-8"}) == "zh"
+    assert default_lang({"LC_ALL": "en_US.UTF-8", "LANG": "zh_CN.UTF-8"}) == "en"
+    assert default_lang({"LC_ALL": "zh_TW.UTF-8"}) == "zh"
+    assert default_lang({}) == "en"
+
+
+def test_fit_and_crop_count_cjk_as_two_cells() -> None:
+    assert cell_len(fit("解码", 7)) == 7
+    assert crop_left("abc解码", 4) == "解码"
+    assert cell_len(crop_left("解码中文", 5)) == 5  # a half character is padded, never split
+    assert fit("decoding", 3) == "dec"
+
+
+def test_bar_is_exactly_as_wide_as_asked() -> None:
+    for frac in (0.0, 0.01, 0.5, 0.999, 1.0, 2.0, float("nan")):
+        for w in (1, 7, 30):
+            assert cell_len(bar(frac, w)) == w
+            assert cell_len(bar(frac, w, full="▤", empty="·")) == w
+
+
+def test_number_formats() -> None:
+    assert si(3.35e12, "B/s") == "3.35 TB/s"
+    assert dur(0.00836) == "8.36 ms"
+    assert dur(None) == "-"
+    assert dur(float("nan")) == "-"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("width", [30, 44, 58, 80])
+def test_every_panel_row_is_exactly_the_width(lang: str, width: int) -> None:
+    frame = build_frame(make_snapshot(8), progress=0.4, lang=lang, clock_s=1.0)
+    for render in RENDERERS:
+        rows = render(frame, width, 6)
+        assert rows, render
+        for row in rows:
+            assert cell_len(row.plain) == width, (render.__module__, row.plain)
+    assert cell_len(header.render(frame, width).plain) == width
+    assert cell_len(header.keybar(lang, width).plain) == width
+    for y in range(frame.row_count + 2):
+        assert cell_len(users.row(frame, y, width + 40).plain) == width + 40
+
+
+def test_panels_never_exceed_their_height() -> None:
+    frame = build_frame(make_snapshot(4))
+    for render in RENDERERS:
+        assert len(render(frame, 50, 2)) <= 2
+        assert render(frame, 50, 0) == []
+
+
+def test_warehouse_split_adds_up_to_the_gpu_memory() -> None:
+    frame = build_frame(make_snapshot(6))
+    w, used, free, res = warehouse.capacity_split(frame)
+    assert w + used + free + res == pytest.approx(frame.snapshot.hardware.memory_bytes)
+    assert w == pytest.approx(28e9)  # C01: 14e9 parameters x 2 bytes
+    bar_row = warehouse.capacity_bar(frame, 50).plain
+    assert len(bar_row) == 50 and bar_row.startswith("█" * 17)  # 28/80 of 50 cells
+
+
+def test_full_kv_pool_fills_the_kv_share() -> None:
+    frame = build_frame(make_snapshot(6, kv_full=True))
+    _, used, free, _ = warehouse.capacity_split(frame)
+    assert free == 0 and used > 40e9
+    assert "░" not in warehouse.capacity_bar(frame, 60).plain
+
+
+def test_layer_follows_progress() -> None:
+    snap = make_snapshot(4)
+    assert build_frame(snap, progress=0.0).layer == 1
+    assert build_frame(snap, progress=0.64).layer == 31  # int(0.64 * 48) + 1
+    assert build_frame(snap, progress=1.0).layer == 48
+    assert "layer 31/48" in traffic.layer_bar(build_frame(snap, progress=0.64), 60).plain
+
+
+def test_static_frame_without_animation_does_not_depend_on_the_clock() -> None:
+    snap = make_snapshot(4)
+    a = build_frame(snap, clock_s=1.0, animate=False)
+    b = build_frame(snap, clock_s=1.3, animate=False)
+    assert a.phase == b.phase == 0.0
+    assert traffic.conveyor(a, 60).plain == traffic.conveyor(b, 60).plain
+    assert [r.plain for r in sm_grid.render(a, 60, 5)] == [r.plain for r in sm_grid.render(b, 60, 5)]
+
+
+def test_animation_moves_with_simulated_time_only() -> None:
+    snap = make_snapshot(4)
+    a = build_frame(snap, clock_s=1.0, animate=True)
+    b = build_frame(snap, clock_s=1.0 + snap.last_step.time_s / 48 / 3, animate=True)
+    again = build_frame(snap, clock_s=1.0, animate=True)
+    assert traffic.conveyor(a, 60).plain == traffic.conveyor(again, 60).plain
+    assert traffic.conveyor(a, 60).plain != traffic.conveyor(b, 60).plain
+
+
+def test_sm_grid_lights_the_busy_share() -> None:
+    # Batch-1 decode: compute is ~1 % of the step (C19), so 1-2 of 132 SMs are lit.
+    snap = make_snapshot(1, phases=[Phase.DECODING])
+    frame = build_frame(snap)
+    assert 1 <= sm_grid.lit_count(frame) <= 2
+    lit = sum(r.plain.count(sm_grid.LIT) for r in sm_grid.render(frame, 60, 5))
+    assert lit == sm_grid.lit_count(frame)
+    idle = build_frame(make_snapshot(2, phases=[Phase.QUEUED, Phase.DONE]))
+    assert sm_grid.lit_count(idle) == 0
+
+
+def test_roofline_puts_batch_one_decode_left_of_the_ridge() -> None:
+    frame = build_frame(make_snapshot(1, phases=[Phase.DECODING]))
+    ai, achieved = roofline.point(frame)
+    peak, bw = roofline.roof(frame)
+    assert ai < peak / bw
+    assert achieved <= min(peak, ai * bw)
+    text = "\n".join(r.plain for r in roofline.render(frame, 56, 8))
+    assert "●" in text and "memory-bound" in text
+
+
+def test_compute_x2_raises_the_roof() -> None:
+    base = build_frame(make_snapshot(2))
+    x2 = build_frame(make_snapshot(2, opts=StepOptions(compute_mult=2.0)))
+    assert roofline.roof(x2)[0] == pytest.approx(2 * roofline.roof(base)[0])
+    assert "compute×2" in header.render(x2, 120).plain
+
+
+def test_metrics_show_dashes_for_unknown_figures() -> None:
+    snap = make_snapshot(3)
+    snap = dataclasses.replace(snap, metrics={"ttft_p50": float("nan")})
+    text = " ".join(r.plain for r in metrics.render(build_frame(snap), 60, 6))
+    assert "TTFT p50" in text and "-" in text
+
+
+def test_zh_metrics_columns_line_up() -> None:
+    frame = build_frame(make_snapshot(3), lang="zh")
+    its = metrics.items(frame)
+    rows = metrics.render(frame, 60, 6)
+    starts = set()
+    for row, (left, _) in zip(rows, metrics.PAIRS, strict=True):
+        label, value, _ = its[left]
+        starts.add(cell_len(row.plain[:row.plain.index(value, len(label))]))
+    assert len(starts) == 1  # every value starts in the same cell column, whatever its label's width
+
+
+def test_sparkline_keeps_peaks_when_squeezed() -> None:
+    s = kvqueue.sparkline([0.0] * 99 + [1.0] + [0.0] * 100, 10, 1.0)
+    assert len(s) == 10 and "█" in s
+
+
+def test_user_rows_one_per_user_latest_request() -> None:
+    snap = make_snapshot(4)
+    r = snap.requests
+    # Give user 0 a second, newer request: the list shows only the newer one.
+    req = dataclasses.replace(r, **{f.name: np.append(getattr(r, f.name), getattr(r, f.name)[0])
+                                   for f in dataclasses.fields(r)})
+    req.req_id[-1] = 9999
+    rows = user_rows(dataclasses.replace(snap, requests=req))
+    assert len(rows) == 4
+    assert req.req_id[rows[0]] == 9999
+
+
+def test_open_loop_requests_each_get_a_row() -> None:
+    snap = make_snapshot(5, open_loop=True)
+    assert len(user_rows(snap)) == 5
+    assert users.row(build_frame(snap), 0, 80).plain.strip().startswith("#1000")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_user_row_per_phase(lang: str) -> None:
+    frame = build_frame(make_snapshot(6), lang=lang)
+    rows = [users.row(frame, y, 110).plain for y in range(6)]
+    for y, key in enumerate(["phase_decoding", "phase_prefill", "phase_thinking", "phase_decoding", "phase_queued",
+                             "phase_done"]):
+        assert t(lang, key) in rows[y]
+    assert "400/1,000" in rows[1]  # prefill progress
+    assert "“" in rows[0] and "/200" in rows[0]  # the answer streaming, tokens of the answer
+    assert "✓200" in rows[5]
+    assert "KV" not in rows[5]  # a finished request holds no KV blocks
+
+
+def test_answers_are_deterministic_and_fit() -> None:
+    for lang in ("en", "zh"):
+        tokens, starts = corpus(lang)
+        assert len(tokens) > 300 and starts[0] == 0
+        a = answer_tail(lang, 42, 120, 50)
+        assert a == answer_tail(lang, 42, 120, 50)
+        assert 0 < cell_len(a) <= 50
+        assert answer_tail(lang, 42, 0, 50) == ""
+        # One more token extends the same answer.
+        assert answer_tail(lang, 42, 121, 10_000).startswith(answer_tail(lang, 42, 120, 10_000))
+    assert answer_tail("en", 1, 3, 100).count(" ") == 2  # three words
+    assert cell_len(answer_tail("zh", 1, 3, 100)) == 6  # three characters

@@ -1,0 +1,115 @@
+"""The one immutable picture the app publishes per tick: an engine Snapshot plus the view's own state.
+
+Widgets are pure functions of the latest Frame. The engine's step is atomic, so while a step is in
+flight (slow motion) the frame shows the state from before it (`snapshot`) together with the step
+being played (`step`) and how far through it the view clock is (`progress`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import EllipsisType
+
+import numpy as np
+
+from engine.snapshot import Phase, Snapshot
+from engine.step import StepCost
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # eq=False: numpy fields make == ambiguous
+class Frame:
+    """What every widget renders from. Built by `build_frame`; never mutated."""
+
+    snapshot: Snapshot  # the state shown (before the in-flight step while progress < 1)
+    step: StepCost | None  # the step being played (the last one completed when progress == 1)
+    step_tick: int  # the engine tick `step` belongs to
+    progress: float  # 0..1: share of `step` elapsed at `clock_s`
+    clock_s: float  # the view's simulated clock
+    speed: float  # simulated seconds per wall second
+    playing: bool
+    lang: str
+    animate: bool  # False: static frame (animation_level "none"), no moving parts
+    steps_in_frame: int  # engine steps this frame covered (>1: fast-forward, no in-step view)
+    rate: float = 0.0  # open-loop arrivals per second (0: closed loop)
+    behind: bool = False  # the engine could not keep up with the requested speed this frame
+    narration: tuple[str, ...] | None = None
+    highlight: str | None = None
+    rows: np.ndarray | None = None  # request indices in list order (see `user_rows`)
+
+    @property
+    def layer(self) -> int:
+        """The model layer the in-flight step is crossing, 1-based (0 without a step)."""
+        if self.step is None or self.step.layers <= 0:
+            return 0
+        return min(self.step.layers, int(self.progress * self.step.layers) + 1)
+
+    @property
+    def layers(self) -> int:
+        return self.step.layers if self.step is not None else self.snapshot.model.layers
+
+    @property
+    def in_step(self) -> bool:
+        """True while the view is part-way through a step (slow motion)."""
+        return self.step is not None and self.progress < 1.0
+
+    @property
+    def phase(self) -> float:
+        """Animation phase in [0, 1): the share of the current layer the packets have crossed.
+
+        Derived from simulated time only, so the same clock always draws the same picture; 0 when
+        animation is off.
+        """
+        if not self.animate or self.step is None or self.step.time_s <= 0:
+            return 0.0
+        layers = max(1, self.step.layers)
+        return (self.clock_s / self.step.time_s * layers) % 1.0
+
+    @property
+    def row_count(self) -> int:
+        return 0 if self.rows is None else int(self.rows.size)
+
+
+def user_rows(snap: Snapshot) -> np.ndarray:
+    """Indices into snap.requests to list, one row per closed-loop user (their latest request).
+
+    Open-loop requests (user == -1) each get their own row, oldest first; closed-loop users are
+    listed by user index. Vectorised so 10,000 users cost microseconds, not a Python loop.
+    """
+    r = snap.requests
+    n = int(r.req_id.size)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    user = np.asarray(r.user)
+    closed = user >= 0
+    # Sort by (user, req_id); the last entry per user is their latest request.
+    order = np.lexsort((np.asarray(r.req_id), user))
+    u_sorted = user[order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = u_sorted[1:] != u_sorted[:-1]
+    keep_closed = order[last & closed[order]]
+    open_idx = np.flatnonzero(~closed)
+    open_idx = open_idx[np.argsort(np.asarray(r.req_id)[open_idx], kind="stable")]
+    return np.concatenate([keep_closed, open_idx]).astype(np.int64)
+
+
+def build_frame(snap: Snapshot, *, step: StepCost | None | EllipsisType = ..., step_tick: int | None = None,
+                progress: float = 1.0, clock_s: float | None = None, speed: float = 1.0, playing: bool = False,
+                lang: str = "en", animate: bool = True, steps_in_frame: int = 1, rate: float = 0.0,
+                behind: bool = False, narration: tuple[str, ...] | None = None,
+                highlight: str | None = None) -> Frame:
+    """A Frame from a snapshot; `step` defaults to the snapshot's last step (None: an idle tick)."""
+    st = snap.last_step if isinstance(step, EllipsisType) else step
+    p = 1.0 if not math.isfinite(progress) else min(1.0, max(0.0, progress))
+    return Frame(
+        snapshot=snap, step=st, step_tick=snap.tick if step_tick is None else step_tick, progress=p,
+        clock_s=snap.time_s if clock_s is None else clock_s, speed=speed, playing=playing, lang=lang,
+        animate=animate, steps_in_frame=steps_in_frame, rate=rate, behind=behind, narration=narration,
+        highlight=highlight, rows=user_rows(snap),
+    )
+
+
+PHASE_KEYS: dict[int, str] = {
+    Phase.QUEUED: "phase_queued", Phase.PREFILL: "phase_prefill", Phase.THINKING: "phase_thinking",
+    Phase.DECODING: "phase_decoding", Phase.DONE: "phase_done", Phase.PREEMPTED: "phase_preempted",
+}

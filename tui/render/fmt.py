@@ -1,0 +1,112 @@
+"""Number formatting and cell-width helpers shared by the renderers (CJK-safe via rich.cells)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.cells import cell_len, set_cell_size
+from rich.text import Text
+
+
+def num(x: float) -> str:
+    """A count with thousands separators: 1,234."""
+    return f"{int(round(x)):,}"
+
+
+def si(x: float, unit: str = "", digits: int = 3) -> str:
+    """x with an SI prefix (k, M, G, T, P) and `digits` significant figures: 3.35 T."""
+    if x == 0 or not math.isfinite(x):
+        return f"0 {unit}".rstrip() if x == 0 else "-"
+    prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+    for scale, p in prefixes:
+        if abs(x) >= scale:
+            return f"{_sig(x / scale, digits)} {p}{unit}"
+    return f"{_sig(x, digits)} {unit}".rstrip()
+
+
+def _sig(v: float, digits: int) -> str:
+    """v to `digits` significant figures without scientific notation."""
+    if v == 0:
+        return "0"
+    places = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
+    return f"{v:.{places}f}"
+
+
+def nbytes(b: float) -> str:
+    """Bytes as GB/TB/MB with 3 significant figures: 28.0 GB."""
+    return si(b, "B")
+
+
+def gb(b: float) -> str:
+    """Bytes as a plain GB figure with one decimal: 28.0."""
+    return f"{b / 1e9:.1f}"
+
+
+def dur(s: float | None) -> str:
+    """Seconds as µs/ms/s with 3 significant figures; '-' when unknown."""
+    if s is None or not math.isfinite(s):
+        return "-"
+    if s < 1e-3:
+        return f"{_sig(s * 1e6, 3)} µs"
+    if s < 1:
+        return f"{_sig(s * 1e3, 3)} ms"
+    if s < 600:
+        return f"{_sig(s, 4)} s"
+    return f"{int(s // 60)} min {int(s % 60):02d} s"
+
+
+def clock(s: float) -> str:
+    """The simulated clock: 1.204 s, 2:03.4 past a minute."""
+    if s < 60:
+        return f"{s:.3f} s"
+    m, sec = divmod(s, 60)
+    return f"{int(m)}:{sec:04.1f}"
+
+
+def pct(f: float | None) -> str:
+    """A fraction as a percentage; one decimal below 10 %, '-' when unknown."""
+    if f is None or not math.isfinite(f):
+        return "-"
+    p = f * 100
+    return f"{p:.1f} %" if p < 10 else f"{p:.0f} %"
+
+
+def fit(text: str, width: int) -> str:
+    """Pad or crop `text` to exactly `width` cells (CJK characters count 2)."""
+    return set_cell_size(text, max(0, width))
+
+
+def crop_left(text: str, width: int) -> str:
+    """The last `width` cells of `text` (keeps the tail of a streaming answer), padded to `width`."""
+    if cell_len(text) <= width:
+        return fit(text, width)
+    out: list[str] = []
+    used = 0
+    for ch in reversed(text):
+        w = cell_len(ch)
+        if used + w > width:
+            break
+        out.append(ch)
+        used += w
+    return " " * (width - used) + "".join(reversed(out))
+
+
+def bar(frac: float, width: int, full: str = "█", empty: str = "░") -> str:
+    """A horizontal bar `width` cells wide, with eighth-block precision for the solid style."""
+    frac = min(1.0, max(0.0, frac)) if math.isfinite(frac) else 0.0
+    if width <= 0:
+        return ""
+    if full != "█":
+        n = round(frac * width)
+        return full * n + empty * (width - n)
+    eighths = round(frac * width * 8)
+    whole, part = divmod(eighths, 8)
+    s = "█" * whole + ("▏▎▍▌▋▊▉"[part - 1] if part else "")
+    return s + empty * (width - cell_len(s))
+
+
+def pad_join(parts: list[Text], width: int, sep: str = "  ") -> Text:
+    """Join `parts` with `sep` and crop/pad the result to `width` cells."""
+    out = Text(sep).join(parts)
+    out.truncate(width, overflow="crop", pad=True)
+    return out

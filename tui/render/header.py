@@ -1,0 +1,83 @@
+"""The top bar: what is simulated (GPU, model, dtype, users, scheduler, what-if knobs) and the sim clock."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from rich.cells import cell_len
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.i18n import t
+from tui.render import palette as pal
+from tui.render.fmt import clock, num
+
+
+def speed_label(lang: str, speed: float) -> str:
+    """×0.01 slow-mo, ×1 real time, ×10 fast-fwd."""
+    if abs(speed - 1.0) < 1e-9:
+        return t(lang, "speed_real")
+    return t(lang, "speed_slow" if speed < 1 else "speed_fast", x=f"{speed:g}")
+
+
+def knobs(frame: Frame) -> list[str]:
+    """Badges for the what-if knobs that are on."""
+    o = frame.snapshot.opts
+    out = []
+    if o.compute_mult != 1:
+        out.append(f"compute×{o.compute_mult:g}")
+    if o.bandwidth_mult != 1:
+        out.append(f"BW×{o.bandwidth_mult:g}")
+    return out
+
+
+def render(frame: Frame, width: int) -> Text:
+    """One row: left the configuration, right the clock, speed and play state."""
+    s, lang = frame.snapshot, frame.lang
+    dtype = s.opts.weight_dtype or s.model.weight_dtype
+    who = t(lang, "rate_n", rate=frame.rate) if frame.rate > 0 else t(lang, "users_n", n=num(s.users))
+    tp = f" ×{s.opts.tp}" if s.opts.tp > 1 else ""
+    left = Text(" tokensim ", style="bold reverse")
+    left.append(f" {s.hardware.display}{tp} · {s.model.name} {dtype} · {who} · {s.scheduler}")
+    for k in knobs(frame):
+        left.append(" ")
+        left.append(f" {k} ", style="bold reverse " + pal.COMPUTE)
+    right = Text()
+    if frame.behind:
+        right.append(t(lang, "behind") + "  ", style=pal.COMPUTE)
+    right.append(t(lang, "sim", t=clock(frame.clock_s)) + "  ")
+    right.append(speed_label(lang, frame.speed) + "  ", style=pal.WEIGHTS)
+    right.append(t(lang, "playing" if frame.playing else "paused") + " ", style="bold")
+    room = width - cell_len(right.plain)
+    left.truncate(max(0, room), overflow="ellipsis", pad=True)
+    left.append_text(right)
+    left.truncate(width, overflow="crop", pad=True)
+    return left
+
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("space", "k_play"), ("n", "k_step"), ("[ ]", "k_speed"), ("+ -", "k_users"), ("c", "k_compute"),
+    ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"), ("r", "k_reset"), ("l", "k_lang"),
+    ("?", "k_help"), ("q", "k_quit"),
+)
+_ALWAYS = 2  # "? help" and "q quit" stay even when the bar is cropped
+
+
+@lru_cache(maxsize=16)
+def keybar(lang: str, width: int) -> Text:
+    """The footer: every key with its label; keys drop from the middle when the line is too narrow.
+
+    Cached: it depends on nothing but language and width (callers must not modify the Text)."""
+    items = list(KEYS)
+    while True:
+        out = Text(" ")
+        for i, (key, label) in enumerate(items):
+            if i:
+                out.append("  ")
+            out.append(key, style="bold " + pal.WEIGHTS)
+            out.append(" " + t(lang, label), style=pal.DIM)
+        if cell_len(out.plain) <= width or len(items) <= _ALWAYS + 1:
+            break
+        del items[-_ALWAYS - 1]
+    out.truncate(width, overflow="crop", pad=True)
+    return out

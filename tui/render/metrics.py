@@ -1,0 +1,87 @@
+"""The metrics panel: step time, tokens/s, TTFT, TPOT, batch, MFU, bandwidth use, bound-by, $/Mtok."""
+
+from __future__ import annotations
+
+import math
+
+from rich.cells import cell_len
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.i18n import t
+from tui.render import palette as pal
+from tui.render.fmt import dur, fit, num, pct
+
+# Engine.rolling_metrics() key (Snapshot.metrics) for each figure.
+KEYS: dict[str, str] = {
+    "tok_s_out": "tok_s_out", "tok_s_in": "tok_s_in", "tok_s_user": "tok_s_per_user", "ttft": "ttft_p50",
+    "tpot": "tpot_p50", "mfu": "mfu", "bw": "bw_util", "cost_in": "cost_per_mtok_in", "cost_out": "cost_per_mtok_out",
+}
+
+
+def metric(frame: Frame, name: str) -> float | None:
+    """A rolling metric from the snapshot, or None when the engine has none yet (NaN: no answers so far)."""
+    v = frame.snapshot.metrics.get(KEYS[name])
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def _f(v: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _money(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
+
+
+def items(frame: Frame) -> dict[str, tuple[str, str, str | None]]:
+    """name -> (label, value, style), labels in the frame's language."""
+    lang, s, st = frame.lang, frame.snapshot, frame.step
+    step_t = st.time_s if st is not None and st.tokens > 0 else None
+    bound = st.bound if st is not None and st.tokens > 0 else None
+    return {
+        "step": (t(lang, "m_step"), dur(step_t), None),
+        "batch": (t(lang, "m_batch"), num(s.batch_size), None),
+        "tok_s": (t(lang, "m_tok_s"), _f(metric(frame, "tok_s_out")), "bold"),
+        "per_user": (t(lang, "m_per_user"), _f(metric(frame, "tok_s_user"), "{:,.1f}"), "bold"),
+        "ttft": (t(lang, "m_ttft"), dur(metric(frame, "ttft")), None),
+        "tpot": (t(lang, "m_tpot"), dur(metric(frame, "tpot")), None),
+        "mfu": (t(lang, "m_mfu"), pct(metric(frame, "mfu")), None),
+        "bw": (t(lang, "m_bw"), pct(metric(frame, "bw")), None),
+        "bound": (t(lang, "m_bound"), t(lang, bound) if bound else "-",
+                  pal.MEMORY if bound == "memory" else pal.COMPUTE if bound else None),
+        "queue": (t(lang, "m_queue"), num(s.queued + s.preempted), None),
+        "cost_in": (t(lang, "m_cost_in"), _money(metric(frame, "cost_in")), None),
+        "cost_out": (t(lang, "m_cost_out"), _money(metric(frame, "cost_out")), None),
+    }
+
+
+# Two columns: related figures side by side. One column: most telling first, so a short panel keeps them.
+PAIRS = (("step", "batch"), ("tok_s", "per_user"), ("ttft", "tpot"), ("mfu", "bw"), ("bound", "queue"),
+         ("cost_in", "cost_out"))
+PRIORITY = ("step", "tok_s", "per_user", "ttft", "tpot", "bound", "batch", "mfu", "bw", "cost_in", "cost_out",
+            "queue")
+
+
+def render(frame: Frame, width: int, height: int = 6) -> list[Text]:
+    """Two columns of label/value pairs (one column when narrow); rows beyond `height` are dropped."""
+    its = items(frame)
+    cols = 2 if width >= 44 else 1
+    layout = PAIRS if cols == 2 else tuple((k,) for k in PRIORITY)
+    col_w = width // cols
+    lab_w = max(cell_len(v[0]) for v in its.values()) + 1
+    rows: list[Text] = []
+    for names in layout[:max(0, height)]:
+        line = Text()
+        for k in names:
+            lab, val, style = its[k]
+            cell = Text(fit(lab, lab_w), style=pal.DIM)
+            cell.append(val, style=style)
+            cell.truncate(col_w, overflow="ellipsis", pad=True)
+            line.append_text(cell)
+        line.truncate(width, overflow="crop", pad=True)
+        rows.append(line)
+    return rows

@@ -1,0 +1,69 @@
+"""The SM workstations: one cell per SM, lit by the share of the step the SMs spend computing."""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.i18n import t
+from tui.render import palette as pal
+from tui.render.fmt import pct
+
+LIT, IDLE = "■", "□"
+
+
+def busy(frame: Frame) -> float:
+    """SM busy fraction of the step shown (compute time / step time); 0 when idle."""
+    st = frame.step
+    return st.sm_busy if st is not None and st.tokens > 0 else 0.0
+
+
+def title(frame: Frame) -> str:
+    hw = frame.snapshot.hardware
+    # Busy first: a narrow screen crops the tray size, never the live figure.
+    return t(frame.lang, "sm_grid", n=hw.sm_count, kb=f"{hw.smem_per_sm_kb:g}", p=pct(busy(frame)))
+
+
+def lit_count(frame: Frame) -> int:
+    """How many SM cells are lit: busy x SMs, at least one whenever any compute happens."""
+    n = frame.snapshot.hardware.sm_count
+    b = busy(frame)
+    return 0 if b <= 0 else min(n, max(1, round(b * n)))
+
+
+def layout(n: int, width: int, height: int) -> tuple[int, int]:
+    """(cell width, cells per row): 2-cell squares with a gap when they fit in `height` rows, else 1."""
+    for cw in (2, 1):
+        per_row = max(1, width // cw)
+        if math.ceil(n / per_row) <= max(1, height):
+            return cw, per_row
+    return 1, max(1, width)
+
+
+def render(frame: Frame, width: int, height: int = 3) -> list[Text]:
+    """Rows of SM cells. The lit block walks round the grid with simulated time (static without animation)."""
+    n = frame.snapshot.hardware.sm_count
+    cw, per_row = layout(n, width, height)
+    lit = lit_count(frame)
+    start = int(frame.phase * n) if lit < n else 0
+    lit_set = {(start + i) % n for i in range(lit)}
+    rows: list[Text] = []
+    gap = " " if cw == 2 else ""
+    for r0 in range(0, n, per_row):
+        row = Text()
+        run, run_on = "", None
+        # One span per run of equal cells, not one per SM: keeps 10k-cell grids cheap to draw.
+        for i in range(r0, min(n, r0 + per_row)):
+            on = i in lit_set
+            if on is not run_on and run:
+                row.append(run, style=pal.SM_LIT if run_on else pal.SM_IDLE)
+                run = ""
+            run_on = on
+            run += (LIT if on else IDLE) + gap
+        if run:
+            row.append(run, style=pal.SM_LIT if run_on else pal.SM_IDLE)
+        row.truncate(width, overflow="crop", pad=True)
+        rows.append(row)
+    return rows[:max(0, height)]
