@@ -23,7 +23,7 @@ forward for both.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -809,9 +809,9 @@ class Engine:
         _validate(cfg)
         hw = load_hardware(cfg.hardware)
         model = load_model(cfg.model)
-        sm = StepModel(hw, model, StepOptions(tp=cfg.tp, weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
-                                              ideal=cfg.ideal, runtime=cfg.runtime, compute_mult=cfg.compute_mult,
-                                              bandwidth_mult=cfg.bandwidth_mult))
+        # Every step option the config names (tp, dtypes, ideal, runtime, multipliers, ...) is passed through.
+        opts = StepOptions(**{f.name: getattr(cfg, f.name) for f in fields(StepOptions) if hasattr(cfg, f.name)})
+        sm = StepModel(hw, model, opts)
         sm.check_fits()
         self._cfg = cfg
         self._sm = sm
@@ -883,6 +883,11 @@ class Engine:
         if sh.limit is not None and sh.accepted >= sh.limit:
             return all(not lane.has_work for lane in self._lanes)
         return False
+
+    @property
+    def requests_completed(self) -> int:
+        """Answers finished so far, every lane (cheap: for progress bars)."""
+        return sum(lane.completed for lane in self._lanes)
 
     @property
     def kv_blocks_total(self) -> int:
@@ -1208,7 +1213,7 @@ def _rolling(eng: Engine, lanes: list[_Lane]) -> dict[str, float]:
     tt = _pcts(lat[:, L_TTFT], (50,))["p50"] if len(lat) else None
     tp = _pcts(lat[:, L_TPOT], (50,))["p50"] if len(lat) else None
     nl = len(lanes)
-    return {
+    out_d = {
         "tok_s_in": inp / span if span else 0.0,
         "tok_s_out": tok_s_out,
         # A decoding user gets one token per step: per-user speed is the output rate over the mean batch.
@@ -1223,6 +1228,7 @@ def _rolling(eng: Engine, lanes: list[_Lane]) -> dict[str, float]:
         "batch": mean_batch,
         "queue": float(sum(ln.Q.size + ln.P.n for ln in lanes)),
     }
+    return {k: float(v) for k, v in out_d.items()}
 
 
 def _run_metrics(eng: Engine, lanes: list[_Lane]) -> dict[str, Any]:
@@ -1280,7 +1286,9 @@ def _run_metrics(eng: Engine, lanes: list[_Lane]) -> dict[str, Any]:
         "price_per_hour": ps * 3600 / cfg.tp,
         "cost_per_mtok_in": _per_mtok(ps, sum(ln.charge_in_s for ln in lanes), inp),
         "cost_per_mtok_out": _per_mtok(ps, sum(ln.charge_out_s for ln in lanes), out),
-        "batch_p50": _batch_p50(lanes),
+        # Median batch of the first lane given (the main one when both are): mixing lanes' ticks would
+        # mostly count the fast lane's many small steps.
+        "batch_p50": _batch_p50(lanes[:1]),
         "clipped_requests": sum(ln.clipped for ln in lanes),
         "lanes": nl,
     }

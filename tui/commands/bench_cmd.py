@@ -1,0 +1,97 @@
+"""`tokensim bench`: how fast the engine simulates (and, once hooked in, how fast the app renders).
+
+A benchmark, not a test: it reports figures and asserts nothing. The engine figure is ticks per wall
+second for 1,000 closed-loop users on qwen2.5-14b / h100-sxm at a batch cap of 256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from typing import Any
+
+from rich.table import Table
+
+from engine.config import EngineConfig
+from engine.serving import Engine
+from tui.commands.options import console, positive_int, print_json
+
+BENCH_USERS = 1000
+WARMUP_TICKS = 3000  # fill the batch before timing: the first ticks are one big prefill wave
+
+
+def bench_config(users: int = BENCH_USERS) -> EngineConfig:
+    """1,000 users who never pause, short enough requests that 256 of them fit the KV pool at once."""
+    return EngineConfig(hardware="h100-sxm", model="qwen2.5-14b", users=users, prompt="512", output="256",
+                        scheduler="continuous", max_batch=256, seed=0)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ticks", type=positive_int, default=20_000, help="engine ticks to time (default 20,000)")
+    p.add_argument("--users", type=positive_int, default=BENCH_USERS, help=f"closed-loop users (default {BENCH_USERS})")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def engine_bench(ticks: int = 20_000, users: int = BENCH_USERS) -> dict[str, Any]:
+    """Time `ticks` engine steps after a warm-up; report ticks/s and simulated output tokens per wall second."""
+    eng = Engine(bench_config(users))
+    for _ in range(WARMUP_TICKS):
+        eng.step()
+    m0 = eng.metrics()
+    gc.collect()
+    t0 = time.perf_counter()
+    for _ in range(ticks):
+        eng.step()
+    wall = time.perf_counter() - t0
+    m1 = eng.metrics()
+    out_tok = m1["output_tokens"] - m0["output_tokens"]
+    in_tok = m1["input_tokens"] - m0["input_tokens"]
+    cfg = eng.config
+    return {
+        "ticks_per_s": ticks / wall,
+        "sim_tokens_per_s": out_tok / wall,  # output tokens simulated per wall-clock second
+        "sim_input_tokens_per_s": in_tok / wall,
+        "users": users,
+        "batch_p50": m1["batch_p50"],
+        "us_per_tick": wall / ticks * 1e6,
+        "ticks": ticks,
+        "wall_s": wall,
+        "sim_s_per_wall_s": (m1["sim_time_s"] - m0["sim_time_s"]) / wall,
+        "model": cfg.model, "hardware": cfg.hardware, "prompt": cfg.prompt, "output": cfg.output,
+        "max_batch": cfg.max_batch, "scheduler": cfg.scheduler,
+    }
+
+
+def render_bench() -> dict[str, Any] | None:
+    """Hook for the renderer's figures (JSON key "render"); None until the app's benchmark is wired in."""
+    return None
+
+
+def collect(ticks: int, users: int) -> dict[str, Any]:
+    """Every section of the benchmark: "engine" always, "render" when its hook returns figures."""
+    out: dict[str, Any] = {"engine": engine_bench(ticks, users)}
+    render = render_bench()
+    if render is not None:
+        out["render"] = render
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    res = collect(args.ticks, args.users)
+    if args.json:
+        print_json(res)
+        return 0
+    e = res["engine"]
+    t = Table(title="tokensim bench", header_style="bold", show_edge=False)
+    t.add_column("")
+    t.add_column("", justify="right")
+    t.add_row("engine", f"{e['model']} / {e['hardware']}, {e['users']:,} users, prompt {e['prompt']},"
+              f" output {e['output']}, max batch {e['max_batch']}")
+    t.add_row("ticks/s", f"{e['ticks_per_s']:,.0f} ({e['us_per_tick']:.1f} µs a tick, batch p50 {e['batch_p50']:.0f})")
+    t.add_row("simulated tokens/s", f"{e['sim_tokens_per_s']:,.0f} out, {e['sim_input_tokens_per_s']:,.0f} in")
+    t.add_row("simulated s per wall s", f"{e['sim_s_per_wall_s']:,.0f}")
+    for k, v in (res.get("render") or {}).items():
+        t.add_row(f"render {k}", f"{v:,.2f}" if isinstance(v, float) else str(v))
+    console().print(t)
+    return 0

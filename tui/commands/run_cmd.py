@@ -1,0 +1,221 @@
+"""`tokensim run`: serve a workload headless and report throughput, latency percentiles, KV use and cost."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from engine.config import SCHEDULERS, EngineConfig
+from engine.errors import InputError
+from engine.serving import Engine
+from tui.commands.options import add_model_options, console, nonneg_int, positive_float, positive_int, print_json
+
+# A run with neither --requests nor --duration serves this many requests (at least 3 per user), so
+# closed-loop users go round a few times and the start-up burst is not the whole picture.
+DEFAULT_REQUESTS = 1000
+_PROGRESS_EVERY = 512  # ticks between progress-bar updates
+
+
+def nonneg_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return v
+
+
+def share(text: str) -> float:
+    """argparse type: a fraction in [0, 1)."""
+    v = nonneg_float(text)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"must be below 1, got {text}")
+    return v
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """Workload, scheduler and metric options shared by commands that build an Engine."""
+    w = p.add_argument_group("workload")
+    w.add_argument("--users", "-u", type=nonneg_int, default=None,
+                   help="closed loop: N users, each sends, waits for the whole answer, thinks, sends again"
+                        " (default 4 unless --rate)")
+    w.add_argument("--rate", "-r", type=nonneg_float, default=None, help="open loop: Poisson arrivals per second")
+    w.add_argument("--prompt", default="1000",
+                   help='prompt tokens: "1000", "uniform:a,b", "normal:mu,sd", "lognormal:median,sigma", "exp:mean"')
+    w.add_argument("--output", default="200", help="visible answer tokens (a number or a distribution)")
+    w.add_argument("--think", default="0", help="hidden reasoning tokens before the answer (number or distribution)")
+    w.add_argument("--think-time", default=None, help="closed loop: seconds a user waits before the next question")
+    w.add_argument("--requests", "-n", type=positive_int, default=None,
+                   help=f"stop after this many requests are served (default max({DEFAULT_REQUESTS}, 3 x users))")
+    w.add_argument("--duration", "-d", type=positive_float, default=None, help="stop at this simulated time (s)")
+    w.add_argument("--seed", type=int, default=0, help="random seed (default 0): the same seed gives the same run")
+    s = p.add_argument_group("scheduler")
+    s.add_argument("--scheduler", choices=SCHEDULERS, default="continuous", help="batching policy (default continuous)")
+    s.add_argument("--max-batch", type=positive_int, default=256, help="most sequences in a step (default 256)")
+    s.add_argument("--max-batched-tokens", type=positive_int, default=8192,
+                   help="token budget of a step for prefill (default 8192)")
+    s.add_argument("--fast-share", type=share, default=0.0,
+                   help="fraction of users in a fast lane: a dedicated GPU group at a small batch (default 0)")
+    s.add_argument("--fast-max-batch", type=positive_int, default=4, help="batch cap of the fast lane (default 4)")
+    s.add_argument("--kv-blocks", type=positive_int, default=None,
+                   help="what-if: a KV pool of this many 16-token blocks instead of what memory leaves")
+    s.add_argument("--compute-mult", type=positive_float, default=1.0, help="what-if: scale peak FLOP/s")
+    s.add_argument("--bandwidth-mult", type=positive_float, default=1.0, help="what-if: scale HBM bandwidth")
+    m = p.add_argument_group("metrics")
+    m.add_argument("--price-per-hour", type=nonneg_float, default=None,
+                   help="$ per GPU-hour for $/Mtok (default: the hardware preset's)")
+    m.add_argument("--slo-ttft", type=positive_float, default=None, help="goodput SLO: time to first visible token (s)")
+    m.add_argument("--slo-tpot", type=positive_float, default=None, help="goodput SLO: time per output token (s)")
+    m.add_argument("--debug", action="store_true", help="check every invariant on every tick (slower)")
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The EngineConfig the options describe; contradictions are one-line InputErrors."""
+    if args.users is not None and args.rate is not None:
+        raise InputError("--users (closed loop) and --rate (open loop) contradict each other: give one")
+    rate = args.rate or 0.0
+    users = args.users if args.users is not None else (0 if args.rate is not None else 4)
+    if users == 0 and rate == 0:
+        raise InputError("no workload: --users and --rate are both zero; give --users N or --rate R")
+    if args.think_time is not None and users == 0:
+        raise InputError("--think-time applies to closed-loop --users; open-loop --rate arrivals do not think")
+    requests = args.requests
+    if requests is None and args.duration is None:
+        requests = max(DEFAULT_REQUESTS, 3 * users)
+    return EngineConfig(
+        hardware=args.hardware, model=args.model, tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
+        ideal=args.ideal, runtime=args.runtime, compute_mult=args.compute_mult, bandwidth_mult=args.bandwidth_mult,
+        scheduler=args.scheduler, max_batch=args.max_batch, max_batched_tokens=args.max_batched_tokens,
+        fast_share=args.fast_share, fast_max_batch=args.fast_max_batch, users=users, rate=rate,
+        prompt=args.prompt, output=args.output, think=args.think, think_time=args.think_time or "0",
+        requests=requests, duration=args.duration, seed=args.seed, price_per_hour=args.price_per_hour,
+        slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot, debug=args.debug, kv_pool_blocks=args.kv_blocks,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_options(p)
+    add_engine_options(p)
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+
+
+def run_engine(engine: Engine, show_progress: bool) -> int:
+    """Run to the config's bound, with a progress bar on stderr when it is a terminal; returns ticks run."""
+    cfg = engine.config
+    if not show_progress:
+        return engine.run()
+    by_time = cfg.duration is not None
+    total = cfg.duration if by_time else float(cfg.requests or 1)
+    with Progress(TextColumn("[bold]serving"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=total)
+        ticks = 0
+        while not engine.finished:
+            ticks += engine.run(max_ticks=_PROGRESS_EVERY)
+            done = engine.clock if by_time else float(engine.requests_completed)
+            bar.update(task, completed=min(done, total),
+                       description=f"sim {engine.clock:,.1f} s · tick {engine.tick:,}")
+        return ticks
+
+
+def report(engine: Engine) -> dict[str, Any]:
+    """The run's JSON: configuration, then the metrics (non-finite numbers become null)."""
+    cfg = engine.config
+    sm = engine.step_model
+    m = engine.metrics()
+    out: dict[str, Any] = {
+        "hardware": sm.hw.name, "model": sm.model.name, "tp": cfg.tp, "weight_dtype": sm.wdtype,
+        "kv_dtype": cfg.kv_dtype, "ideal": cfg.ideal, "runtime": None if cfg.ideal else cfg.runtime,
+        "scheduler": cfg.scheduler, "max_batch": cfg.max_batch, "max_batched_tokens": cfg.max_batched_tokens,
+        "fast_share": cfg.fast_share, "users": cfg.users, "rate": cfg.rate, "prompt": cfg.prompt,
+        "output": cfg.output, "think": cfg.think, "think_time": cfg.think_time, "requests": cfg.requests,
+        "duration": cfg.duration, "seed": cfg.seed,
+    }
+    out.update(m)
+    if cfg.fast_share > 0:
+        out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
+        out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
+    return _finite(out)
+
+
+def _finite(o: Any) -> Any:
+    """NaN and infinities are not JSON: turn them into null, recursively."""
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return o
+
+
+def run(args: argparse.Namespace) -> int:
+    engine = Engine(config_from_args(args))
+    run_engine(engine, show_progress=sys.stderr.isatty())
+    out = report(engine)
+    if args.json:
+        print_json(out)
+        return 0
+    _print(out)
+    return 0
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    return f"{v * scale:,.{digits}f}{unit}"
+
+
+def _print(r: dict[str, Any]) -> None:
+    """The Rich report: workload, throughput, latency percentiles, KV pool, utilisation and cost."""
+    con = console()
+    loop = f"{r['users']} users (closed loop)" if r["users"] else f"{r['rate']:g} req/s (open loop)"
+    tp = f" x{r['tp']}" if r["tp"] > 1 else ""
+    think = f" · think {r['think']}" if r["think"] != "0" else ""
+    con.print(f"[bold]{r['model']}[/] on [bold]{r['hardware']}[/]{tp} · {r['scheduler']} (max batch {r['max_batch']})"
+              f" · {loop} · prompt {r['prompt']} · output {r['output']}{think}")
+    con.print(f"{r['requests_completed']:,} requests in {r['sim_time_s']:,.2f} s simulated ({r['ticks']:,} ticks)"
+              f" · {r['input_tokens']:,} tokens in · {r['output_tokens']:,} tokens out")
+    t = Table(header_style="bold", show_edge=False, title="latency", title_justify="left")
+    t.add_column("")
+    for p in ("p50", "p90", "p99"):
+        t.add_column(p, justify="right")
+    rows = (("TTFT (first visible token)", "ttft_s", 1e3, "ms"), ("TTFT (first token, any kind)", "ttft_raw_s", 1e3,
+            "ms"), ("TPOT", "tpot_s", 1e3, "ms"), ("end to end", "e2e_s", 1.0, "s"),
+            ("queue delay", "queue_delay_s", 1e3, "ms"))
+    for label, key, scale, unit in rows:
+        t.add_row(label, *(_fmt(r[key].get(p), scale, 1, f" {unit}") for p in ("p50", "p90", "p99")))
+    con.print(t)
+    s = Table(header_style="bold", show_edge=False, show_header=False)
+    s.add_column("")
+    s.add_column("", justify="right")
+    s.add_row("throughput in / out", f"{_fmt(r['throughput_in_tok_s'], 1, 0)} / {_fmt(r['throughput_out_tok_s'], 1, 0)}"
+              " tok/s")
+    s.add_row("batch (median)", _fmt(r["batch_p50"], 1, 0))
+    s.add_row("KV pool", f"{r['kv_capacity_bytes'] / 1e9:,.1f} GB ({r['kv_blocks_total']:,} blocks of 16 tokens);"
+              f" peak {r['kv_peak_bytes'] / 1e9:,.1f} GB ({100 * r['kv_util_peak']:.0f} %)")
+    s.add_row("preemptions", f"{r['preemptions']:,} ({r['recomputed_tokens']:,} tokens recomputed)")
+    s.add_row("MFU / bandwidth used", f"{_fmt(r['mfu'], 100, 1)} % / {_fmt(r['bw_util'], 100, 1)} %")
+    s.add_row("$/Mtok in / out", f"${_fmt(r['cost_per_mtok_in'], 1, 3)} / ${_fmt(r['cost_per_mtok_out'], 1, 3)}"
+              f" at ${r['price_per_hour']:g}/GPU-hour")
+    if r.get("goodput_req_s") is not None:
+        s.add_row("goodput (within SLO)", f"{_fmt(r['goodput_req_s'], 1, 2)} req/s, {_fmt(r['goodput_tok_s'], 1, 0)}"
+                  f" tok/s ({_fmt(r['slo_attainment'], 100, 0)} % of requests)")
+    if r.get("fast_lane"):
+        f, n = r["fast_lane"], r["normal_lane"]
+        s.add_row("fast lane vs normal", f"{_fmt(f['tok_s_per_user'], 1, 0)} vs {_fmt(n['tok_s_per_user'], 1, 0)}"
+                  f" tok/s per user; ${_fmt(f['cost_per_mtok_out'], 1, 2)} vs ${_fmt(n['cost_per_mtok_out'], 1, 2)}"
+                  " per Mtok out")
+    con.print(s)
+    if r["clipped_requests"]:
+        con.print(f"[yellow]note:[/] {r['clipped_requests']:,} sampled requests were clipped to fit the model's context"
+                  " or the KV pool")
+    if r["latency_samples"] < r["requests_completed"]:
+        con.print(f"note: percentiles cover the last {r['latency_samples']:,} requests")
