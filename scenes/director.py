@@ -53,8 +53,11 @@ class CheckpointResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the five documented keys first, then the details."""
+        actual = self.actual
+        if isinstance(actual, float) and not math.isfinite(actual):
+            actual = None  # JSON has no NaN or infinity
         d: dict[str, Any] = {"claim": self.claim, "metric": self.metric, "expected": self.expected,
-                             "actual": self.actual, "ok": self.ok, "step": self.step, "op": self.op,
+                             "actual": actual, "ok": self.ok, "step": self.step, "op": self.op,
                              "tolerance": self.tolerance, "unit": self.unit}
         if self.vs_mark:
             d["vs_mark"] = self.vs_mark
@@ -114,13 +117,14 @@ class _Figures(Mapping[str, Any]):
 class Director:
     """Drives an Engine through a scene's steps; `index` is the step on screen (0-based)."""
 
-    def __init__(self, scene: Scene, lang: str = "en",
+    def __init__(self, scene: Scene, lang: str = "en", engine: Any = None,
                  engine_factory: Callable[[EngineConfig], Any] | None = None) -> None:
+        """Build (or, given `engine`, reset and reuse) an engine for the scene and enter its first step."""
         self.scene = scene
         self.lang = lang
         self._factory = engine_factory or _default_engine
         self._marks_needed = self._collect_mark_metrics()
-        self.engine: Any = None
+        self.engine: Any = engine
         self._build()
         self._enter(0)
 

@@ -485,5 +485,4 @@ def find_scene(spec: str) -> Scene:
     for s in scenes:
         if spec in (s.id, str(s.number), f"{s.number:02d}", f"{s.number:02d}-{s.id}", f"{s.number:02d}-{s.id}.toml"):
             return s
-    raise InputError(f"unknown scene '{spec}'{suggest(spec, [s.id for s in scenes])}"
-                     " (tokensim scene lists them)")
+    raise InputError(f"unknown scene '{spec}'{suggest(spec, [s.id for s in scenes])}; `tokensim scene` lists them")

@@ -1,0 +1,115 @@
+"""The director: every scene plays headless with all checkpoints holding; back and forth lands on the same state."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from scenes.director import Director, check
+from scenes.schema import CLAIM_IDS, Checkpoint, load_shipped
+
+SCENES = load_shipped()
+IDS = [s.id for s in SCENES]
+
+
+def _by_id(sid: str) -> Any:
+    return next(s for s in SCENES if s.id == sid)
+
+
+@pytest.mark.parametrize("sid", IDS)
+def test_every_scene_plays_headless_with_all_checkpoints_holding(sid: str) -> None:
+    result = Director(_by_id(sid), "en").play_headless()
+    bad = [c for c in result["checkpoints"] if not c["ok"]]
+    assert not bad, json.dumps(bad, indent=1, ensure_ascii=False)
+    assert result["id"] == sid and result["ok"] is True
+    assert len(result["steps"]) == len(_by_id(sid).steps)
+    for c in result["checkpoints"]:
+        assert {"claim", "metric", "expected", "actual", "ok"} <= set(c)
+    json.dumps(result)  # JSON-ready (no NaN objects, no numpy scalars that json rejects)
+    for st in result["steps"]:
+        text = st["narration"]
+        assert "{" not in text and "}" not in text, text
+        assert "nan" not in text.lower().split() and " inf" not in text, text
+
+
+@pytest.mark.parametrize("sid", IDS)
+def test_chinese_narration_formats_with_live_figures(sid: str) -> None:
+    d = Director(_by_id(sid), "zh")
+    while True:
+        text = d.current_narration()
+        assert "{" not in text and "nan" not in text, text
+        assert "memory" not in text and "compute" not in text, "text metrics read in Chinese"
+        if not d.next():
+            break
+
+
+def test_the_scenes_cover_every_claim() -> None:
+    covered = {c for s in SCENES for c in s.claims}
+    assert covered == set(CLAIM_IDS), sorted(set(CLAIM_IDS) - covered)
+
+
+def _state(d: Director) -> tuple[Any, ...]:
+    """What a step shows: the engine's clock and tick, the config, the narration and the checkpoint values."""
+    snap = d.engine.snapshot()
+    return (d.index, snap.tick, round(snap.time_s, 12), d.config, d.probe, d.current_narration(),
+            [(r.claim, r.metric, r.actual, r.ok) for r in d.evaluate()])
+
+
+@pytest.mark.parametrize("sid", ["compute-x2", "kv-luggage", "context-wall", "moe-hospital"])
+def test_prev_replays_to_exactly_the_state_a_straight_run_reaches(sid: str) -> None:
+    scene = _by_id(sid)
+    straight = Director(scene, "en")
+    expected = [_state(straight)]
+    while straight.next():
+        expected.append(_state(straight))
+    assert straight.index == len(scene.steps) - 1
+    assert straight.next() is False
+    for i in range(len(scene.steps) - 2, -1, -1):
+        assert straight.prev() is True
+        assert _state(straight) == expected[i]
+    assert straight.prev() is False and straight.index == 0
+    assert straight.next() is True and _state(straight) == expected[1]
+
+
+def test_prev_reuses_the_same_engine_object() -> None:
+    d = Director(_by_id("compute-x2"), "en")
+    engine = d.engine
+    d.next()
+    d.prev()
+    assert d.engine is engine, "the app holds the engine: going back must reset it in place"
+
+
+def test_highlight_and_step_label_follow_the_step() -> None:
+    scene = _by_id("l2-shelf")
+    d = Director(scene, "en")
+    assert d.current_highlight() == scene.steps[0].highlight and d.step_label() == f"1/{len(scene.steps)}"
+    d.next()
+    assert d.current_highlight() == scene.steps[1].highlight and d.step_label() == f"2/{len(scene.steps)}"
+
+
+def test_an_engine_that_disagrees_fails_the_checkpoint() -> None:
+    """The checkpoints really look at the engine: halve the bandwidth and the 8 ms floor no longer holds."""
+    d = Director(_by_id("eight-ms-floor"), "en")
+    d.next()
+    d.engine.set_bandwidth_mult(0.5)
+    d.config = d.engine.config
+    res = {r.metric: r for r in d.evaluate()}
+    assert not res["step_ms_ideal"].ok and res["step_ms_ideal"].actual == pytest.approx(16.72, rel=0.01)
+
+
+@pytest.mark.parametrize(("op", "expected", "actual", "ok"), [
+    ("approx", 10.0, 10.4, True), ("approx", 10.0, 10.6, False), (">", 1.0, 1.01, True), (">", 1.0, 1.0, False),
+    (">=", 90, 90, True), ("<", 60, 59.9, True), ("<=", 20, 20.1, False),
+])
+def test_check_ops(op: str, expected: float, actual: float, ok: bool) -> None:
+    cp = Checkpoint(claim="C01", metric="weights_gb", expected=expected, op=op, rel=0.05 if op == "approx" else None)
+    assert check(cp, actual) is ok
+
+
+def test_check_never_passes_nan_and_compares_text_exactly() -> None:
+    assert check(Checkpoint(claim="C01", metric="weights_gb", expected=1.0, abs=1e9), math.nan) is False
+    assert check(Checkpoint(claim="C09", metric="decode_bound", expected="memory", op="=="), "memory") is True
+    assert check(Checkpoint(claim="C09", metric="decode_bound", expected="memory", op="=="), "compute") is False

@@ -1,0 +1,134 @@
+"""The app with a director at the wheel: a guided scene (or the whole tour) on the live factory floor.
+
+`SceneApp` is the TokensimApp with the director's engine, its narration in the #narration panel (a
+step indicator first), the widget the step talks about highlighted, and two more keys: → / pagedown
+for the next step (then the next scene, in a tour) and ← / pageup for the previous one. Going back
+replays the scene from its start, so the floor shows exactly what a straight run would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual.binding import Binding, BindingType
+
+import tui.app
+from scenes.director import Director
+from scenes.schema import Scene
+from tui.app import TokensimApp
+
+NARRATION_REFRESH_S = 0.5  # wall seconds between refreshes of the narration's live figures while playing
+# The few labels the scene player adds (the floor's own labels live in tui.i18n).
+_LABELS: dict[str, dict[str, str]] = {
+    "en": {"step": "step", "scene": "scene", "keys": "→ next · ← back", "end": "end of the tour",
+           "ok": "✓", "fail": "✗"},
+    "zh": {"step": "第", "scene": "幕", "keys": "→ 下一步 · ← 上一步", "end": "导览结束", "ok": "✓", "fail": "✗"},
+}
+
+
+def indicator(director: Director, scene_pos: int, scene_count: int, lang: str) -> str:
+    """The first narration line: '3. The L2 shelf · step 2/3 · scene 3/15 · → next · ← back'."""
+    lb = _LABELS.get(lang, _LABELS["en"])
+    s = director.scene
+    title = f"{s.number}. {s.title.get(lang)}" if s.number else s.title.get(lang)
+    if lang == "zh":
+        step = f"{lb['step']} {director.index + 1}/{len(director.steps)} 步"
+        where = f" · {lb['step']} {scene_pos + 1}/{scene_count} {lb['scene']}" if scene_count > 1 else ""
+    else:
+        step = f"{lb['step']} {director.step_label()}"
+        where = f" · {lb['scene']} {scene_pos + 1}/{scene_count}" if scene_count > 1 else ""
+    return f"▶ {title} · {step}{where} · {lb['keys']}"
+
+
+def narration_lines(director: Director, scene_pos: int = 0, scene_count: int = 1) -> tuple[str, ...]:
+    """What the narration panel shows: the indicator, the paragraphs, and the step's checkpoint results."""
+    lb = _LABELS.get(director.lang, _LABELS["en"])
+    lines = [indicator(director, scene_pos, scene_count, director.lang)]
+    lines += [p.replace("\n", " ").strip() for p in director.current_narration().split("\n\n") if p.strip()]
+    results = director.evaluate()
+    if results:
+        lines.append("  ".join(f"{lb['ok'] if r.ok else lb['fail']} {r.claim}" for r in results))
+    return tuple(lines)
+
+
+class SceneApp(TokensimApp):
+    """TokensimApp driven by a Director through one scene or, with several scenes, the tour."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *TokensimApp.BINDINGS,
+        Binding("right,pagedown", "scene_next", "next step", priority=True),
+        Binding("left,pageup", "scene_prev", "previous step", priority=True),
+    ]
+    # Textual resolves CSS_PATH next to the subclass's module: point it back at the app's stylesheet.
+    CSS_PATH = str(Path(tui.app.__file__).with_name(str(TokensimApp.CSS_PATH)))
+    # Narration needs more room than the app's default guide panel; the floor gives way.
+    CSS = "#narration { max-height: 12; }"
+
+    def __init__(self, scenes: Sequence[Scene], lang: str = "en", autoplay: bool = True, scene: int = 0,
+                 step: int = 0, **kw: Any) -> None:
+        """Start at `scene` (index into `scenes`) and its step `step` (0-based)."""
+        if not scenes:
+            raise ValueError("SceneApp needs at least one scene")
+        self.scenes = list(scenes)
+        self.scene_pos = scene
+        self._next_text = 0.0
+        self.director = Director(self.scenes[scene], lang)
+        if step:
+            self.director.goto(step)
+        super().__init__(config=self.director.config, lang=lang, autoplay=autoplay, speed=self.director.speed,
+                         engine=self.director.engine, narration=self._lines(),
+                         highlight=self.director.current_highlight(), **kw)
+
+    def _lines(self) -> tuple[str, ...]:
+        return narration_lines(self.director, self.scene_pos, len(self.scenes))
+
+    def show_director(self, new_scene: bool = False) -> None:
+        """Redraw the floor from the director's engine (it changed under the app) and show the step's text."""
+        self.config = self.director.config
+        if new_scene:
+            self.speed = self.director.speed
+        self._resync()
+        self.narration = self._lines()
+        self.highlight = self.director.current_highlight()
+
+    def _load_scene(self, pos: int, last_step: bool = False) -> None:
+        self.scene_pos = pos
+        self.director = Director(self.scenes[pos], self.lang, engine=self.engine)
+        self.director.goto(len(self.director.steps) - 1 if last_step else 0)
+        self.show_director(new_scene=True)
+
+    def action_scene_next(self) -> None:
+        """Next step; past a scene's last step, the next scene (in a tour)."""
+        if self.director.next():
+            self.show_director()
+        elif self.scene_pos + 1 < len(self.scenes):
+            self._load_scene(self.scene_pos + 1)
+        else:
+            self.notify(_LABELS.get(self.lang, _LABELS["en"])["end"], timeout=3)
+
+    def action_scene_prev(self) -> None:
+        """Previous step (replayed from the scene's start); before the first, the previous scene's last step."""
+        if self.director.prev():
+            self.show_director()
+        elif self.scene_pos > 0:
+            self._load_scene(self.scene_pos - 1, last_step=True)
+
+    def set_lang(self, lang: str) -> None:
+        """Switch the floor's labels and the narration's language together."""
+        super().set_lang(lang)
+        self.director.lang = lang
+        self.narration = self._lines()
+
+    def _publish(self) -> None:
+        """Keep the narration's live figures current as the floor runs (a few times a second, not every frame)."""
+        director = getattr(self, "director", None)
+        now = time.monotonic()
+        if director is not None and getattr(self, "_panels", None) and self.playing and now >= self._next_text:
+            self._next_text = now + NARRATION_REFRESH_S
+            lines = self._lines()
+            if lines != self.narration:
+                self.set_reactive(SceneApp.narration, lines)
+        super()._publish()

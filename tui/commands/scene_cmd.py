@@ -1,0 +1,124 @@
+"""`tokensim scene`: list the guided scenes, open one in the app, or play it headless.
+
+    tokensim scene                         the list (id, title, claims)
+    tokensim scene --json                  the same as JSON
+    tokensim scene ID                      open the scene in the app (→ next step, ← back)
+    tokensim scene ID --headless [--json]  play it without the app: narration and checkpoint results
+
+ID is a scene id (e.g. compute-x2), its number (5), or the path of a scene .toml file. A headless run
+exits 1 if any checkpoint fails, so it doubles as a check that the engine still reproduces the claims.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from scenes.schema import Scene, find_scene, load_shipped
+from tui.commands.options import console, print_json
+
+LANGS = ("en", "zh")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", nargs="?", help="scene id or number (see the list), or a scene .toml file")
+    p.add_argument("--headless", action="store_true", help="play without the app: narration and checkpoints")
+    p.add_argument("--json", action="store_true", help="machine-readable output (the list, or a headless run)")
+    p.add_argument("--lang", choices=LANGS, default=None, help="narration language (default: from the locale)")
+    p.add_argument("--step", type=int, default=1, help="open the app at this step (1-based, default 1)")
+
+
+def pick_lang(lang: str | None) -> str:
+    """The --lang given, else the locale's ('zh' for a Chinese locale, else 'en')."""
+    if lang:
+        return lang
+    from tui.i18n import default_lang
+
+    return default_lang()
+
+
+def scene_rows(lang: str) -> list[dict[str, Any]]:
+    """One row per shipped scene, in play order: number, id, title and the claim ids it checks."""
+    return [{"number": s.number, "id": s.id, "title": s.title.get(lang), "claims": list(s.claims)}
+            for s in load_shipped()]
+
+
+def print_list(lang: str) -> None:
+    """The scenes as a Rich table."""
+    from rich.table import Table
+
+    t = Table(title="tokensim guided scenes" if lang == "en" else "tokensim 导览场景", header_style="bold")
+    for col in ("#", "id", "title" if lang == "en" else "标题", "claims"):
+        t.add_column(col, justify="right" if col == "#" else "left")
+    for r in scene_rows(lang):
+        t.add_row(str(r["number"]), r["id"], r["title"], " ".join(r["claims"]))
+    out = console()
+    out.print(t)
+    out.print("tokensim scene ID  ·  tokensim scene ID --headless  ·  tokensim tour" if lang == "en"
+              else "tokensim scene 编号或 id  ·  加 --headless 不开界面播放  ·  tokensim tour 按顺序播放全部")
+
+
+def play_headless(scene: Scene, lang: str) -> dict[str, Any]:
+    """Play a scene without the app (the director drives a fresh engine) and return the result dict."""
+    from scenes.director import Director
+
+    return Director(scene, lang).play_headless()
+
+
+def print_headless(result: dict[str, Any]) -> None:
+    """Narration per step and each checkpoint's expected vs actual, as plain text."""
+    from rich.markup import escape
+
+    out = console()
+    out.print(f"[bold]{escape(result['title'])}[/]  ({result['id']} · {' '.join(result['claims'])})")
+    n = len(result["steps"])
+    for st in result["steps"]:
+        hl = f" · {st['highlight']}" if st["highlight"] else ""
+        out.print(f"\n[bold]── {st['index'] + 1}/{n}{hl}[/]")
+        out.print(escape(st["narration"]))
+        for c in st["checkpoints"]:
+            out.print(("[green]✓[/] " if c["ok"] else "[red]✗[/] ") + escape(_describe(c)))
+    total = len(result["checkpoints"])
+    good = sum(c["ok"] for c in result["checkpoints"])
+    out.print(f"\n{'[green]' if result['ok'] else '[red]'}{good}/{total} checkpoints hold[/]")
+
+
+def _describe(c: dict[str, Any]) -> str:
+    """'C02 step_ms_ideal = 8.361 ms (expected ≈ 8.36 ±0.5%)'."""
+    what = f"{c['metric']} now ÷ at '{c['vs_mark']}'" if c.get("vs_mark") else c["metric"]
+    act = c["actual"]
+    act_s = "?" if act is None else act if isinstance(act, str) else f"{act:,.4g}"
+    exp = c["expected"]
+    exp_s = exp if isinstance(exp, str) else f"{exp:,.4g}"
+    op = "≈" if c["op"] == "approx" else c["op"]
+    unit = f" {c['unit']}" if c.get("unit") and c["unit"] not in ("text", "x") else ""
+    tol = f" {c['tolerance']}" if c.get("tolerance") else ""
+    err = f": {c['error']}" if c.get("error") else ""
+    return f"{c['claim']} {what} = {act_s}{unit} (expected {op} {exp_s}{tol}){err}"
+
+
+def run(args: argparse.Namespace) -> int:
+    lang = pick_lang(args.lang)
+    if args.id is None:
+        if args.headless:
+            from engine.errors import InputError
+
+            raise InputError("--headless needs a scene id (tokensim scene lists them)")
+        if args.json:
+            print_json(scene_rows(lang))
+        else:
+            print_list(lang)
+        return 0
+    scene = find_scene(args.id)
+    if args.headless or args.json:
+        result = play_headless(scene, lang)
+        if args.json:
+            print_json(result)
+        else:
+            print_headless(result)
+        return 0 if result["ok"] else 1
+    from tui.commands.scene_app import SceneApp
+
+    step = max(0, min(args.step - 1, len(scene.steps) - 1))
+    SceneApp([scene], lang=lang, step=step).run()
+    return 0

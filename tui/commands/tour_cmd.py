@@ -1,0 +1,44 @@
+"""`tokensim tour`: every guided scene in order, in the app (→ next step, then the next scene; ← back).
+
+With --headless the scenes are played without the app and one line per scene says whether its
+checkpoints hold (exit 1 if any fails); --json prints every scene's full result.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from scenes.schema import find_scene, load_shipped
+from tui.commands.options import console, print_json
+from tui.commands.scene_cmd import LANGS, pick_lang, play_headless
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lang", choices=LANGS, default=None, help="narration language (default: from the locale)")
+    p.add_argument("--start", default=None, help="begin at this scene (id or number) instead of the first")
+    p.add_argument("--headless", action="store_true", help="play every scene without the app and summarise")
+    p.add_argument("--json", action="store_true", help="with --headless: every scene's result as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    lang = pick_lang(args.lang)
+    scenes = load_shipped()
+    start = 0
+    if args.start is not None:
+        first = find_scene(args.start)
+        start = next(i for i, s in enumerate(scenes) if s.id == first.id)
+    if args.headless or args.json:
+        results = [play_headless(s, lang) for s in scenes[start:]]
+        if args.json:
+            print_json(results)
+        else:
+            out = console()
+            for r in results:
+                good = sum(c["ok"] for c in r["checkpoints"])
+                mark = "[green]✓[/]" if r["ok"] else "[red]✗[/]"
+                out.print(f"{mark} {r['id']:<28} {good}/{len(r['checkpoints'])} checkpoints  {' '.join(r['claims'])}")
+        return 0 if all(r["ok"] for r in results) else 1
+    from tui.commands.scene_app import SceneApp
+
+    SceneApp(scenes, lang=lang, scene=start).run()
+    return 0
