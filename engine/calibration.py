@@ -20,6 +20,8 @@ class Runtime:
     flops_eff: float
     step_overhead_s: float
     layer_overhead_s: float
+    # "paged": kernels read the KV cache once per step. "eager": transformers-style growing tensors (see step.py).
+    attention: str = "paged"
 
 
 @cache
@@ -28,7 +30,8 @@ def runtimes() -> dict[str, Runtime]:
     data = tomllib.loads(text)
     return {name: Runtime(name=name, description=str(d.get("description", "")), bw_eff=float(d["bw_eff"]),
                           flops_eff=float(d["flops_eff"]), step_overhead_s=float(d["step_overhead_s"]),
-                          layer_overhead_s=float(d["layer_overhead_s"]))
+                          layer_overhead_s=float(d["layer_overhead_s"]),
+                          attention=str(d.get("attention", "paged")))
             for name, d in data.items()}
 
 

@@ -167,6 +167,12 @@ class StepModel:
             "fl_attn_win": 2.0 * m.sliding_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
             "fl_lm": 2.0 * c["lm_head_matrix"] / tp,
             "bw": bw * eff_bw, "peak": peak * eff_fl, "ridge": peak / bw,
+            # Attention runs in the KV cache's precision (bf16, or fp8 with an fp8 cache), not the weights' fp8/fp4.
+            "peak_attn": hw.peak_flops("fp8" if o.kv_dtype == "fp8" else "bf16") * o.compute_mult * eff_fl,
+            # Eager transformers (runtime attention = "eager") concatenates the cache into new tensors every
+            # step (read + write) and copies each KV head to its heads/kv_heads query heads before attention
+            # (read 1, write G, attention reads G): 3 + 2G passes over the cache instead of one.
+            "kv_passes": 3 + 2 * m.heads / m.kv_heads if self.runtime.attention == "eager" and not o.ideal else 1.0,
             "overhead": 0.0 if o.ideal else self.runtime.step_overhead_s + m.layers * self.runtime.layer_overhead_s,
             "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
             "ar_lat": 0.0 if o.ideal else _ALLREDUCE_LATENCY_S,
@@ -265,16 +271,15 @@ class StepModel:
             touched = 0.0
         head = c["w_lm_head"] if logits > 0 else 0.0
         weights = c["w_always"] + head + T * c["w_row"] + m.moe_layers * touched * c["w_expert"]
-        kv_read = c["kv_full"] * sum_ctx + c["kv_win"] * sum_ctx_win
+        kv_read = (c["kv_full"] * sum_ctx + c["kv_win"] * sum_ctx_win) * c["kv_passes"]
         kv_write = T * (c["kv_full"] + c["kv_win"])
         act = T * c["act"]
         fl_mm = T * c["fl_matmul"]
         fl_attn = c["fl_attn_full"] * attn_full + c["fl_attn_win"] * attn_win
         fl_lm = logits * c["fl_lm"]
         byts = weights + kv_read + kv_write + act
-        flops = fl_mm + fl_attn + fl_lm
         t_mem = byts / c["bw"]
-        t_cmp = flops / c["peak"]
+        t_cmp = (fl_mm + fl_lm) / c["peak"] + fl_attn / c["peak_attn"]
         tp = self.opts.tp
         t_comm = 0.0
         if tp > 1 and T > 0:
