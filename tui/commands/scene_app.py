@@ -48,9 +48,11 @@ def narration_lines(director: Director, scene_pos: int = 0, scene_count: int = 1
     lb = _LABELS.get(director.lang, _LABELS["en"])
     lines = [indicator(director, scene_pos, scene_count, director.lang)]
     lines += [p.replace("\n", " ").strip() for p in director.current_narration().split("\n\n") if p.strip()]
-    results = director.evaluate()
-    if results:
-        lines.append("  ".join(f"{lb['ok'] if r.ok else lb['fail']} {r.claim}" for r in results))
+    held: dict[str, bool] = {}
+    for r in director.evaluate():
+        held[r.claim] = held.get(r.claim, True) and r.ok
+    if held:
+        lines.append("  ".join(f"{lb['ok'] if ok else lb['fail']} {claim}" for claim, ok in held.items()))
     return tuple(lines)
 
 
@@ -81,15 +83,25 @@ class SceneApp(TokensimApp):
         super().__init__(config=self.director.config, lang=lang, autoplay=autoplay, speed=self.director.speed,
                          engine=self.director.engine, narration=self._lines(),
                          highlight=self.director.current_highlight(), **kw)
+        self._show_last_step()
+        self.frame = self._build_frame()
 
     def _lines(self) -> tuple[str, ...]:
         return narration_lines(self.director, self.scene_pos, len(self.scenes))
+
+    def _show_last_step(self) -> None:
+        """Let the floor show the step the director's engine ran last (the app starts with none).
+
+        Uses the app's private `_cost`; TODO(app): a public hook to show an engine that moved under the app.
+        """
+        self._cost = self.engine.snapshot().last_step
 
     def show_director(self, new_scene: bool = False) -> None:
         """Redraw the floor from the director's engine (it changed under the app) and show the step's text."""
         self.config = self.director.config
         if new_scene:
             self.speed = self.director.speed
+        self._show_last_step()
         self._resync()
         self.narration = self._lines()
         self.highlight = self.director.current_highlight()

@@ -1,0 +1,91 @@
+"""The scene player in the app: → and ← walk the director's steps; each scene's key moment as a snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scenes.director import Director
+from scenes.schema import find_scene, load_shipped
+from tui.commands.scene_app import SceneApp
+
+SIZE = (120, 40)
+SCENES = load_shipped()
+
+
+def make_app(scenes: list[Any], **kw: Any) -> SceneApp:
+    """A paused, deterministic scene player."""
+    app = SceneApp(scenes, lang=kw.pop("lang", "en"), autoplay=False, **kw)
+    app.animation_level = "none"
+    return app
+
+
+def _engine_state(engine: Any) -> tuple[Any, ...]:
+    snap = engine.snapshot()
+    return (snap.tick, snap.time_s, engine.config, snap.queued, snap.running, snap.kv_blocks_used)
+
+
+async def test_next_and_previous_walk_the_steps_and_keep_the_floor_consistent() -> None:
+    scene = find_scene("compute-x2")
+    app = make_app([scene])
+    straight = Director(scene, "en")
+    expected = [_engine_state(straight.engine)]
+    while straight.next():
+        expected.append(_engine_state(straight.engine))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.director.index == 0 and app.highlight == scene.steps[0].highlight
+        assert app.narration is not None and "1/4" in app.narration[0]
+        await pilot.press("right")
+        assert app.director.index == 1 and "2/4" in app.narration[0]
+        assert app.highlight == scene.steps[1].highlight
+        assert app.engine is app.director.engine
+        assert _engine_state(app.engine) == expected[1]
+        assert app.frame.snapshot.tick == expected[1][0], "the floor shows the director's engine"
+        await pilot.press("right", "right")
+        assert app.director.index == 3 and _engine_state(app.engine) == expected[3]
+        await pilot.press("right")  # past the last step of a single scene: stays
+        assert app.director.index == 3
+        await pilot.press("left", "left")
+        assert app.director.index == 1 and _engine_state(app.engine) == expected[1]
+        assert app.highlight == scene.steps[1].highlight
+        await pilot.press("left", "left")  # before the first step: stays
+        assert app.director.index == 0 and _engine_state(app.engine) == expected[0]
+
+
+async def test_the_tour_crosses_from_one_scene_to_the_next_and_back() -> None:
+    first, second = SCENES[0], SCENES[1]
+    app = make_app([first, second])
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(len(first.steps) - 1):
+            await pilot.press("right")
+        assert app.director.scene.id == first.id and app.director.at_end
+        await pilot.press("right")
+        assert app.director.scene.id == second.id and app.director.index == 0
+        assert app.engine is app.director.engine and app.config == app.director.config
+        assert "2/2" in app.narration[0]
+        await pilot.press("left")
+        assert app.director.scene.id == first.id and app.director.index == len(first.steps) - 1
+
+
+async def test_l_switches_the_narration_language_too() -> None:
+    app = make_app([find_scene("warehouse")])
+    async with app.run_test(size=SIZE) as pilot:
+        assert "warehouse" in " ".join(app.narration)
+        await pilot.press("l")
+        assert app.lang == "zh" and "仓库" in " ".join(app.narration)
+
+
+def _prepare(pilot: Any) -> Any:
+    async def run_before(pilot: Any) -> None:
+        pilot.app.theme = "textual-dark"
+        pilot.app.animation_level = "none"
+        await pilot.pause()
+    return run_before(pilot)
+
+
+@pytest.mark.parametrize("sid", [s.id for s in SCENES])
+def test_snapshot_of_each_scenes_key_moment(sid: str, snap_compare: Any) -> None:
+    scene = find_scene(sid)
+    app = make_app([scene], step=scene.key_step)
+    assert snap_compare(app, terminal_size=SIZE, run_before=_prepare)
