@@ -1,0 +1,433 @@
+"""The live factory floor: one GPU serving many users, drawn from the engine's snapshots.
+
+One app-level timer advances simulated time by wall time x speed, steps the engine as needed and
+publishes ONE immutable Frame; every widget is a pure function of that frame. The engine's step is
+atomic, so in slow motion the view interpolates inside the last step: progress =
+(view clock - step start) / step time, and the state panels show the state from before that step
+until the view clock reaches its end.
+
+Stable widget ids (for tests and scenes): header, warehouse, traffic, l2, sm-grid, roofline, metrics,
+kvqueue, users, narration, keys, enlarge.
+
+Hooks for the scenes engineer:
+- `narration: tuple[str, ...] | None` (reactive): lines shown in the bottom #narration panel; None hides it.
+- `highlight: str | None` (reactive): the id of one widget to outline (e.g. "l2"); None clears it.
+- `advance_ticks(n)`, `advance_time(sim_s)`, `show_step_part(fraction)`, `set_speed(x)`, `set_playing(b)`,
+  `set_users(n)`, `set_lang(lang)`, `apply_config(config)`, `frame` (the last published Frame), `engine`.
+- A `FramePublished` message is posted to the app after every frame.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import events
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Static
+
+from engine.config import EngineConfig
+from engine.errors import InputError
+from engine.snapshot import Snapshot
+from engine.step import StepCost
+from tui.defaults import default_config
+from tui.frame import Frame, build_frame
+from tui.i18n import LANGS, default_lang, t
+from tui.messages import FramePublished
+from tui.screens.help import HelpScreen
+from tui.screens.picker import PickerScreen
+from tui.widgets.header_bar import HeaderBar
+from tui.widgets.key_bar import KeyBar
+from tui.widgets.kvqueue import KvQueue
+from tui.widgets.l2_shelf import L2Shelf
+from tui.widgets.metrics import Metrics
+from tui.widgets.narration import Narration
+from tui.widgets.panel import FramePanel
+from tui.widgets.roofline import Roofline
+from tui.widgets.sm_grid import SmGrid
+from tui.widgets.traffic import Traffic
+from tui.widgets.users_list import UsersList
+from tui.widgets.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from engine.serving import Engine
+
+# Simulated seconds per wall second: slow motion (a 8 ms step takes seconds to cross) to fast-forward.
+SPEEDS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0,
+                             100.0)
+# What + and - step through: small counts one by one, then roughly x1.5 per press.
+USER_LADDER: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
+                                1024, 1536, 2048, 3072, 4096, 6144, 8192)
+FPS = 30
+MIN_SIZE = (80, 24)  # below this the floor is replaced by a note asking for a bigger terminal
+COMPACT_BELOW = (110, 34)  # below this the floor drops borders and the roofline
+STEP_BUDGET_S = 0.012  # wall seconds per frame the engine may use before the view falls behind
+MAX_WALL_DT = 0.25  # a stalled frame (e.g. a suspended terminal) never jumps further than this
+
+
+class TokensimApp(App[None]):
+    """The simulator. `autoplay=False` and explicit `advance_ticks` make it deterministic for tests."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tokensim"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "toggle_play", "pause/play"),
+        Binding("n", "step_once", "step"),
+        Binding("left_square_bracket", "slower", "slower"),
+        Binding("right_square_bracket", "faster", "faster"),
+        Binding("plus,equals_sign", "more_users", "more users"),
+        Binding("minus,underscore", "fewer_users", "fewer users"),
+        Binding("c", "compute", "compute x2"),
+        Binding("b", "bandwidth", "bandwidth x2"),
+        Binding("f", "fp8", "fp8 weights"),
+        Binding("m", "pick_model", "model"),
+        Binding("h", "pick_gpu", "GPU"),
+        Binding("r", "reset", "reset"),
+        Binding("l", "toggle_lang", "language"),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    narration: reactive[tuple[str, ...] | None] = reactive(None, init=False)
+    highlight: reactive[str | None] = reactive(None, init=False)
+
+    def __init__(self, config: EngineConfig | None = None, lang: str | None = None, autoplay: bool = True,
+                 seed: int | None = None, speed: float = 1.0, narration: tuple[str, ...] | None = None,
+                 highlight: str | None = None, engine: Engine | None = None) -> None:
+        """Build the engine now, so a configuration that does not fit fails before the screen opens."""
+        super().__init__()
+        cfg = config or default_config()
+        if seed is not None:
+            cfg = replace(cfg, seed=seed)
+        if lang is not None and lang not in LANGS:
+            raise InputError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
+        self.config = cfg
+        self.lang = lang or default_lang()
+        self.speed = float(speed)
+        self.playing = autoplay
+        if engine is None:
+            from engine.serving import Engine
+
+            engine = Engine(cfg)
+        self.engine: Engine = engine
+        self.set_reactive(TokensimApp.narration, narration)
+        self.set_reactive(TokensimApp.highlight, highlight)
+        self._timer: Timer | None = None
+        self._last_wall: float | None = None
+        self._snap: Snapshot = engine.snapshot()
+        self._pre: Snapshot = self._snap  # the state before the in-flight step
+        self._view_clock = float(engine.clock)
+        self._step_start = self._step_end = self._view_clock
+        self._cost: StepCost | None = None  # the step being shown (None: idle tick or none yet)
+        self._steps_in_frame = 0
+        self._behind = False
+        self.frame: Frame = self._build_frame()
+        self._panels: list[FramePanel | UsersList | Narration] = []  # everything that shows a frame
+
+    # ---- layout ------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Vertical(id="floor"):
+            yield HeaderBar(id="header")
+            with Horizontal(id="top"):
+                with Vertical(id="left"):
+                    yield Warehouse(id="warehouse")
+                    yield Traffic(id="traffic")
+                    yield L2Shelf(id="l2")
+                    yield SmGrid(id="sm-grid")
+                with Vertical(id="right"):
+                    yield Roofline(id="roofline")
+                    yield Metrics(id="metrics")
+                    yield KvQueue(id="kvqueue")
+            yield UsersList(id="users")
+            yield Narration(id="narration")
+            yield KeyBar(id="keys")
+        yield Static("", id="enlarge")
+
+    def on_mount(self) -> None:
+        self._panels = [*self.query(FramePanel), self.query_one(UsersList), self.query_one(Narration)]
+        self.query_one(Narration).display = bool(self.narration)
+        if self.highlight:
+            self._set_highlight(None, self.highlight)
+        self._fit_to(self.size.width, self.size.height)
+        self._timer = self.set_interval(1 / FPS, self._on_timer, pause=not self.playing)
+        self._publish()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_to(event.size.width, event.size.height)
+
+    def _fit_to(self, width: int, height: int) -> None:
+        """Pick the layout for a terminal size: full, compact, or the 'please enlarge' note."""
+        floor = self.query_one("#floor")
+        note = self.query_one("#enlarge", Static)
+        small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
+        floor.display = not small
+        note.display = small
+        if small:
+            note.update(t(self.lang, "too_small", w=MIN_SIZE[0], h=MIN_SIZE[1], cw=width, ch=height))
+        floor.set_class(width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1], "-compact")
+
+    # ---- the clock ---------------------------------------------------------------------------
+    def _on_timer(self) -> None:
+        """One animation frame: advance simulated time by wall time x speed, then publish."""
+        now = time.monotonic()
+        dt = 1 / FPS if self._last_wall is None else min(MAX_WALL_DT, now - self._last_wall)
+        self._last_wall = now
+        self._advance(dt * self.speed, budget_s=STEP_BUDGET_S)
+        self._publish()
+
+    def _advance(self, sim_dt: float, budget_s: float | None = None) -> None:
+        """Move the view clock on by sim_dt, stepping the engine until its clock covers the view's.
+
+        With a wall-time budget (live play) the view stops at the engine's clock when stepping takes
+        too long ("behind"); tests pass no budget, so the result never depends on the machine's speed.
+        """
+        target = self._view_clock + max(0.0, sim_dt)
+        before = self._snap
+        steps = 0
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        self._behind = False
+        while self.engine.clock < target:
+            if deadline is not None and steps and time.perf_counter() > deadline:
+                self._behind = True
+                target = float(self.engine.clock)
+                break
+            start = float(self.engine.clock)
+            self._cost = self.engine.step().cost
+            steps += 1
+            self._step_start, self._step_end = start, float(self.engine.clock)
+            if self.engine.clock <= start:  # no time passed (should not happen): never spin
+                break
+        self._steps_in_frame = steps
+        if steps:
+            self._snap = self.engine.snapshot()
+            self._pre = before if steps == 1 else self._snap
+        self._view_clock = target
+
+    def _progress(self) -> float:
+        """How far through the last step the view clock is (1 when not in slow motion)."""
+        span = self._step_end - self._step_start
+        if self._steps_in_frame > 1 or span <= 0:
+            return 1.0
+        return min(1.0, max(0.0, (self._view_clock - self._step_start) / span))
+
+    def _build_frame(self) -> Frame:
+        progress = self._progress()
+        shown = self._pre if progress < 1.0 else self._snap
+        return build_frame(
+            shown, step=self._cost, step_tick=self._snap.tick, progress=progress,
+            clock_s=self._view_clock, speed=self.speed, playing=self.playing, lang=self.lang,
+            animate=self.animation_level != "none", steps_in_frame=self._steps_in_frame, rate=self.config.rate,
+            behind=self._behind, narration=self.narration, highlight=self.highlight,
+        )
+
+    def _publish(self) -> None:
+        """Build one frame and hand it to every widget inside one batch update."""
+        self.frame = self._build_frame()
+        if not self._panels:
+            return
+        with self.batch_update():
+            for view in self._panels:
+                view.show(self.frame)
+        self.post_message(FramePublished(self.frame))
+
+    def _resync(self) -> None:
+        """After the engine changed under us (reset, new knob): show its state as of now."""
+        self._snap = self._pre = self.engine.snapshot()
+        self._view_clock = self._step_start = self._step_end = float(self.engine.clock)
+        self._steps_in_frame = 0
+        if self._snap.tick == 0:
+            self._cost = None
+        self._publish()
+
+    # ---- public API (tests, scenes) ----------------------------------------------------------
+    def advance_ticks(self, n: int = 1) -> None:
+        """Step the engine exactly n ticks and show the state after the last one."""
+        for _ in range(max(0, n)):
+            start = float(self.engine.clock)
+            self._cost = self.engine.step().cost
+            self._step_start, self._step_end = start, float(self.engine.clock)
+        self._steps_in_frame = 1 if n == 1 else max(0, n)
+        if n > 0:
+            self._snap = self._pre = self.engine.snapshot()
+        self._view_clock = float(self.engine.clock)
+        self._publish()
+
+    def advance_time(self, sim_s: float) -> None:
+        """Advance the view clock by sim_s simulated seconds (stepping as needed), as playing would."""
+        self._advance(sim_s)
+        self._publish()
+
+    def show_step_part(self, fraction: float) -> None:
+        """Run one more step and show it `fraction` of the way through (slow motion, frozen)."""
+        before = self._snap
+        start = float(self.engine.clock)
+        self._cost = self.engine.step().cost
+        self._snap = self.engine.snapshot()
+        self._pre = before
+        self._step_start, self._step_end = start, float(self.engine.clock)
+        self._steps_in_frame = 1
+        self._view_clock = start + min(1.0, max(0.0, fraction)) * (self._step_end - start)
+        self._publish()
+
+    def set_speed(self, speed: float) -> None:
+        """Simulated seconds per wall second (any positive value; [ and ] move along SPEEDS)."""
+        if not speed > 0:
+            raise ValueError(f"speed must be > 0, got {speed}")
+        self.speed = float(speed)
+        self._publish()
+
+    def set_playing(self, playing: bool) -> None:
+        """Start or stop the clock."""
+        self.playing = playing
+        self._last_wall = None
+        if self._timer is not None:
+            (self._timer.resume if playing else self._timer.pause)()
+        self._publish()
+
+    def set_users(self, n: int) -> None:
+        """Closed-loop user count."""
+        n = max(1, int(n))
+        self.engine.set_users(n)
+        self.config = replace(self.config, users=n)
+        self._resync()
+
+    def set_lang(self, lang: str) -> None:
+        if lang not in LANGS:
+            raise ValueError(f"lang must be one of {LANGS}")
+        self.lang = lang
+        self._fit_to(self.size.width, self.size.height)
+        self._publish()
+
+    def apply_config(self, config: EngineConfig) -> bool:
+        """Rebuild the engine for a new configuration; on bad input keep the old one and say why."""
+        try:
+            self.engine.reset(config)
+        except InputError as e:
+            self.notify(str(e), severity="error", timeout=6)
+            return False
+        self.config = config
+        self._resync()
+        return True
+
+    # ---- actions (keys) ----------------------------------------------------------------------
+    def action_toggle_play(self) -> None:
+        self.set_playing(not self.playing)
+
+    def action_step_once(self) -> None:
+        """n: pause (if playing) and run exactly one engine step."""
+        if self.playing:
+            self.set_playing(False)
+        self.advance_ticks(1)
+
+    def action_slower(self) -> None:
+        i = bisect.bisect_left(SPEEDS, self.speed * (1 - 1e-9))
+        self.set_speed(SPEEDS[max(0, i - 1)])
+
+    def action_faster(self) -> None:
+        i = bisect.bisect_right(SPEEDS, self.speed * (1 + 1e-9))
+        self.set_speed(SPEEDS[min(len(SPEEDS) - 1, i)])
+
+    def action_more_users(self) -> None:
+        i = bisect.bisect_right(USER_LADDER, self.config.users)
+        self.set_users(USER_LADDER[min(len(USER_LADDER) - 1, i)] if i < len(USER_LADDER) else self.config.users * 2)
+
+    def action_fewer_users(self) -> None:
+        i = bisect.bisect_left(USER_LADDER, self.config.users)
+        self.set_users(USER_LADDER[max(0, i - 1)])
+
+    def _knob(self, **changes: Any) -> None:
+        """Apply a what-if knob to the running engine (no restart) and remember it in the config."""
+        if "compute_mult" in changes:
+            self.engine.set_compute_mult(changes["compute_mult"])
+        if "bandwidth_mult" in changes:
+            self.engine.set_bandwidth_mult(changes["bandwidth_mult"])
+        if "weight_dtype" in changes:
+            try:
+                self.engine.set_weight_dtype(changes["weight_dtype"])
+            except InputError as e:
+                self.notify(str(e), severity="error", timeout=6)
+                return
+        self.config = replace(self.config, **changes)
+        self._resync()
+
+    def action_compute(self) -> None:
+        """c: toggle compute x2."""
+        self._knob(compute_mult=1.0 if self.config.compute_mult != 1.0 else 2.0)
+
+    def action_bandwidth(self) -> None:
+        """b: toggle HBM bandwidth x2."""
+        self._knob(bandwidth_mult=1.0 if self.config.bandwidth_mult != 1.0 else 2.0)
+
+    def action_fp8(self) -> None:
+        """f: toggle fp8 weights (back to the model's own dtype)."""
+        self._knob(weight_dtype=None if self.config.weight_dtype == "fp8" else "fp8")
+
+    def action_pick_model(self) -> None:
+        self._pick("model")
+
+    def action_pick_gpu(self) -> None:
+        self._pick("hardware")
+
+    def _pick(self, kind: str) -> None:
+        from tui.presets import hardware_choices, model_choices
+
+        if kind == "model":
+            choices, current = model_choices(self.config), self.config.model
+        else:
+            choices, current = hardware_choices(self.config), self.config.hardware
+
+        def chosen(name: str | None) -> None:
+            if name and name != current:
+                self.apply_config(replace(self.config, **{kind: name}))
+
+        self.push_screen(PickerScreen(kind, choices, current, self.lang), chosen)
+
+    def action_reset(self) -> None:
+        """r: restart the run at t = 0 with the current settings."""
+        self.apply_config(self.config)
+
+    def action_toggle_lang(self) -> None:
+        self.set_lang("en" if self.lang == "zh" else "zh")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.lang))
+
+    # ---- scene hooks -------------------------------------------------------------------------
+    def watch_narration(self, value: tuple[str, ...] | None) -> None:
+        if self._panels:
+            self.query_one(Narration).display = bool(value)
+            self._publish()
+
+    def watch_highlight(self, old: str | None, new: str | None) -> None:
+        if self._panels:
+            self._set_highlight(old, new)
+            self._publish()
+
+    def _set_highlight(self, old: str | None, new: str | None) -> None:
+        for wid, on in ((old, False), (new, True)):
+            if wid:
+                for w in self.query(f"#{wid}"):
+                    w.set_class(on, "-highlight")
+
+    # ---- command palette -----------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Every key's action in the palette (ctrl+p), in the current language, then Textual's own."""
+        lang = self.lang
+        for key, action in (
+            ("cmd_play", self.action_toggle_play), ("cmd_step", self.action_step_once),
+            ("cmd_slower", self.action_slower), ("cmd_faster", self.action_faster),
+            ("cmd_more", self.action_more_users), ("cmd_fewer", self.action_fewer_users),
+            ("cmd_compute", self.action_compute), ("cmd_bw", self.action_bandwidth), ("cmd_fp8", self.action_fp8),
+            ("cmd_model", self.action_pick_model), ("cmd_gpu", self.action_pick_gpu),
+            ("cmd_reset", self.action_reset), ("cmd_lang", self.action_toggle_lang), ("cmd_help", self.action_help),
+        ):
+            yield SystemCommand(t(lang, key), "tokensim", action)
+        yield from super().get_system_commands(screen)

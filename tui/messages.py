@@ -1,0 +1,15 @@
+"""Messages between the app's parts. Widgets never talk to the engine; they post one of these."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from tui.frame import Frame
+
+
+class FramePublished(Message):
+    """The app published a new frame (scenes can watch for it to check their checkpoints)."""
+
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame

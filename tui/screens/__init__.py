@@ -1,0 +1,1 @@
+"""Modal screens over the floor: the help screen and the preset picker."""

@@ -1,0 +1,16 @@
+"""#header: one row naming the configuration, the sim clock, the speed and play state."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.render import header
+from tui.widgets.panel import FramePanel
+
+
+class HeaderBar(FramePanel):
+    """The top bar."""
+
+    def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        return [header.render(frame, width)]

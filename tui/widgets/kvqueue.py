@@ -1,0 +1,20 @@
+"""#kvqueue: KV pool use and queue length over time."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.i18n import t
+from tui.render import kvqueue
+from tui.widgets.panel import FramePanel
+
+
+class KvQueue(FramePanel):
+    """The KV pool and queue sparklines."""
+
+    def title_for(self, frame: Frame) -> str:
+        return t(frame.lang, "kvqueue")
+
+    def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        return kvqueue.render(frame, width, height)

@@ -1,0 +1,20 @@
+"""#metrics: step time, tokens/s, TTFT, TPOT, batch, MFU, bandwidth use, bound-by, $/Mtok."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.i18n import t
+from tui.render import metrics
+from tui.widgets.panel import FramePanel
+
+
+class Metrics(FramePanel):
+    """The metrics panel."""
+
+    def title_for(self, frame: Frame) -> str:
+        return t(frame.lang, "metrics")
+
+    def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        return metrics.render(frame, width, height)

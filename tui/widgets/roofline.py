@@ -1,0 +1,20 @@
+"""#roofline: a small log-log roofline with the live operating point."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.i18n import t
+from tui.render import roofline
+from tui.widgets.panel import FramePanel
+
+
+class Roofline(FramePanel):
+    """The roofline panel."""
+
+    def title_for(self, frame: Frame) -> str:
+        return t(frame.lang, "roofline")
+
+    def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        return roofline.render(frame, width, height)

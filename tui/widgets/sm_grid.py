@@ -1,0 +1,19 @@
+"""#sm-grid: one cell per SM, lit by the SM busy fraction; the title names the tray (L1/shared) size."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.render import sm_grid
+from tui.widgets.panel import FramePanel
+
+
+class SmGrid(FramePanel):
+    """The SM workstations panel."""
+
+    def title_for(self, frame: Frame) -> str:
+        return sm_grid.title(frame)
+
+    def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        return sm_grid.render(frame, width, height)

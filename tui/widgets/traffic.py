@@ -1,0 +1,20 @@
+"""#traffic: conveyor packets HBM -> L2 -> SM at the step's bytes/s; in slow motion, layer k of L."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui.frame import Frame
+from tui.i18n import t
+from tui.render import traffic
+from tui.widgets.panel import FramePanel
+
+
+class Traffic(FramePanel):
+    """The traffic panel."""
+
+    def title_for(self, frame: Frame) -> str:
+        return t(frame.lang, "traffic")
+
+    def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        return traffic.render(frame, width, height)
