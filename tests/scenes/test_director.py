@@ -113,3 +113,23 @@ def test_check_never_passes_nan_and_compares_text_exactly() -> None:
     assert check(Checkpoint(claim="C01", metric="weights_gb", expected=1.0, abs=1e9), math.nan) is False
     assert check(Checkpoint(claim="C09", metric="decode_bound", expected="memory", op="=="), "memory") is True
     assert check(Checkpoint(claim="C09", metric="decode_bound", expected="memory", op="=="), "compute") is False
+
+
+# (claim, scene, metric): where a scene shows the same figure as the `tokensim claims` row, the two agree exactly.
+SAME_FIGURE = [
+    ("C01", "eight-ms-floor", "weights_gb"), ("C02", "eight-ms-floor", "step_ms_ideal"),
+    ("C03", "reading-fast-writing-slow", "hbm_tb_100_tokens"), ("C04", "l2-shelf", "l2_refills"),
+    ("C05", "l2-shelf", "tray_kb"), ("C06", "warehouse", "free_after_weights_gb"), ("C07", "warehouse", "hbm_vs_ssd"),
+    ("C10", "eight-ms-floor", "reading_pace_x"), ("C11", "rubin-train", "drain_ms"), ("C12", "magic-300", "ridge"),
+    ("C16", "kv-luggage", "kv_bytes_token_layer"), ("C19", "compute-x2", "sm_idle_pct_ideal"),
+]
+
+
+@pytest.mark.parametrize(("cid", "sid", "metric"), SAME_FIGURE)
+def test_scene_figures_match_the_claims_table(cid: str, sid: str, metric: str) -> None:
+    from engine.claims import compute
+
+    row = compute([cid])[0]
+    result = Director(_by_id(sid), "en").play_headless()
+    actual = next(c["actual"] for c in result["checkpoints"] if c["claim"] == cid and c["metric"] == metric)
+    assert actual == pytest.approx(row["simulated"], rel=1e-9), "every number has one home"
