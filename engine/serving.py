@@ -729,7 +729,9 @@ class _Lane:
             bad = di[:, I_GEN] != total
             assert not bad.any(), f"finished request {int(di[bad][0, I_ID])} generated " \
                 f"{int(di[bad][0, I_GEN])} tokens, asked for {int(total[bad][0])}"
-        self.done_i.push(di.astype(np.float64))
+        kept = di.astype(np.float64)
+        kept[:, I_BLOCKS] = 0  # their blocks went back to the pool
+        self.done_i.push(kept)
         self.done_f.push(df)
         # Closed-loop users think, then send again (if still active and the run still takes requests).
         us = di[:, I_USER]
