@@ -1,0 +1,32 @@
+"""Guided scenes: one TOML file per scene in scenes/data, played by a pure director against the live engine.
+
+A scene file (scenes/data/NN-<id>.toml, played in NN order):
+
+    id = "compute-x2"                                   # lowercase slug, matches the file name
+    title = { en = "...", zh = "..." }
+    summary = { en = "...", zh = "..." }
+
+    [setup]                                             # any EngineConfig field, plus:
+    hardware = "h100-sxm"                               #   speed: sim seconds per wall second in the app
+    model = "generic-14b"                               #   probe_batch, probe_context, probe_prompt: the step
+    users = 1                                           #   the step-model metrics price
+    speed = 0.05
+
+    [[steps]]
+    highlight = "sm-grid"                               # warehouse traffic l2 sm-grid users kvqueue metrics roofline
+    actions = [{ run_ticks = 3 }, { mark = "before" }]  # applied on entering the step (see schema.ACTIONS)
+    key = true                                          # the scene's key moment (default: the last step)
+    narration.en = '''Busy {sm_busy_pct:.1f} % ... {step_ms@before:.2f} ... {prefill_ms/before:.2f}x'''
+    narration.zh = '''...'''
+
+    [[steps.checkpoints]]
+    claim = "C08"                                       # C01..C25 (CLAIMS.md)
+    metric = "step_ms"                                  # a name in scenes.metrics.METRICS
+    vs_mark = "before"                                  # optional: compare now / value at the mark
+    op = "approx"                                       # approx (needs tolerance) > >= < <= == (text metrics)
+    expected = 1.0
+    tolerance = { abs = 0.01 }                          # or { rel = 0.05 }: a fraction of expected
+
+Placeholders in narration name metrics ({metric:fmt}), a metric's value at a mark ({metric@mark}) or now
+over then ({metric/mark}); they are filled from the live engine, so the text always shows its figures.
+"""
