@@ -83,13 +83,19 @@ def print_headless(result: dict[str, Any]) -> None:
     out.print(f"\n{'[green]' if result['ok'] else '[red]'}{good}/{total} checkpoints hold[/]")
 
 
+def _num(v: float | str) -> str:
+    """A figure for people: text as is, big numbers with thousands separators, others to 4 significant digits."""
+    if isinstance(v, str):
+        return v
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:,.4g}"
+
+
 def _describe(c: dict[str, Any]) -> str:
     """'C02 step_ms_ideal = 8.361 ms (expected ≈ 8.36 ±0.5%)'."""
     what = f"{c['metric']} now ÷ at '{c['vs_mark']}'" if c.get("vs_mark") else c["metric"]
-    act = c["actual"]
-    act_s = "?" if act is None else act if isinstance(act, str) else f"{act:,.4g}"
-    exp = c["expected"]
-    exp_s = exp if isinstance(exp, str) else f"{exp:,.4g}"
+    act, exp = c["actual"], c["expected"]
+    act_s = "?" if act is None else _num(act)
+    exp_s = _num(exp)
     op = "≈" if c["op"] == "approx" else c["op"]
     unit = f" {c['unit']}" if c.get("unit") and c["unit"] not in ("text", "x") else ""
     tol = f" {c['tolerance']}" if c.get("tolerance") else ""
