@@ -1,0 +1,88 @@
+"""`tokensim run` and `tokensim bench`: JSON keys and figures, the Rich report, and one-line bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tui.cli import main
+
+RUN_KEYS = ("requests_completed", "input_tokens", "output_tokens", "sim_time_s", "throughput_out_tok_s", "ttft_s",
+            "tpot_s", "e2e_s", "queue_delay_s", "kv_capacity_bytes", "kv_peak_bytes", "preemptions", "mfu", "bw_util",
+            "cost_per_mtok_in", "cost_per_mtok_out")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real console entry point in a fresh process, so a traceback anywhere would show."""
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_run_json_has_every_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--users", "64", "--output", "200", "--requests", "200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for k in RUN_KEYS:
+        assert k in out, k
+    for k in ("ttft_s", "tpot_s", "e2e_s"):
+        assert set(out[k]) >= {"p50", "p90", "p99"}
+        assert 0 < out[k]["p50"] <= out[k]["p90"] <= out[k]["p99"]
+    assert set(out["queue_delay_s"]) >= {"p50", "p99"}
+    assert out["requests_completed"] == 200 and out["output_tokens"] == 200 * 200
+    assert out["input_tokens"] == 200 * 1000 and out["users"] == 64
+    assert out["cost_per_mtok_out"] > out["cost_per_mtok_in"] > 0
+    assert out["kv_peak_bytes"] <= out["kv_capacity_bytes"]
+
+
+def test_default_bound_and_open_loop_duration(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--rate", "5", "--duration", "20", "--prompt", "uniform:100,300", "--output",
+                 "lognormal:100,0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["users"] == 0 and out["rate"] == 5 and out["sim_time_s"] >= 20
+    assert 50 < out["requests_accepted"] < 150
+    assert main(["run", "--users", "2", "--output", "5", "--prompt", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests_completed"] == 1000
+
+
+def test_slo_goodput_and_fast_lane_sections(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--users", "20", "--fast-share", "0.2", "--requests", "60", "--slo-ttft", "10",
+                 "--slo-tpot", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["slo_attainment"] == 1.0 and out["goodput_req_s"] > 0
+    assert out["fast_lane"]["batch_p50"] <= 4 and out["normal_lane"]["requests_completed"] > 0
+
+
+def test_rich_report_names_the_figures() -> None:
+    r = cli("run", "--users", "8", "--requests", "20", "--think", "30", "--scheduler", "chunked")
+    assert r.returncode == 0, r.stderr
+    for words in ("TTFT (first visible token)", "TPOT", "queue delay", "$/Mtok", "KV pool", "MFU"):
+        assert words in r.stdout, words
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--users", "4", "--rate", "2"], "contradict"),
+    (["--users", "0"], "no workload"),
+    (["--prompt", "300000"], "context"),
+    (["--output", "gamma:3"], "--output"),
+    (["--rate", "3", "--think-time", "1"], "--think-time"),
+    (["--model", "nope-7b"], "unknown model"),
+    (["--fast-share", "1"], "--fast-share"),
+    (["--users", "-3"], "--users"),
+    (["--scheduler", "fifo"], "--scheduler"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
+    r = cli("run", *args, "--requests", "5")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_bench_json_engine_section() -> None:
+    r = cli("bench", "--json", "--ticks", "300", "--users", "300")
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)["engine"]
+    for k in ("ticks_per_s", "sim_tokens_per_s", "users", "batch_p50"):
+        assert k in e
+    assert e["users"] == 300 and e["ticks_per_s"] > 0 and e["batch_p50"] > 1
