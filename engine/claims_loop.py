@@ -69,6 +69,7 @@ def _full_decode_step(batch: int, context: int = 1, **kw: Any) -> StepCost:
 def engine_crossover_batch(ideal: bool, model: str = "generic-14b", limit: int = 4096) -> int:
     """Smallest batch whose decode step the engine prices compute-bound (bisection over engine runs)."""
     def compute_bound(b: int) -> bool:
+        """The engine's full-batch decode step at b is compute-bound."""
         return _full_decode_step(b, model=model, ideal=ideal, kv_pool_blocks=1 << 20).bound == "compute"
 
     lo, hi = 1, limit
@@ -84,6 +85,7 @@ def engine_crossover_batch(ideal: bool, model: str = "generic-14b", limit: int =
 
 
 def c13() -> Row:
+    """C13: the saturating batch B*, from engine runs at growing batch (ideal and calibrated)."""
     ideal = engine_crossover_batch(True)
     calib = engine_crossover_batch(False)
     ridge = load_hardware("h100-sxm").ridge("bf16")
@@ -96,6 +98,7 @@ def c13() -> Row:
 
 
 def c14() -> Row:
+    """C14: $/Mtok out at batch 1 over $/Mtok out at the calibrated B*, both from engine runs."""
     sat = engine_crossover_batch(False)
     one = _served(users=1, max_batch=1, prompt="100", output="200", requests=3).metrics()
     full = _served(users=sat, max_batch=sat, prompt="100", output="200", requests=2 * sat).metrics()
@@ -108,6 +111,7 @@ def c14() -> Row:
 
 
 def c17() -> Row:
+    """C17: users whose whole history fits the pool before the first one waits (bisection on runs)."""
     prompt, output = 8000, 500
     probe = Engine(_cfg(users=1, prompt=str(prompt), output=str(output), requests=1))
     blocks = probe.kv_blocks_total
@@ -116,10 +120,12 @@ def c17() -> Row:
 
     def run(n: int) -> dict[str, Any]:
         # One question per user, all at once; no token budget, so only the KV pool can make anyone wait.
+        """Metrics of n users asking once each, all at t=0."""
         return _served(users=n, max_batch=1024, max_batched_tokens=1 << 24, prompt=str(prompt), output=str(output),
                        requests=n).metrics()
 
     def waits(n: int) -> bool:
+        """Somebody waited for KV blocks (queued or preempted)."""
         m = run(n)
         return bool(m["preemptions"] or (m["queue_delay_s"]["p99"] or 0.0) > 0)
 
@@ -145,6 +151,7 @@ def c17() -> Row:
 def _context_wall(sm: StepModel, batch: int) -> int:
     """Smallest context at which a decode step at `batch` reads more KV than weights (bisection on the step model)."""
     def over(ctx: int) -> bool:
+        """KV bytes read exceed weight bytes read at this context."""
         b = sm.decode(batch, ctx).bytes
         return b["kv_read"] >= b["weights"]
 
@@ -162,6 +169,7 @@ def _context_wall(sm: StepModel, batch: int) -> int:
 
 def c18() -> Row:
     # Article: L* = weight bytes / (B* x KV bytes per token) = 100 GB / (300 x 2 KB).
+    """C18: context at which a user's KV read passes their share of the weight read at B*, per model."""
     article = 100e9 / (300 * 2e3)
     h = load_hardware("h100-sxm")
     rows = []
@@ -182,14 +190,17 @@ def c18() -> Row:
 
 
 def _cost_at(batch: int) -> tuple[float, float]:
+    """$/Mtok in and out from a run of `batch` users at max batch `batch`."""
     m = _served(users=batch, max_batch=batch, prompt="1000", output="200", requests=2 * batch).metrics()
     return m["cost_per_mtok_in"], m["cost_per_mtok_out"]
 
 
 def c20() -> Row:
+    """C20: output/input cost ratio from runs, and the batch where it falls to 5x."""
     ratio = {}
 
     def r(b: int) -> float:
+        """Output/input cost ratio at batch b (cached)."""
         if b not in ratio:
             i, o = _cost_at(b)
             ratio[b] = (o / i, i, o)
@@ -214,6 +225,7 @@ def c20() -> Row:
 
 
 def c21() -> Row:
+    """C21: the fast lane's cost and per-user speed over the normal lane's (scene 12's setting)."""
     e = Engine(_cfg(users=50, fast_share=0.08, fast_max_batch=4, prompt="3000", output="1000", max_batch=1024))
     e.advance(40.0)
     f, n = e.metrics(fast=True), e.metrics(fast=False)
@@ -229,6 +241,7 @@ def c21() -> Row:
 
 def c22() -> Row:
     # Long conversations and no token budget, so the KV pool is the only reason to wait.
+    """C22: p90 queue delay against users, zero until the KV pool is full, then climbing."""
     prompt, output = 4000, 400
     pts = []
     for n in (16, 32, 48, 64, 96, 128):
@@ -249,6 +262,7 @@ def c22() -> Row:
 
 
 def c23() -> Row:
+    """C23: visible TTFT minus raw TTFT with 500 hidden tokens, against 500 x TPOT."""
     think = 500
     m = _served(users=8, max_batch=64, prompt="1000", think=str(think), output="200", requests=16).metrics()
     vis, raw, tpot = m["ttft_s"]["p50"], m["ttft_raw_s"]["p50"], m["tpot_s"]["p50"]
@@ -261,11 +275,13 @@ def c23() -> Row:
 
 
 def _tpot_ms(model: str, context: int) -> float:
+    """Median time per output token (ms) of one user alone at this prompt length."""
     m = _served(users=1, max_batch=1, model=model, prompt=str(context), output="32", requests=1).metrics()
     return m["tpot_s"]["p50"] * 1e3
 
 
 def c25() -> Row:
+    """C25: batch-1 time per token against model size and against context length."""
     sizes = [(name, _tpot_ms(name, 1000)) for name in ("qwen2.5-7b", "generic-14b", "qwen2.5-32b")]
     ctxs = [(c, _tpot_ms("generic-14b", c)) for c in (1000, 32_000, 128_000)]
     grows = all(b[1] > a[1] for a, b in zip(sizes, sizes[1:], strict=False)) and \

@@ -108,6 +108,7 @@ class _Table:
             self.i, self.f = i, f
 
     def append(self, ri: np.ndarray, rf: np.ndarray) -> None:
+        """Append rows (int part, float part) at the end."""
         k = ri.shape[0]
         self.reserve(k)
         self.i[self.n:self.n + k] = ri
@@ -133,6 +134,7 @@ class _Queue(_Table):
 
     @property
     def size(self) -> int:
+        """Requests waiting in the queue."""
         return self.n - self.head
 
     def reserve(self, extra: int) -> None:
@@ -145,6 +147,7 @@ class _Queue(_Table):
         super().reserve(extra)
 
     def pop(self, k: int) -> None:
+        """Drop k rows from the head (they were admitted); an emptied queue rewinds."""
         self.head += k
         if self.head == self.n:
             self.head = self.n = 0
@@ -161,6 +164,7 @@ class _Ring:
         self.count = 0
 
     def push(self, rows: np.ndarray) -> None:
+        """Append rows, overwriting the oldest once full."""
         cap = self.a.shape[0]
         k = rows.shape[0]
         if k >= cap:
@@ -176,6 +180,7 @@ class _Ring:
         self.count = min(self.count + k, cap)
 
     def push_row(self, row: tuple[float, ...]) -> None:
+        """Append one row (a tuple of floats), overwriting the oldest once full."""
         self.a[self.pos] = row
         self.pos = (self.pos + 1) % self.a.shape[0]
         if self.count < self.a.shape[0]:
@@ -276,6 +281,7 @@ class _Lane:
 
     # ---- configuration ------------------------------------------------------------------------
     def set_sched(self, name: str, max_batch: int, max_batched_tokens: int) -> None:
+        """Scheduler name and knobs; the fast lane's batch is capped at fast_max_batch."""
         self.sched = name
         self.chunked = name == "chunked"
         self.static = name == "static"
@@ -320,11 +326,13 @@ class _Lane:
         return out
 
     def _refresh_next_user(self) -> None:
+        """Recompute the earliest closed-loop send time."""
         self.next_user = float(self.u_next.min()) if self.u_next.size else math.inf
 
     # ---- state queries ------------------------------------------------------------------------
     @property
     def next_arrival(self) -> float:
+        """Time of the next request this lane will get (inf past the run's bounds)."""
         t = min(self.next_user, self.next_poisson)
         d = self.sh.duration
         if d is not None and t > d:
@@ -335,6 +343,7 @@ class _Lane:
 
     @property
     def has_work(self) -> bool:
+        """Some request is queued, preempted or running here."""
         return self.R.n > 0 or self.Q.size > 0 or self.P.n > 0
 
     @property
@@ -870,10 +879,12 @@ class Engine:
 
     @property
     def tick(self) -> int:
+        """Ticks run since the start (idle ticks included)."""
         return self._tick
 
     @property
     def step_model(self) -> StepModel:
+        """The StepModel pricing every step, with the live knobs applied."""
         return self._sm
 
     @property
@@ -893,6 +904,7 @@ class Engine:
 
     @property
     def kv_blocks_total(self) -> int:
+        """KV pool size in 16-token blocks (per GPU group of the main lane)."""
         return self._lanes[0].blocks_total
 
     # ---- running ------------------------------------------------------------------------------
@@ -901,6 +913,7 @@ class Engine:
         return self._step(math.inf)
 
     def _step(self, limit: float) -> TickResult:
+        """One tick; idle jumps stop at `limit` (advance's target or the run's duration)."""
         lanes = self._lanes
         prev = self._clock
         if len(lanes) == 1:
@@ -974,6 +987,7 @@ class Engine:
         self._cfg = replace(self._cfg, users=n)
 
     def _set_step_model(self, sm: StepModel) -> list[int]:
+        """Install a new step model in every lane, resizing pools; returns preempted ids."""
         self._sm = sm
         out: list[int] = []
         blocks = self._pool_blocks(sm)
@@ -1105,6 +1119,7 @@ class Engine:
 # ---- validation and metrics -------------------------------------------------------------------------
 
 def _positive_number(x: float, what: str) -> float:
+    """A finite number > 0 for a live knob, or a one-line InputError."""
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -1171,6 +1186,7 @@ def _peaks(eng: Engine) -> tuple[float, float]:
 
 
 def _per_mtok(dollars_s: float, seconds: float, tokens: float) -> float | None:
+    """Dollars per million tokens for `seconds` of GPU time at `dollars_s` (None without tokens)."""
     return dollars_s * seconds / tokens * 1e6 if tokens else None
 
 
@@ -1239,6 +1255,7 @@ def _run_metrics(eng: Engine, lanes: list[_Lane]) -> dict[str, Any]:
     lat = np.concatenate([ln.lat.last() for ln in lanes])
 
     def col(c: int) -> np.ndarray:
+        """One latency column."""
         return lat[:, c]
     peak, bw = _peaks(eng)
     ps = _price_per_s(eng)

@@ -31,6 +31,7 @@ class Dist:
 
     @property
     def is_fixed(self) -> bool:
+        """A constant, not a distribution."""
         return self.kind == "fixed"
 
     @property

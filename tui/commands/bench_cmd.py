@@ -28,6 +28,7 @@ def bench_config(users: int = BENCH_USERS) -> EngineConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """--ticks, --users, --json."""
     p.add_argument("--ticks", type=positive_int, default=20_000, help="engine ticks to time (default 20,000)")
     p.add_argument("--users", type=positive_int, default=BENCH_USERS, help=f"closed-loop users (default {BENCH_USERS})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -78,6 +79,7 @@ def collect(ticks: int, users: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the benchmark sections and print them."""
     res = collect(args.ticks, args.users)
     if args.json:
         print_json(res)

@@ -101,6 +101,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Model, workload, scheduler and metric options, and --json."""
     add_model_options(p)
     add_engine_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
@@ -157,6 +158,7 @@ def _finite(o: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Build the engine, run it to its bound, print JSON or the Rich report."""
     engine = Engine(config_from_args(args))
     run_engine(engine, show_progress=sys.stderr.isatty())
     out = report(engine)
@@ -168,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fmt(v: Any, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+    """A number scaled and formatted, or '-' when there is none."""
     if v is None:
         return "-"
     return f"{v * scale:,.{digits}f}{unit}"
