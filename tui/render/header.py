@@ -38,7 +38,10 @@ def render(frame: Frame, width: int) -> Text:
     who = t(lang, "rate_n", rate=frame.rate) if frame.rate > 0 else t(lang, "users_n", n=num(s.users))
     tp = f" ×{s.opts.tp}" if s.opts.tp > 1 else ""
     left = Text(" tokensim ", style="bold reverse")
-    left.append(f" {s.hardware.display}{tp} · {s.model.name} {dtype} · {who} · {s.scheduler}")
+    if width >= 100:
+        left.append(f" {s.hardware.display}{tp} · {s.model.name} {dtype} · {who} · {s.scheduler}")
+    else:  # narrow: preset names, no scheduler, so the user count survives
+        left.append(f" {s.hardware.name}{tp} · {s.model.name} {dtype} · {who}")
     for k in knobs(frame):
         left.append(" ")
         left.append(f" {k} ", style="bold reverse " + pal.COMPUTE)

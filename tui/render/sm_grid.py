@@ -43,11 +43,13 @@ def layout(n: int, width: int, height: int) -> tuple[int, int]:
 
 
 def render(frame: Frame, width: int, height: int = 3) -> list[Text]:
-    """Rows of SM cells. The lit block walks round the grid with simulated time (static without animation)."""
+    """Rows of SM cells. In slow motion the lit block walks round the grid with the step's progress;
+    otherwise (a blur of many steps per frame, or no animation) it stays put, so the grid only
+    repaints when the busy share changes."""
     n = frame.snapshot.hardware.sm_count
     cw, per_row = layout(n, width, height)
     lit = lit_count(frame)
-    start = int(frame.phase * n) if lit < n else 0
+    start = int(frame.progress * frame.layers * n) % n if frame.animate and frame.in_step and lit < n else 0
     lit_set = {(start + i) % n for i in range(lit)}
     rows: list[Text] = []
     gap = " " if cw == 2 else ""

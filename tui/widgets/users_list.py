@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+from functools import cache
+
+from rich.segment import Segment
+from rich.style import Style
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.frame import Frame
 from tui.render import users
-from tui.widgets.panel import row_key
+from tui.render.users import Pieces
+
+_Key = tuple[tuple[str, str], ...]
+
+
+@cache
+def _style(spec: str) -> Style:
+    """A parsed Rich style, once per style string."""
+    return Style.parse(spec) if spec else Style.null()
+
+
+def _strip(pieces: Pieces, width: int, base: Style) -> Strip:
+    """Pieces straight to a Strip (no Rich Text in between), on the widget's base style."""
+    return Strip([Segment(text, base + _style(style)) for text, style in pieces], width)
 
 
 class UsersList(ScrollView):
@@ -18,7 +35,7 @@ class UsersList(ScrollView):
         super().__init__(id=id, classes=classes)
         self.frame: Frame | None = None
         # list row -> (key, strip) for the rows on screen in the current frame, at width _width
-        self._rows: dict[int, tuple[tuple[object, ...], Strip]] = {}
+        self._rows: dict[int, tuple[_Key, Strip]] = {}
         self._width = 0
 
     def show(self, frame: Frame) -> None:
@@ -35,18 +52,18 @@ class UsersList(ScrollView):
             return
         top = int(self.scroll_offset.y)
         width = region.width
-        fresh: dict[int, tuple[tuple[object, ...], Strip]] = {}
-        console, style = self.app.console, None
+        fresh: dict[int, tuple[_Key, Strip]] = {}
+        base: Style | None = None
         changed: list[int] = []
         for y in range(region.height):
-            row = users.row(frame, top + y, width)
-            key = row_key(row)
+            pieces = users.row_pieces(frame, top + y, width)
+            key = tuple(pieces)
             old = self._rows.get(top + y) if width == self._width else None
             if old is not None and old[0] == key:
                 fresh[top + y] = old
                 continue
-            style = style or self.rich_style
-            fresh[top + y] = (key, Strip(row.render(console), width).apply_style(style))
+            base = base or self.rich_style
+            fresh[top + y] = (key, _strip(pieces, width, base))
             changed.append(y)
         self._rows, self._width = fresh, width
         if changed:  # one region spanning the changed rows: the compositor pays per region, not per row
@@ -62,4 +79,4 @@ class UsersList(ScrollView):
         if hit is not None:
             return hit[1]
         # Scrolled or resized since the last frame: render this row now (pure: nothing is stored).
-        return Strip(users.row(self.frame, index, width).render(self.app.console), width).apply_style(self.rich_style)
+        return _strip(users.row_pieces(self.frame, index, width), width, self.rich_style)
