@@ -1145,10 +1145,8 @@ def _validate(cfg: EngineConfig) -> None:
         raise InputError(f"--users must be a whole number >= 0, got {cfg.users}")
     if not (cfg.rate >= 0 and math.isfinite(cfg.rate)):
         raise InputError(f"--rate must be a finite number >= 0, got {cfg.rate}")
-    if cfg.users == 0 and cfg.rate == 0:
-        raise InputError("no workload: give --users N (closed loop) or --rate R (open loop, requests/s)")
-    if cfg.users > 0 and cfg.rate > 0:
-        raise InputError("--users (closed loop) and --rate (open loop) contradict each other: give one")
+    # users = rate = 0 is an idle engine (a UI may add users later), and users with a rate run both
+    # arrival streams together; `tokensim run` refuses both forms as contradictory or empty.
     if cfg.requests is not None and (int(cfg.requests) != cfg.requests or cfg.requests < 1):
         raise InputError(f"--requests must be a whole number >= 1, got {cfg.requests}")
     if cfg.duration is not None and not (cfg.duration > 0 and math.isfinite(cfg.duration)):

@@ -304,8 +304,6 @@ def test_latency_and_history_memory_is_bounded() -> None:
 
 
 @pytest.mark.parametrize("kw,words", [
-    (dict(users=4, rate=1.0), "contradict"),
-    (dict(users=0, rate=0.0), "no workload"),
     (dict(prompt="300000"), "context"),
     (dict(prompt="200000", output="100000"), "context"),
     (dict(prompt="100", output="500", kv_pool_blocks=10), "KV"),
@@ -319,6 +317,16 @@ def test_bad_input_is_one_line(kw: dict[str, object], words: str) -> None:
     with pytest.raises(InputError) as e:
         Engine(cfg(**kw))
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_engine_without_users_idles_and_both_streams_can_mix() -> None:
+    e = Engine(cfg(users=0, rate=0.0, requests=None))
+    e.advance(1.0)
+    assert e.clock >= 1.0 and e.metrics()["requests_accepted"] == 0
+    e.reset(dataclasses.replace(e.config, users=2, rate=5.0))
+    e.advance(4.0)
+    users = set(e.snapshot().requests.user.tolist())
+    assert {0, 1} <= users and -1 in users  # closed-loop users and open-loop arrivals (user -1)
 
 
 def test_unbounded_run_is_refused() -> None:
