@@ -6,7 +6,7 @@ import pytest
 
 from engine.config import EngineConfig
 from tui.cli import build_parser
-from tui.commands.engine_options import config_from_args
+from tui.commands.app_cmd import config_from_args
 from tui.defaults import default_config
 
 
@@ -24,19 +24,26 @@ def test_options_of_tokensim_run() -> None:
     args = parse("--hardware", "h200", "--model", "llama-3.1-8b", "--users", "64", "--prompt", "2000", "--output",
                  "uniform:100,300", "--think", "500", "--think-time", "exp:5", "--scheduler", "chunked",
                  "--max-batch", "128", "--max-batched-tokens", "4096", "--fast-share", "0.1", "--seed", "7",
-                 "--dtype", "fp8", "--tp", "2", "--lang", "zh", "--speed", "0.01", "--paused")
+                 "--dtype", "fp8", "--tp", "2", "--bandwidth-mult", "2", "--lang", "zh", "--speed", "0.01", "--paused")
     cfg = config_from_args(args)
     assert cfg == EngineConfig(hardware="h200", model="llama-3.1-8b", users=64, prompt="2000",
                                output="uniform:100,300", think="500", think_time="exp:5", scheduler="chunked",
                                max_batch=128, max_batched_tokens=4096, fast_share=0.1, seed=7, weight_dtype="fp8",
-                               tp=2)
+                               tp=2, bandwidth_mult=2.0)
     assert args.lang == "zh" and args.speed == 0.01 and args.paused
 
 
 def test_rate_alone_means_an_open_loop() -> None:
     cfg = config_from_args(parse("--rate", "3"))
-    assert cfg.rate == 3 and cfg.users == 0
-    assert config_from_args(parse("--rate", "3", "--users", "5")).users == 5
+    assert cfg.rate == 3 and cfg.users == 0 and cfg.think_time == "0" and cfg.requests is None
+
+
+def test_help_shows_the_apps_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--help")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default uniform:100,400)" in out and "(default 6 unless --rate)" in out
+    assert "(default exp:2)" in out
 
 
 @pytest.mark.parametrize("bad", [["--lang", "fr"], ["--speed", "0"], ["--users", "-1"], ["--scheduler", "fifo"]])
