@@ -131,6 +131,7 @@ class TokensimApp(App[None]):
         self._behind = False
         self.frame: Frame = self._build_frame()
         self._panels: list[FramePanel | UsersList | Narration] = []  # everything that shows a frame
+        self._floor_screen: Screen[Any] | None = None
 
     # ---- layout ------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -152,8 +153,12 @@ class TokensimApp(App[None]):
         yield Static("", id="enlarge")
 
     def on_mount(self) -> None:
-        self._panels = [*self.query(FramePanel), self.query_one(UsersList), self.query_one(Narration)]
-        self.query_one(Narration).display = bool(self.narration)
+        # The floor lives on the default screen: keep handles, since self.query() searches whichever
+        # screen is on top (the help or a picker) and would miss them.
+        floor = self.screen_stack[0]
+        self._floor_screen = floor
+        self._panels = [*floor.query(FramePanel), floor.query_one(UsersList), floor.query_one(Narration)]
+        floor.query_one(Narration).display = bool(self.narration)
         if self.highlight:
             self._set_highlight(None, self.highlight)
         self._fit_to(self.size.width, self.size.height)
@@ -165,8 +170,10 @@ class TokensimApp(App[None]):
 
     def _fit_to(self, width: int, height: int) -> None:
         """Pick the layout for a terminal size: full, compact, or the 'please enlarge' note."""
-        floor = self.query_one("#floor")
-        note = self.query_one("#enlarge", Static)
+        if self._floor_screen is None:
+            return
+        floor = self._floor_screen.query_one("#floor")
+        note = self._floor_screen.query_one("#enlarge", Static)
         small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
         floor.display = not small
         note.display = small
@@ -403,7 +410,7 @@ class TokensimApp(App[None]):
     # ---- scene hooks -------------------------------------------------------------------------
     def watch_narration(self, value: tuple[str, ...] | None) -> None:
         if self._panels:
-            self.query_one(Narration).display = bool(value)
+            self._floor_screen.query_one(Narration).display = bool(value)
             self._publish()
 
     def watch_highlight(self, old: str | None, new: str | None) -> None:
@@ -414,7 +421,7 @@ class TokensimApp(App[None]):
     def _set_highlight(self, old: str | None, new: str | None) -> None:
         for wid, on in ((old, False), (new, True)):
             if wid:
-                for w in self.query(f"#{wid}"):
+                for w in self._floor_screen.query(f"#{wid}"):
                     w.set_class(on, "-highlight")
 
     # ---- command palette -----------------------------------------------------------------------

@@ -241,3 +241,19 @@ async def test_scene_hooks_narration_and_highlight() -> None:
         app.narration = None
         await pilot.pause()
         assert not app.query_one("#narration").display
+
+
+async def test_resize_and_scene_hooks_while_a_modal_is_open() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await pilot.resize_terminal(60, 20)
+        app.narration = ("over the help",)
+        app.highlight = "metrics"
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause()
+        assert app.query_one("#floor").display and app.query_one("#narration").display
+        assert app.query_one("#metrics").has_class("-highlight")
+        assert app.is_running
