@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from engine.snapshot import Phase
 from engine.step import StepOptions
 from tests.tui.snapdata import make_snapshot
-from tui.frame import build_frame, user_rows
+from tui.frame import Frame, build_frame, user_rows
 from tui.i18n import EN, ZH, default_lang, t
 from tui.render import header, kvqueue, l2, metrics, roofline, sm_grid, traffic, users, warehouse
 from tui.render.answers import answer_tail, corpus
@@ -211,3 +211,35 @@ def test_answers_are_deterministic_and_fit() -> None:
         assert answer_tail(lang, 42, 121, 10_000).startswith(answer_tail(lang, 42, 120, 10_000))
     assert answer_tail("en", 1, 3, 100).count(" ") == 2  # three words
     assert cell_len(answer_tail("zh", 1, 3, 100)) == 6  # three characters
+
+
+def _engine_frame(**cfg: object) -> Frame:
+    from engine.config import EngineConfig
+    from engine.serving import Engine
+
+    eng = Engine(EngineConfig(**cfg))  # type: ignore[arg-type]
+    res = None
+    for _ in range(8):
+        res = eng.step()
+    return build_frame(eng.snapshot(), step=res.cost if res else None, progress=0.5, clock_s=eng.clock,
+                       rate=float(cfg.get("rate", 0.0)))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("model", ["generic-14b", "deepseek-v3", "gpt-oss-120b", "llama-3.1-405b", "qwen3-235b-a22b",
+                                   "mixtral-8x7b"])
+def test_real_engine_frames_render_for_big_and_moe_models(model: str) -> None:
+    frame = _engine_frame(hardware="b200", model=model, tp=8, users=5, prompt="300", output="50")
+    for render in RENDERERS:
+        assert all(cell_len(r.plain) == 70 for r in render(frame, 70, 6))
+    assert cell_len(header.render(frame, 120).plain) == 120
+    assert "×8" in header.render(frame, 120).plain
+
+
+def test_open_loop_and_idle_frames_render() -> None:
+    frame = _engine_frame(users=0, rate=5.0, prompt="200", output="20")
+    assert frame.snapshot.users == 0
+    assert "req/s" in header.render(frame, 120).plain
+    for y in range(frame.row_count):
+        assert cell_len(users.row(frame, y, 100).plain) == 100
+    idle = build_frame(frame.snapshot, step=None)
+    assert "idle" in traffic.layer_bar(idle, 60).plain or "no step" in traffic.layer_bar(idle, 60).plain
