@@ -22,6 +22,10 @@ class Runtime:
     layer_overhead_s: float
     # "paged": kernels read the KV cache once per step. "eager": transformers-style growing tensors (see step.py).
     attention: str = "paged"
+    # Fraction of FP4 peak that FP4 GEMMs sustain (None: flops_eff), and the rate of routed-expert (grouped)
+    # GEMMs relative to dense GEMMs. Only a table with FP4 and MoE rows can measure them (trtllm).
+    fp4_flops_eff: float | None = None
+    expert_flops_factor: float = 1.0
 
 
 @cache
@@ -31,7 +35,9 @@ def runtimes() -> dict[str, Runtime]:
     return {name: Runtime(name=name, description=str(d.get("description", "")), bw_eff=float(d["bw_eff"]),
                           flops_eff=float(d["flops_eff"]), step_overhead_s=float(d["step_overhead_s"]),
                           layer_overhead_s=float(d["layer_overhead_s"]),
-                          attention=str(d.get("attention", "paged")))
+                          attention=str(d.get("attention", "paged")),
+                          fp4_flops_eff=float(d["fp4_flops_eff"]) if "fp4_flops_eff" in d else None,
+                          expert_flops_factor=float(d.get("expert_flops_factor", 1.0)))
             for name, d in data.items()}
 
 

@@ -67,10 +67,14 @@ class Hardware:
     def l2_bytes(self) -> float:
         return self.l2_mb * 1e6
 
+    def rate_dtype(self, dtype: str) -> str:
+        """The tensor-core rate a weight dtype computes at on this part: bf16, fp8 or fp4 (bf16 if it lacks it)."""
+        d = _COMPUTE_DTYPE.get(dtype, "bf16")
+        return d if self.tflops.get(d) else "bf16"
+
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s for a compute dtype, falling back to bf16 where the part lacks it."""
-        d = _COMPUTE_DTYPE.get(dtype, "bf16")
-        return 1e12 * (self.tflops.get(d) or self.tflops["bf16"])
+        return 1e12 * self.tflops[self.rate_dtype(dtype)]
 
     def ridge(self, dtype: str = "bf16") -> float:
         """FLOPs the part can do per byte it reads: above this intensity a kernel is compute-bound."""

@@ -152,7 +152,13 @@ class StepModel:
         compute_dtype = self.edtype if m.is_moe else self.wdtype
         peak = hw.peak_flops(compute_dtype) * o.compute_mult
         bw = hw.bandwidth * o.bandwidth_mult
-        eff_bw, eff_fl = (1.0, 1.0) if o.ideal else (self.runtime.bw_eff, self.runtime.flops_eff)
+        rt = self.runtime
+        eff_bw, eff_fl = (1.0, 1.0) if o.ideal else (rt.bw_eff, rt.flops_eff)
+
+        def gemm_peak(dtype: str) -> float:
+            """Sustained GEMM FLOP/s at a weight dtype's tensor-core rate (FP4 GEMMs have their own efficiency)."""
+            fp4 = hw.rate_dtype(dtype) == "fp4" and rt.fp4_flops_eff is not None and not o.ideal
+            return hw.peak_flops(dtype) * o.compute_mult * (rt.fp4_flops_eff if fp4 else eff_fl)
         self._c = {
             "w_always": always * wb / tp,
             "w_row": m.hidden * hb / tp,  # one embedding row per token
@@ -163,17 +169,21 @@ class StepModel:
             "kv_win": kvl * m.sliding_layers / kv_shards,
             "act": m.layers * (_ACT_HIDDEN_PASSES * m.hidden + _ACT_FFN_PASSES * ffn_active) * _ACT_BYTES / tp,
             "fl_matmul": 2.0 * c["matmul_active"] / tp,
+            "fl_expert": 2.0 * m.moe_layers * m.experts_per_token * c["expert"] / tp,  # routed experts, per token
             "fl_attn_full": 2.0 * m.full_attn_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
             "fl_attn_win": 2.0 * m.sliding_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
             "fl_lm": 2.0 * c["lm_head_matrix"] / tp,
-            "bw": bw * eff_bw, "peak": peak * eff_fl, "ridge": peak / bw,
+            "bw": bw * eff_bw, "ridge": peak / bw,
+            # Dense matmuls at the weights' rate; routed experts at theirs, as grouped GEMMs (expert_flops_factor).
+            "peak": gemm_peak(self.wdtype),
+            "peak_expert": gemm_peak(self.edtype) * (1.0 if o.ideal else rt.expert_flops_factor),
             # Attention runs in the KV cache's precision (bf16, or fp8 with an fp8 cache), not the weights' fp8/fp4.
             "peak_attn": hw.peak_flops("fp8" if o.kv_dtype == "fp8" else "bf16") * o.compute_mult * eff_fl,
             # Eager transformers (runtime attention = "eager") concatenates the cache into new tensors every
             # step (read + write) and copies each KV head to its heads/kv_heads query heads before attention
             # (read 1, write G, attention reads G): 3 + 2G passes over the cache instead of one.
-            "kv_passes": 3 + 2 * m.heads / m.kv_heads if self.runtime.attention == "eager" and not o.ideal else 1.0,
-            "overhead": 0.0 if o.ideal else self.runtime.step_overhead_s + m.layers * self.runtime.layer_overhead_s,
+            "kv_passes": 3 + 2 * m.heads / m.kv_heads if rt.attention == "eager" and not o.ideal else 1.0,
+            "overhead": 0.0 if o.ideal else rt.step_overhead_s + m.layers * rt.layer_overhead_s,
             "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
             "ar_lat": 0.0 if o.ideal else _ALLREDUCE_LATENCY_S,
         }
@@ -279,7 +289,8 @@ class StepModel:
         fl_lm = logits * c["fl_lm"]
         byts = weights + kv_read + kv_write + act
         t_mem = byts / c["bw"]
-        t_cmp = (fl_mm + fl_lm) / c["peak"] + fl_attn / c["peak_attn"]
+        fl_exp = T * c["fl_expert"]
+        t_cmp = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp / c["peak_expert"] + fl_attn / c["peak_attn"]
         tp = self.opts.tp
         t_comm = 0.0
         if tp > 1 and T > 0:
