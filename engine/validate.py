@@ -1,0 +1,384 @@
+"""Fidelity: replay the shipped measured speed tables through the step model, predicted beside measured.
+
+Two public tables ship in presets/measured (every source column kept):
+
+- ``qwen25``: Qwen's own speed benchmark of Qwen2.5 on one A100 80GB (or a few). Batch 1, 2,048 tokens
+  generated after a prompt of ``input_len`` tokens; speed = 2048 / wall time of the whole request, prefill
+  included. Two frameworks: vLLM 0.6 (profile ``vllm``) and Hugging Face transformers (profile ``hf-eager``).
+- ``trtllm``: NVIDIA's TensorRT-LLM perf overview. Offline max-throughput runs of isl/osl-token requests;
+  speed = output tokens per second per GPU (profile ``trtllm``).
+
+Each row becomes a condition of the step model (hardware, model, tp or ep, dtypes, lengths) and is priced
+with the table's own speed definition. A row the step model cannot represent is listed with the reason,
+never dropped. Rows are split train/test by a stable hash of their key: the runtime constants in
+presets/runtimes.toml were fitted on the train rows only (engine/fit.py); the test rows measure how well
+the fit generalises.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from engine.calibration import Runtime
+from engine.errors import InputError, suggest
+from engine.specs import load_hardware, load_model
+from engine.step import StepModel, StepOptions
+
+TABLE_FILES: dict[str, str] = {
+    "qwen25": "measured_qwen25_speed_a100.csv",
+    "trtllm": "measured_trtllm_perf_overview_pergpu.csv",
+}
+TABLE_TITLES: dict[str, str] = {
+    "qwen25": "Qwen2.5 speed benchmark, A100 80GB, batch 1 (tok/s = 2048 / request time)",
+    "trtllm": "TensorRT-LLM perf overview, offline max throughput (output tok/s per GPU)",
+}
+
+# ---- Qwen2.5 table: how its columns map onto the step model ---------------------------------------------
+_QWEN_MODELS = {f"Qwen2.5-{s}-Instruct": f"qwen2.5-{s.lower()}" for s in ("0.5B", "1.5B", "3B", "7B", "14B", "32B",
+                                                                             "72B")}
+_QWEN_RUNTIME = {"vllm": "vllm", "transformers": "hf-eager"}
+# GPTQ and AWQ checkpoints are group-quantised (group 128, one fp16 scale each) and keep the embedding and the
+# LM head in 16 bits; only the transformer blocks' linear layers are quantised.
+_QWEN_QUANT: dict[str, tuple[str | None, str | None]] = {
+    "BF16": (None, None), "GPTQ-Int8": ("int8-g128", "bf16"), "GPTQ-Int4": ("int4-g128", "bf16"),
+    "AWQ": ("int4-g128", "bf16"),
+}
+
+# ---- TensorRT-LLM table ----------------------------------------------------------------------------------
+_TRT_MODELS = {
+    "DeepSeek-R1-0528": "deepseek-v3",  # R1-0528 is a post-trained DeepSeek-V3: the same architecture
+    "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b", "Llama 3.3 70B": "llama-3.3-70b",
+    "Llama 4 Maverick": "llama-4-maverick", "Qwen3-235B-A22B": "qwen3-235b-a22b", "Qwen3-30B-A3B": "qwen3-30b-a3b",
+}
+_TRT_GPUS = {"B200": "b200", "GB200": "gb200", "H200": "h200", "H100": "h100-sxm"}  # perf-overview: H100 SXM 80GB
+# Offline max throughput (trtllm-bench throughput): every request is queued at once and the batch is what the
+# KV pool holds at isl+osl tokens a request (TensorRT-LLM reserves a request's whole length up front).
+# trtllm-bench's own tuning (tensorrt_llm/bench/build/tuning.py, finetune_setting) caps the batch at 4096
+# requests and sizes max_num_tokens to batch * (1 + isl/osl), capped at 32768: one step can hold every decode
+# plus the prompts of the requests that replace the finished ones.
+TRT_MAX_BATCH = 4096
+TRT_MAX_TOKENS = 32768
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One measured row mapped onto step-model conditions, with the table's own speed definition."""
+
+    table: str
+    key: str
+    row: dict[str, str]
+    measured: float
+    hardware: str
+    model: str
+    runtime: str
+    opts: StepOptions
+    isl: int
+    osl: int
+    gpus: int
+    expert_dtype: str | None = None  # per-row override of the model's expert dtype (e.g. NVFP4 experts only)
+    pipeline: bool = False  # layers split over GPUs that run one after another (HF device_map="auto")
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def split(self) -> str:
+        """'train' or 'test', from a stable hash of the row key (about half each)."""
+        return "train" if hashlib.sha256(self.key.encode()).digest()[0] % 2 == 0 else "test"
+
+
+@cache
+def load_table(name: str) -> tuple[dict[str, str], ...]:
+    """The rows of a shipped measured table, every source column kept, as strings."""
+    if name not in TABLE_FILES:
+        raise InputError(f"unknown table '{name}'{suggest(name, list(TABLE_FILES))}")
+    text = resources.files("engine").joinpath("presets", "measured", TABLE_FILES[name]).read_text(encoding="utf-8")
+    return tuple(csv.DictReader(io.StringIO(text)))
+
+
+def _qwen_case(r: dict[str, str]) -> Case | str:
+    """Map one Qwen2.5 row to a Case, or return why it cannot be represented."""
+    model = _QWEN_MODELS.get(r["model"])
+    runtime = _QWEN_RUNTIME.get(r["framework"])
+    quant = _QWEN_QUANT.get(r["quant"])
+    if model is None or runtime is None or quant is None:
+        return f"no preset for model/framework/quantisation {r['model']} / {r['framework']} / {r['quant']}"
+    if r["hardware"] != "NVIDIA A100 80GB" or r["batch"] != "1":
+        return "only the A100 80GB batch-1 rows are in the published table"
+    gpus = int(r["gpus"])
+    wd, hd = quant
+    notes = []
+    pipeline = runtime == "hf-eager" and gpus > 1
+    if pipeline:
+        # transformers spreads the layers over the GPUs (device_map="auto"); they run one after another, so a
+        # batch-1 step costs what one GPU reading every layer costs.
+        tp = 1
+        notes.append(f"layers split over {gpus} GPUs that run in turn (device_map=auto): priced as one GPU")
+    else:
+        tp = gpus
+        m = load_model(model)
+        if m.heads % tp or m.kv_heads % tp and tp % m.kv_heads:
+            return f"{gpus} GPUs do not divide {m.heads} attention heads for tensor parallel"
+    if int(r["input_len"]) + int(r["output_len"]) > load_model(model).max_context:
+        notes.append("context beyond 32K: the table ran YaRN rope scaling (same arithmetic)")
+    key = "|".join(r[k] for k in ("model", "framework", "input_len", "quant", "gpus", "note"))
+    opts = StepOptions(tp=tp, weight_dtype=wd, head_dtype=hd, kv_dtype="bf16", runtime=runtime)
+    return Case("qwen25", key, dict(r), float(r["speed_tok_s"]), "a100-80g", model, runtime, opts,
+                int(r["input_len"]), int(r["output_len"]), gpus, pipeline=pipeline, notes=tuple(notes))
+
+
+def _trt_case(r: dict[str, str]) -> Case | str:
+    """Map one TensorRT-LLM row to a Case, or return why it cannot be represented."""
+    model = _TRT_MODELS.get(r["model"])
+    hw = _TRT_GPUS.get(r["gpu"])
+    if model is None or hw is None:
+        return f"no preset for {r['model']} on {r['gpu']}"
+    par, n = r["parallel"], int(r["num_gpus"])
+    if par.startswith("TP"):
+        tp, ep = int(par[2:]), 1
+    elif par.startswith("DEP"):
+        tp, ep = 1, int(par[3:])
+    else:
+        return f"parallel layout {par} is not modelled"
+    if tp * ep != n:
+        return f"parallel layout {par} does not match {n} GPUs"
+    m = load_model(model)
+    blackwell = r["gpu"] in ("B200", "GB200")
+    prec = r["precision"]
+    notes: list[str] = []
+    expert_dtype = None
+    if model.startswith("gpt-oss"):
+        # The original openai/gpt-oss checkpoint (MXFP4 experts, bf16 elsewhere) on both; the perf overview
+        # runs fp8 KV on Blackwell and 'auto' (bf16) KV on Hopper.
+        wd, hd, kv = None, None, "fp8" if blackwell else "bf16"
+        notes.append("openai checkpoint: MXFP4 experts, bf16 attention")
+    elif prec == "FP4":
+        # ModelOpt NVFP4 checkpoints; FP8 KV for FP4 Blackwell runs (table note). DeepSeek-R1-0528-NVFP4
+        # quantises only the routed experts; attention and dense layers keep the original fp8.
+        if model == "deepseek-v3":
+            wd, expert_dtype = None, "nvfp4"
+        else:
+            wd = "nvfp4"
+        hd, kv = "bf16", "fp8"
+    elif prec == "FP8":
+        wd, hd = "fp8", "bf16"
+        kv = "fp8" if model == "deepseek-v3" else "bf16"  # DeepSeek's llm_options set an fp8 KV cache
+    else:
+        return f"precision {prec} is not modelled"
+    if not blackwell and prec == "FP4":
+        return "FP4 on a GPU without FP4 tensor cores"
+    if ep > 1 and not m.is_moe:
+        return f"{par} needs a mixture-of-experts model"
+    if tp > 1 and m.heads % tp:
+        return f"TP{tp} does not divide {m.heads} attention heads"
+    key = "|".join(r[k] for k in ("model", "gpu", "parallel", "precision", "isl", "osl"))
+    opts = StepOptions(tp=tp, ep=ep, weight_dtype=wd, head_dtype=hd, kv_dtype=kv, runtime="trtllm")
+    return Case("trtllm", key, dict(r), float(r["output_tok_s_per_gpu"]), hw, model, "trtllm", opts,
+                int(r["isl"]), int(r["osl"]), n, expert_dtype=expert_dtype, notes=tuple(notes))
+
+
+@cache
+def cases(name: str) -> tuple[tuple[Case, ...], tuple[dict[str, Any], ...]]:
+    """(represented cases, unrepresented rows each with a 'reason') of one table; counts add up to the CSV."""
+    mapper = _qwen_case if name == "qwen25" else _trt_case
+    done: list[Case] = []
+    skipped: list[dict[str, Any]] = []
+    for r in load_table(name):
+        c = mapper(r)
+        if isinstance(c, str):
+            skipped.append({**r, "reason": c})
+        else:
+            done.append(c)
+    keys = [c.key for c in done]
+    if len(set(keys)) != len(keys):
+        raise InputError(f"table {name}: row keys are not unique")
+    return tuple(done), tuple(skipped)
+
+
+def step_model(case: Case, runtime: Runtime | str | None = None) -> StepModel:
+    """The step model a case runs on; `runtime` overrides the case's own profile (a name or the constants)."""
+    m = load_model(case.model)
+    if case.expert_dtype:
+        m = replace(m, expert_dtype=case.expert_dtype)
+    opts = case.opts if runtime is None else replace(case.opts, runtime=runtime)
+    return StepModel(load_hardware(case.hardware), m, opts)
+
+
+# ---- predictions ------------------------------------------------------------------------------------------
+
+def decode_run_time(sm: StepModel, batch: int, ctx0: int, steps: int) -> float:
+    """Total time of `steps` decode steps of `batch` sequences whose context grows from ctx0 by one a step.
+
+    A step's bytes and FLOPs are affine in the context (piecewise, split at a sliding window's edge), so two
+    priced steps per piece give every step's memory and compute time; the sum of max(memory, compute) plus
+    the fixed terms is then taken over all steps at once, without pricing each step in Python.
+    """
+    if steps <= 0:
+        return 0.0
+    ctx = np.arange(ctx0, ctx0 + steps, dtype=np.float64)
+    w = sm.model.sliding_window
+    edges = [float(ctx0), float(ctx0 + steps - 1)]
+    if sm.model.sliding_layers and edges[0] < w < edges[1]:
+        edges.insert(1, float(w))
+    total = 0.0
+    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        sel = ctx[(ctx >= a) & ((ctx < b) if i < len(edges) - 2 else (ctx <= b))]
+        if not sel.size:
+            continue
+        ma, ca, fixed = _decode_step(sm, batch, a)
+        mb, cb, _ = _decode_step(sm, batch, b)
+        u = (sel - a) / (b - a) if b > a else np.zeros_like(sel)
+        total += float(np.maximum(ma + u * (mb - ma), ca + u * (cb - ca)).sum()) + sel.size * fixed
+    return total
+
+
+def _decode_step(sm: StepModel, batch: int, ctx: float) -> tuple[float, float, float]:
+    """(t_memory, t_compute, fixed time) of one decode step at context `ctx` (may be fractional)."""
+    w = sm.model.sliding_window
+    cw = min(ctx, w) if sm.model.sliding_layers else 0.0
+    c = sm.cost_agg(batch, batch, batch * ctx, batch * cw, batch * (ctx + 0.5), batch * (cw + 0.5), batch)
+    return c.t_memory_s, c.t_compute_s, c.t_comm_s + c.t_overhead_s
+
+
+def qwen_request_time(sm: StepModel, isl: int, osl: int) -> float:
+    """Wall time of one batch-1 request: prefill of `isl` tokens (which yields the first token), then osl-1 decodes."""
+    pre = sm.prefill(isl).time_s
+    return pre + decode_run_time(sm, 1, isl + 1, osl - 1)
+
+
+def trt_batch(sm: StepModel, isl: int, osl: int) -> int:
+    """Sequences per GPU (per attention-DP rank) at offline max throughput: KV pool, max batch, token budget."""
+    per_seq = sm.kv_bytes_for(np.array([isl + osl]))
+    kv_bound = int(sm.kv_capacity_bytes // per_seq) if per_seq > 0 else TRT_MAX_BATCH
+    token_bound = int(TRT_MAX_TOKENS * osl // (isl + osl))  # a step holds the decodes and the new prompts
+    return max(1, min(kv_bound, TRT_MAX_BATCH, token_bound))
+
+
+def trt_steady_step(sm: StepModel, batch: int, isl: int, osl: int) -> float:
+    """Time of the average steady-state step: `batch` decodes plus the prompts of the requests that replace them.
+
+    Each step finishes batch/osl requests on average and as many new ones start, so a step carries
+    batch*isl/osl prompt tokens beside the decodes (trtllm-bench sizes max_num_tokens to hold exactly that),
+    whose contexts are spread evenly over isl..isl+osl (mean isl + osl/2). Prompt tokens attend over their
+    own causal prefix: a whole prompt is isl^2/2 query-key pairs.
+    """
+    m = sm.model
+    w = m.sliding_window
+    ctx = isl + osl / 2
+    cw = min(ctx, w) if m.sliding_layers else 0.0
+    starts = batch / osl  # requests admitted (and finished) per step
+    pre_tokens = starts * isl
+    pre_full = starts * isl * isl / 2
+    pre_win = starts * (isl * min(isl, w) - min(isl, w) ** 2 / 2) if m.sliding_layers else 0.0
+    c = sm.cost_agg(int(round(batch + pre_tokens)), batch, batch * ctx, batch * cw,
+                    batch * (ctx + 0.5) + pre_full, batch * (cw + 0.5) + pre_win, batch)
+    return c.time_s
+
+
+def predict(case: Case, runtime: Runtime | str | None = None) -> float:
+    """The case's speed in the table's own definition, predicted by the step model."""
+    sm = step_model(case, runtime)
+    if case.table == "qwen25":
+        return case.osl / qwen_request_time(sm, case.isl, case.osl)
+    b = trt_batch(sm, case.isl, case.osl)
+    t = trt_steady_step(sm, b, case.isl, case.osl)
+    # Every GPU of a TP group works on the same batch; a DEP rank has its own batch of b.
+    return b / t / (case.opts.tp if case.opts.ep == 1 else 1)
+
+
+def err_pct(predicted: float, measured: float) -> float:
+    """Signed percent error of a prediction against the measurement."""
+    return 100.0 * (predicted - measured) / measured
+
+
+# ---- the report ---------------------------------------------------------------------------------------------
+
+def _stats(errs: list[float]) -> dict[str, float | None]:
+    """Median and max of |err %| (None when there are no rows)."""
+    if not errs:
+        return {"median_abs_err_pct": None, "max_abs_err_pct": None}
+    a = np.abs(np.array(errs))
+    return {"median_abs_err_pct": float(np.median(a)), "max_abs_err_pct": float(a.max())}
+
+
+def case_row(case: Case, runtime: str | None = None) -> dict[str, Any]:
+    """One report row: the source columns, the step-model conditions, measured, predicted, err_pct, split."""
+    sm = step_model(case, runtime)
+    pred = predict(case, runtime)
+    sim: dict[str, Any] = {
+        "hardware": case.hardware, "model": case.model, "runtime": sm.runtime.name, "tp": case.opts.tp,
+        "ep": case.opts.ep, "weight_dtype": sm.wdtype, "expert_dtype": sm.edtype if sm.model.is_moe else None,
+        "head_dtype": case.opts.head_dtype or sm.wdtype, "kv_dtype": case.opts.kv_dtype,
+        "isl": case.isl, "osl": case.osl,
+    }
+    if case.table == "trtllm":
+        sim["batch_per_gpu"] = trt_batch(sm, case.isl, case.osl)
+    else:
+        sim["request_time_s"] = case.osl / pred
+        sim["measured_request_time_s"] = case.osl / case.measured
+    return {**case.row, "sim": sim, "sim_notes": list(case.notes), "measured": case.measured, "predicted": pred,
+            "err_pct": err_pct(pred, case.measured), "split": case.split}
+
+
+def table_report(name: str, runtime: str | None = None) -> dict[str, Any]:
+    """Predicted against measured for every row of one table, its error statistics and the held-out split."""
+    represented, skipped = cases(name)
+    rows = [case_row(c, runtime) for c in represented]
+    out: dict[str, Any] = {"name": name, "rows": rows}
+    out.update(_stats([r["err_pct"] for r in rows]))
+    out["heldout"] = _stats([r["err_pct"] for r in rows if r["split"] == "test"])
+    out["unrepresented"] = [dict(r) for r in skipped]
+    return out
+
+
+def report(tables: list[str] | None = None, runtime: str | None = None) -> dict[str, Any]:
+    """The whole validation: {"tables": [table_report, ...]} for the named tables (all by default)."""
+    names = tables or list(TABLE_FILES)
+    for n in names:
+        if n not in TABLE_FILES:
+            raise InputError(f"unknown table '{n}'{suggest(n, list(TABLE_FILES))}")
+    return {"tables": [table_report(n, runtime) for n in names]}
+
+
+def subset_stats(rows: list[dict[str, Any]], **match: str) -> dict[str, float | None]:
+    """Error statistics of the rows whose source columns equal `match` (e.g. framework='vllm', quant='BF16')."""
+    return _stats([r["err_pct"] for r in rows if all(r.get(k) == v for k, v in match.items())])
+
+
+# ---- claim C24 ------------------------------------------------------------------------------------------------
+
+C24_SMALL = ("Qwen2.5-0.5B-Instruct", "Qwen2.5-1.5B-Instruct", "Qwen2.5-3B-Instruct", "Qwen2.5-7B-Instruct")
+
+
+def claim_c24() -> dict[str, Any]:
+    """C24: on A100, a small model writes 2,048 tokens in under a minute and the 72B in close to two minutes.
+
+    The published figures are Qwen's own vLLM BF16 rows with a 1-token prompt (the 72B on the fewest GPUs, 2);
+    the simulated figures are the step model's predicted request times for the same rows.
+    """
+    from engine.claims import row
+
+    by: dict[str, Case] = {}
+    for c in cases("qwen25")[0]:
+        r = c.row
+        if r["framework"] == "vllm" and r["quant"] == "BF16" and r["input_len"] == "1":
+            if r["model"] not in by or c.gpus < by[r["model"]].gpus:
+                by[r["model"]] = c
+    small = [by[m] for m in C24_SMALL]
+    big = by["Qwen2.5-72B-Instruct"]
+    sim_small = max(c.osl / predict(c) for c in small)
+    art_small = max(c.osl / c.measured for c in small)
+    sim_big, art_big = big.osl / predict(big), big.osl / big.measured
+    # "Close to two minutes": within 90-150 s, and the prediction within 35 % of the published time.
+    agrees = sim_small < 60 and 90 <= sim_big <= 150 and abs(sim_big / art_big - 1) <= 0.35
+    return row("C24", art_big, sim_big, "s", agrees,
+               note=f"vLLM BF16, 1-token prompt, 2,048 tokens; 72B on {big.gpus} A100s (tp {big.gpus}); "
+                    f"small = 0.5B-7B on one A100, slowest shown",
+               article_text=f"small <= {art_small:.0f} s, 72B {art_big:.0f} s",
+               simulated_text=f"small <= {sim_small:.0f} s, 72B {sim_big:.0f} s")
