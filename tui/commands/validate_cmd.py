@@ -1,0 +1,107 @@
+"""`tokensim validate`: every row of the shipped measured speed tables, predicted beside measured."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from engine.calibration import load_runtime
+from engine.validate import TABLE_FILES, TABLE_TITLES, report, subset_stats
+from tui.commands.options import console, print_json
+
+# The issue's fidelity targets (median / max absolute percent error), shown beside the figures.
+TARGETS = {"qwen25 vllm BF16 median": 8.0, "qwen25 median": 15.0, "trtllm median": 20.0, "row max": 35.0}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--table", default=None, metavar="NAME",
+                   help=f"one table only: {', '.join(TABLE_FILES)} (default: all)")
+    p.add_argument("--runtime-override", default=None, metavar="NAME",
+                   help="price every row with this runtime profile instead of the row's own framework's")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.runtime_override is not None:
+        load_runtime(args.runtime_override)  # an unknown name is an InputError (one line, exit 2)
+    out = report([args.table] if args.table else None, args.runtime_override)
+    if args.json:
+        print_json(out)
+        return 0
+    for t in out["tables"]:
+        _print_table(t, args.runtime_override)
+    return 0
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} %"
+
+
+def _err_style(e: float) -> str:
+    a = abs(e)
+    return "green" if a <= 15 else ("yellow" if a <= 35 else "red")
+
+
+def _print_table(t: dict[str, Any], override: str | None) -> None:
+    """One measured table: its rows, the error statistics, the held-out split, the unrepresented rows."""
+    con = console()
+    qwen = t["name"] == "qwen25"
+    title = TABLE_TITLES[t["name"]] + (f" · every row priced as {override}" if override else "")
+    tab = Table(title=title, header_style="bold", show_edge=False)
+    cols = (["model", "framework", "quant", "GPUs", "input"] if qwen
+            else ["model", "GPU", "parallel", "prec.", "isl/osl", "batch/GPU"])
+    for c in cols:
+        tab.add_column(c, no_wrap=True)
+    for c in ("measured", "predicted", "err", "split"):
+        tab.add_column(c, justify="right", no_wrap=True)
+    tab.add_column("step model (profile, parallel, dtypes, notes)", style="dim")
+    for r in t["rows"]:
+        sim = r["sim"]
+        if qwen:
+            lead = [r["model"].replace("-Instruct", ""), r["framework"], r["quant"], r["gpus"], r["input_len"]]
+        else:
+            lead = [r["model"], r["gpu"], r["parallel"], r["precision"], f"{r['isl']}/{r['osl']}",
+                    str(sim["batch_per_gpu"])]
+        cond = f"{sim['runtime']} {'ep' if sim['ep'] > 1 else 'tp'}{max(sim['ep'], sim['tp'])}"
+        cond += f" w {sim['weight_dtype']}" + (f"/{sim['expert_dtype']}" if sim["expert_dtype"] else "")
+        cond += f" kv {sim['kv_dtype']}"
+        if r["sim_notes"]:
+            cond += " · " + "; ".join(r["sim_notes"])
+        e = r["err_pct"]
+        tab.add_row(*lead, f"{r['measured']:,.2f}", f"{r['predicted']:,.2f}", f"[{_err_style(e)}]{e:+.1f} %[/]",
+                    r["split"], cond)
+    con.print(tab)
+    s = Table(title=f"{t['name']}: |predicted - measured| / measured", header_style="bold", show_edge=False)
+    for c in ("rows", "n", "median |err|", "max |err|", "issue target (median)"):
+        s.add_column(c, justify="right" if c != "rows" else "left")
+    test = [r for r in t["rows"] if r["split"] == "test"]
+    lines: list[tuple[str, int, dict[str, float | None], str]] = [
+        ("all represented", len(t["rows"]), {"median_abs_err_pct": t["median_abs_err_pct"],
+                                             "max_abs_err_pct": t["max_abs_err_pct"]},
+         _pct(TARGETS["qwen25 median" if qwen else "trtllm median"])),
+        ("held-out (test split, never fitted)", len(test), t["heldout"], "-"),
+    ]
+    if qwen:
+        for label, match, target in (("vLLM BF16", {"framework": "vllm", "quant": "BF16"}, "qwen25 vllm BF16 median"),
+                                     ("vLLM", {"framework": "vllm"}, ""),
+                                     ("transformers", {"framework": "transformers"}, "")):
+            n = sum(1 for r in t["rows"] if all(r[k] == v for k, v in match.items()))
+            lines.append((label, n, subset_stats(t["rows"], **match), _pct(TARGETS[target]) if target else "-"))
+    for label, n, st, target in lines:
+        s.add_row(label, str(n), _pct(st["median_abs_err_pct"]), _pct(st["max_abs_err_pct"]), target)
+    con.print(s)
+    over = sum(1 for r in t["rows"] if abs(r["err_pct"]) > TARGETS["row max"])
+    con.print(f"rows worse than {TARGETS['row max']:.0f} % (the issue's per-row target): {over}")
+    if t["unrepresented"]:
+        u = Table(title=f"{t['name']}: rows the step model cannot represent", header_style="bold", show_edge=False)
+        u.add_column("row")
+        u.add_column("reason")
+        for r in t["unrepresented"]:
+            u.add_row(" · ".join(str(r.get(k, "")) for k in ("model", "framework", "gpu", "quant", "precision")
+                                 if r.get(k)), r["reason"])
+        con.print(u)
+    else:
+        con.print(f"every row of {t['name']} is represented (none left out)")
+    con.print()
