@@ -1,0 +1,153 @@
+"""Fidelity (issue 6): the measured tables replayed through the step model, against the issue's targets.
+
+Every figure here is computed from the shipped tables and the step model; no prediction is hard-coded.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import subprocess
+import sys
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from engine.calibration import runtimes
+from engine.specs import load_hardware, load_model
+from engine.step import StepModel, StepOptions
+from engine.validate import (
+    TABLE_FILES,
+    cases,
+    claim_c24,
+    decode_run_time,
+    predict,
+    qwen_request_time,
+    report,
+    step_model,
+    subset_stats,
+)
+
+
+@pytest.fixture(scope="module")
+def rep() -> dict:
+    return {t["name"]: t for t in report()["tables"]}
+
+
+def _csv_rows(name: str) -> list[dict[str, str]]:
+    text = resources.files("engine").joinpath("presets", "measured", TABLE_FILES[name]).read_text("utf-8")
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.mark.parametrize("name", list(TABLE_FILES))
+def test_tables_ship_with_their_source_and_every_row_is_accounted_for(name: str, rep: dict) -> None:
+    rows = _csv_rows(name)
+    assert rows and "source" in rows[0] and all(r["source"] for r in rows)
+    t = rep[name]
+    assert len(t["rows"]) + len(t["unrepresented"]) == len(rows)
+    assert all(r["reason"] for r in t["unrepresented"])
+    # Source columns are kept on every report row.
+    assert set(rows[0]) <= set(t["rows"][0])
+
+
+def test_the_issue_median_targets_hold(rep: dict) -> None:
+    q = rep["qwen25"]["rows"]
+    assert subset_stats(q, framework="vllm", quant="BF16")["median_abs_err_pct"] <= 8.0
+    assert rep["qwen25"]["median_abs_err_pct"] <= 15.0
+    assert rep["trtllm"]["median_abs_err_pct"] <= 20.0
+
+
+def test_held_out_error_is_reported_and_bounded(rep: dict) -> None:
+    for name, bound in (("qwen25", 10.0), ("trtllm", 20.0)):
+        t = rep[name]
+        test_rows = [r for r in t["rows"] if r["split"] == "test"]
+        assert 0.3 < len(test_rows) / len(t["rows"]) < 0.7  # a real split, not a token one
+        assert t["heldout"]["median_abs_err_pct"] <= bound
+        assert t["heldout"]["max_abs_err_pct"] == pytest.approx(max(abs(r["err_pct"]) for r in test_rows))
+
+
+def test_rows_beyond_35_percent_do_not_grow(rep: dict) -> None:
+    """Regression guard on the per-row target the fit does not meet yet (see the xfail below)."""
+    over = {n: sum(abs(r["err_pct"]) > 35 for r in rep[n]["rows"]) for n in rep}
+    assert over["qwen25"] <= 9 and over["trtllm"] <= 17
+    assert rep["qwen25"]["max_abs_err_pct"] < 110 and rep["trtllm"]["max_abs_err_pct"] < 100
+
+
+@pytest.mark.xfail(strict=True, reason="issue 6 target 'no represented row worse than 35 %' is not met: "
+                   "GPTQ-Int8/AWQ kernels in transformers, the 72B GPTQ-Int4 1-GPU vLLM anomaly, Qwen3-30B-A3B")
+def test_no_represented_row_worse_than_35_percent(rep: dict) -> None:
+    assert all(abs(r["err_pct"]) <= 35 for t in rep.values() for r in t["rows"])
+
+
+def test_report_json_shape(rep: dict) -> None:
+    for t in rep.values():
+        assert set(t) == {"name", "rows", "median_abs_err_pct", "max_abs_err_pct", "heldout", "unrepresented"}
+        assert set(t["heldout"]) == {"median_abs_err_pct", "max_abs_err_pct"}
+        for r in t["rows"]:
+            assert {"measured", "predicted", "err_pct", "split"} <= set(r) and r["split"] in ("train", "test")
+            assert r["err_pct"] == pytest.approx(100 * (r["predicted"] - r["measured"]) / r["measured"])
+
+
+def test_runtime_profiles_load_and_are_documented() -> None:
+    rts = runtimes()
+    assert {"vllm", "hf-eager", "trtllm", "sglang"} <= set(rts)
+    for r in rts.values():
+        assert 0 < r.bw_eff <= 1 and 0 < r.flops_eff <= 1 and r.step_overhead_s >= 0 and r.layer_overhead_s >= 0
+    assert rts["hf-eager"].attention == "eager" and rts["trtllm"].fp4_flops_eff is not None
+    v, s = rts["vllm"], rts["sglang"]
+    assert (s.bw_eff, s.flops_eff, s.step_overhead_s, s.layer_overhead_s) == (
+        v.bw_eff, v.flops_eff, v.step_overhead_s, v.layer_overhead_s)
+
+
+def test_runtimes_toml_records_the_errors_the_code_computes(rep: dict) -> None:
+    """The held-out figures written beside each fitted profile are the ones validate prints today."""
+    text = resources.files("engine").joinpath("presets", "runtimes.toml").read_text("utf-8")
+    for prof, table, match in (("vllm", "qwen25", {"framework": "vllm"}),
+                               ("hf-eager", "qwen25", {"framework": "transformers"}), ("trtllm", "trtllm", {})):
+        block = text.split(f"[{prof}]")[1].split("\n[")[0]
+        m = re.search(r"held-out n=(\d+) median (\d+\.\d) max (\d+\.\d)", block)
+        assert m, prof
+        rows = [r for r in rep[table]["rows"] if r["split"] == "test" and all(r[k] == v for k, v in match.items())]
+        a = np.abs([r["err_pct"] for r in rows])
+        assert int(m.group(1)) == len(rows)
+        assert float(m.group(2)) == pytest.approx(np.median(a), abs=0.06)
+        assert float(m.group(3)) == pytest.approx(a.max(), abs=0.06)
+
+
+def test_runtime_changes_predictions() -> None:
+    c = next(c for c in cases("qwen25")[0] if c.runtime == "vllm" and c.row["quant"] == "BF16")
+    assert predict(c) != pytest.approx(predict(c, "hf-eager"), rel=0.05)
+    sm = StepModel(load_hardware("h100-sxm"), load_model("generic-14b"), StepOptions(runtime="vllm"))
+    assert sm.decode(8, 1000).time_s != sm.with_options(runtime="trtllm").decode(8, 1000).time_s
+
+
+def test_request_time_is_the_sum_of_the_steps() -> None:
+    """The vectorised decode sum equals pricing every one of the 2,047 decode steps in turn."""
+    c = next(c for c in cases("qwen25")[0] if c.row["model"] == "Qwen2.5-7B-Instruct" and c.isl == 6144)
+    sm = step_model(c)
+    loop = sm.prefill(c.isl).time_s + sum(sm.decode(1, c.isl + 1 + i).time_s for i in range(c.osl - 1))
+    assert qwen_request_time(sm, c.isl, c.osl) == pytest.approx(loop, rel=1e-9)
+    g = StepModel(load_hardware("b200"), load_model("gpt-oss-20b"))  # sliding window inside the run
+    assert decode_run_time(g, 4, 100, 60) == pytest.approx(sum(g.decode(4, 100 + i).time_s for i in range(60)),
+                                                           rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen3-30b-a3b", "gpt-oss-20b",
+                                  "llama-3.3-70b", "llama-4-maverick"])
+def test_new_presets_match_their_published_size(name: str) -> None:
+    m = load_model(name)
+    assert m.source and abs(m.params_total / m.published_params - 1) < 0.01
+
+
+def test_claim_c24() -> None:
+    r = claim_c24()
+    assert {"id", "claim", "article", "simulated", "unit", "agrees", "note"} <= set(r)
+    assert r["id"] == "C24" and r["unit"] == "s" and r["agrees"]
+    assert 90 < r["article"] < 130  # 2048 / 18.19 tok/s, Qwen's 72B on two A100s
+
+
+def test_engine_validate_imports_no_ui() -> None:
+    code = "import sys, engine.validate, engine.fit; assert 'rich' not in sys.modules and 'textual' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
