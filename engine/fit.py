@@ -75,6 +75,7 @@ def fit_profile(profile: str) -> Runtime:
     last = np.array([LAST_STEP[p] for p in names], dtype=float)
 
     def make(v: np.ndarray) -> Runtime:
+        """The profile with the searched constants set to v."""
         return replace(base, **dict(zip(names, (float(t) for t in v), strict=True)))
 
     best = _loss(make(x), train)
@@ -109,6 +110,7 @@ def errors(profile: str, rt: Runtime) -> dict[str, Any]:
 
 
 def _fmt(v: float) -> str:
+    """A constant as written to runtimes.toml (3 significant figures)."""
     return f"{v:.3g}"
 
 

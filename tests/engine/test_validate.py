@@ -33,10 +33,12 @@ from engine.validate import (
 
 @pytest.fixture(scope="module")
 def rep() -> dict:
+    """The whole report, computed once for the module."""
     return {t["name"]: t for t in report()["tables"]}
 
 
 def _csv_rows(name: str) -> list[dict[str, str]]:
+    """The shipped CSV's rows, read independently of engine.validate."""
     text = resources.files("engine").joinpath("presets", "measured", TABLE_FILES[name]).read_text("utf-8")
     return list(csv.DictReader(io.StringIO(text)))
 

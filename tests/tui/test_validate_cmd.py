@@ -10,6 +10,7 @@ from tui.cli import main
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run the CLI in-process: (exit code, stdout, stderr)."""
     code = main(args)
     out, err = capsys.readouterr()
     return code, out, err

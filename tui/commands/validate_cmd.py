@@ -16,6 +16,7 @@ TARGETS = {"qwen25 vllm BF16 median": 8.0, "qwen25 median": 15.0, "trtllm median
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """--table, --runtime-override, --json."""
     p.add_argument("--table", default=None, metavar="NAME",
                    help=f"one table only: {', '.join(TABLE_FILES)} (default: all)")
     p.add_argument("--runtime-override", default=None, metavar="NAME",
@@ -24,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print (or dump as JSON) the validation report; bad names raise InputError (one line, exit 2)."""
     if args.runtime_override is not None:
         load_runtime(args.runtime_override)  # an unknown name is an InputError (one line, exit 2)
     out = report([args.table] if args.table else None, args.runtime_override)
@@ -36,10 +38,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pct(v: float | None) -> str:
+    """A percentage for the summary, '-' when there is none."""
     return "-" if v is None else f"{v:.1f} %"
 
 
 def _err_style(e: float) -> str:
+    """Colour of an error: green within 15 %, yellow within 35 % (the per-row target), red beyond."""
     a = abs(e)
     return "green" if a <= 15 else ("yellow" if a <= 35 else "red")
 
