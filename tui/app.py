@@ -135,6 +135,7 @@ class TokensimApp(App[None]):
 
     # ---- layout ------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        """The floor: header, the two columns of panels, the users list, narration, keys; the too-small note."""
         with Vertical(id="floor"):
             yield HeaderBar(id="header")
             with Horizontal(id="top"):
@@ -155,6 +156,7 @@ class TokensimApp(App[None]):
     def on_mount(self) -> None:
         # The floor lives on the default screen: keep handles, since self.query() searches whichever
         # screen is on top (the help or a picker) and would miss them.
+        """Find the panels, fit the layout to the terminal, start the (paused unless autoplay) timer, draw."""
         floor = self.screen_stack[0]
         self._floor_screen = floor
         self._panels = [*floor.query(FramePanel), floor.query_one(UsersList), floor.query_one(Narration)]
@@ -166,6 +168,7 @@ class TokensimApp(App[None]):
         self._publish()
 
     def on_resize(self, event: events.Resize) -> None:
+        """Re-pick the layout (full, compact, or the enlarge note) for the new terminal size."""
         self._fit_to(event.size.width, event.size.height)
 
     def _fit_to(self, width: int, height: int) -> None:
@@ -226,6 +229,7 @@ class TokensimApp(App[None]):
         return min(1.0, max(0.0, (self._view_clock - self._step_start) / span))
 
     def _build_frame(self) -> Frame:
+        """The Frame for the view clock: the pre-step state while a step is in flight, else the latest."""
         progress = self._progress()
         shown = self._pre if progress < 1.0 else self._snap
         return build_frame(
@@ -307,6 +311,7 @@ class TokensimApp(App[None]):
         self._resync()
 
     def set_lang(self, lang: str) -> None:
+        """Switch the labels to 'en' or 'zh'."""
         if lang not in LANGS:
             raise ValueError(f"lang must be one of {LANGS}")
         self.lang = lang
@@ -326,6 +331,7 @@ class TokensimApp(App[None]):
 
     # ---- actions (keys) ----------------------------------------------------------------------
     def action_toggle_play(self) -> None:
+        """space: play or pause."""
         self.set_playing(not self.playing)
 
     def action_step_once(self) -> None:
@@ -335,18 +341,22 @@ class TokensimApp(App[None]):
         self.advance_ticks(1)
 
     def action_slower(self) -> None:
+        """[: the next slower speed on SPEEDS."""
         i = bisect.bisect_left(SPEEDS, self.speed * (1 - 1e-9))
         self.set_speed(SPEEDS[max(0, i - 1)])
 
     def action_faster(self) -> None:
+        """]: the next faster speed on SPEEDS."""
         i = bisect.bisect_right(SPEEDS, self.speed * (1 + 1e-9))
         self.set_speed(SPEEDS[min(len(SPEEDS) - 1, i)])
 
     def action_more_users(self) -> None:
+        """+: the next user count up USER_LADDER (doubling past its end)."""
         i = bisect.bisect_right(USER_LADDER, self.config.users)
         self.set_users(USER_LADDER[min(len(USER_LADDER) - 1, i)] if i < len(USER_LADDER) else self.config.users * 2)
 
     def action_fewer_users(self) -> None:
+        """-: the next user count down USER_LADDER (at least 1)."""
         i = bisect.bisect_left(USER_LADDER, self.config.users)
         self.set_users(USER_LADDER[max(0, i - 1)])
 
@@ -378,12 +388,15 @@ class TokensimApp(App[None]):
         self._knob(weight_dtype=None if self.config.weight_dtype == "fp8" else "fp8")
 
     def action_pick_model(self) -> None:
+        """m: pick a model preset; the engine restarts with it."""
         self._pick("model")
 
     def action_pick_gpu(self) -> None:
+        """h: pick a GPU preset; the engine restarts with it."""
         self._pick("hardware")
 
     def _pick(self, kind: str) -> None:
+        """Open the picker for 'model' or 'hardware' and apply the choice (refused with a note if it does not fit)."""
         from tui.presets import hardware_choices, model_choices
 
         if kind == "model":
@@ -392,6 +405,7 @@ class TokensimApp(App[None]):
             choices, current = hardware_choices(self.config), self.config.hardware
 
         def chosen(name: str | None) -> None:
+            """Picker callback: rebuild on a new choice."""
             if name and name != current:
                 self.apply_config(replace(self.config, **{kind: name}))
 
@@ -402,23 +416,28 @@ class TokensimApp(App[None]):
         self.apply_config(self.config)
 
     def action_toggle_lang(self) -> None:
+        """l: English <-> 中文."""
         self.set_lang("en" if self.lang == "zh" else "zh")
 
     def action_help(self) -> None:
+        """?: the help screen."""
         self.push_screen(HelpScreen(self.lang))
 
     # ---- scene hooks -------------------------------------------------------------------------
     def watch_narration(self, value: tuple[str, ...] | None) -> None:
+        """Show or hide the #narration panel and redraw it."""
         if self._panels:
             self._floor_screen.query_one(Narration).display = bool(value)
             self._publish()
 
     def watch_highlight(self, old: str | None, new: str | None) -> None:
+        """Move the -highlight class to the newly named widget."""
         if self._panels:
             self._set_highlight(old, new)
             self._publish()
 
     def _set_highlight(self, old: str | None, new: str | None) -> None:
+        """Take the highlight off widget `old` and put it on widget `new` (ids; None for none)."""
         for wid, on in ((old, False), (new, True)):
             if wid:
                 for w in self._floor_screen.query(f"#{wid}"):

@@ -46,6 +46,7 @@ class Frame:
 
     @property
     def layers(self) -> int:
+        """The model's layer count (of the step shown, or of the snapshot's model)."""
         return self.step.layers if self.step is not None else self.snapshot.model.layers
 
     @property
@@ -67,6 +68,7 @@ class Frame:
 
     @property
     def row_count(self) -> int:
+        """Rows in the users list."""
         return 0 if self.rows is None else int(self.rows.size)
 
 

@@ -11,5 +11,6 @@ class FramePublished(Message):
     """The app published a new frame (scenes can watch for it to check their checkpoints)."""
 
     def __init__(self, frame: Frame) -> None:
+        """Carry the frame just published."""
         super().__init__()
         self.frame = frame

@@ -32,6 +32,7 @@ def render_bench(users: int = 1000, size: tuple[int, int] = (120, 40), frames: i
 
 
 async def _bench(users: int, size: tuple[int, int], frames: int, warmup_s: float) -> dict[str, Any]:
+    """The benchmark proper, inside one headless app."""
     from tui.app import TokensimApp
 
     app = TokensimApp(bench_config(users), lang="en", autoplay=False)

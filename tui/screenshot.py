@@ -24,6 +24,7 @@ def export(path: str = "docs/screenshot.svg", ticks: int = 150, fraction: float 
     app.theme = "textual-dark"
 
     async def run() -> None:
+        """Step, freeze, save."""
         async with app.run_test(size=(120, 40)) as pilot:
             app.advance_ticks(ticks)
             app.show_step_part(fraction)

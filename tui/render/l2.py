@@ -14,6 +14,7 @@ from tui.render.fmt import bar, num
 
 
 def title(frame: Frame) -> str:
+    """L2 shelf 50 MB."""
     return t(frame.lang, "l2", mb=f"{frame.snapshot.hardware.l2_mb:g}")
 
 
@@ -57,4 +58,5 @@ def cumulative(frame: Frame, width: int) -> Text:
 
 
 def render(frame: Frame, width: int, height: int = 2) -> list[Text]:
+    """The shelf with its refill counter, then the total refills since start."""
     return [shelf(frame, width), cumulative(frame, width)][:max(0, height)]

@@ -28,10 +28,12 @@ def metric(frame: Frame, name: str) -> float | None:
 
 
 def _f(v: float | None, fmt: str = "{:,.0f}") -> str:
+    """A number with `fmt`, or '-' when unknown."""
     return "-" if v is None else fmt.format(v)
 
 
 def _money(v: float | None) -> str:
+    """Dollars: two decimals below 100, whole above."""
     if v is None:
         return "-"
     return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"

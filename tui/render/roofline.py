@@ -63,9 +63,11 @@ def plot(frame: Frame, width: int, height: int) -> list[Text]:
     y_lo = y_hi - max(3.0, (x_hi - x_lo) * 0.8)  # keep the slope readable
 
     def col(x: float) -> int:
+        """Plot column of intensity x (log scale)."""
         return min(pw - 1, max(0, int((math.log10(x) - x_lo) / (x_hi - x_lo) * pw)))
 
     def row(y: float) -> int:
+        """Plot row of FLOP/s y (log scale, top row = highest)."""
         return min(ph - 1, max(0, int((y_hi - math.log10(max(y, 1e-30))) / (y_hi - y_lo) * ph)))
 
     grid = [[" "] * pw for _ in range(ph)]

@@ -21,6 +21,7 @@ def busy(frame: Frame) -> float:
 
 
 def title(frame: Frame) -> str:
+    """SM workstations 132 · busy 1.0 % · tray 256 KB."""
     hw = frame.snapshot.hardware
     # Busy first: a narrow screen crops the tray size, never the live figure.
     return t(frame.lang, "sm_grid", n=hw.sm_count, kb=f"{hw.smem_per_sm_kb:g}", p=pct(busy(frame)))

@@ -30,6 +30,7 @@ def phase_width(lang: str) -> int:
 
 
 def title(frame: Frame) -> str:
+    """users 6 · running 4 · queued 1 · done 1."""
     s = frame.snapshot
     n = s.users if s.users > 0 else frame.row_count
     return t(frame.lang, "users_title", n=num(n), r=num(s.running), q=num(s.queued + s.preempted), d=num(s.done))

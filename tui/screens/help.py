@@ -40,13 +40,16 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "close", "close")]
 
     def __init__(self, lang: str) -> None:
+        """The help in `lang`."""
         super().__init__(id="help")
         self.lang = lang
 
     def compose(self) -> ComposeResult:
+        """A titled, scrollable box with the help text."""
         with VerticalScroll(id="help-box") as box:
             box.border_title = t(self.lang, "help_title")
             yield Static(help_text(self.lang), id="help-body")
 
     def action_close(self) -> None:
+        """escape, ? or q: back to the floor."""
         self.dismiss(None)

@@ -19,6 +19,7 @@ class PickerScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
     def __init__(self, kind: str, choices: list[tuple[str, str, bool]], current: str, lang: str) -> None:
+        """`kind` is 'model' or 'hardware'; `current` is marked and highlighted."""
         super().__init__(id=f"pick-{kind}")
         self.kind = kind
         self.choices = choices
@@ -26,6 +27,7 @@ class PickerScreen(ModalScreen[str | None]):
         self.lang = lang
 
     def compose(self) -> ComposeResult:
+        """A titled box with the option list and a hint line."""
         width = max((len(n) for n, _, _ in self.choices), default=8) + 2
         options = []
         for name, desc, fits in self.choices:
@@ -40,6 +42,7 @@ class PickerScreen(ModalScreen[str | None]):
             yield Static(t(self.lang, "pick_close"), id="picker-hint")
 
     def on_mount(self) -> None:
+        """Highlight the current preset and focus the list."""
         ol = self.query_one(OptionList)
         names = [n for n, _, _ in self.choices]
         if self.current in names:
@@ -47,7 +50,9 @@ class PickerScreen(ModalScreen[str | None]):
         ol.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        """enter: close with the chosen preset's name."""
         self.dismiss(event.option.id)
 
     def action_cancel(self) -> None:
+        """escape: close without a choice."""
         self.dismiss(None)

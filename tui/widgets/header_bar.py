@@ -13,4 +13,5 @@ class HeaderBar(FramePanel):
     """The top bar."""
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        """The panel's rows, from its pure renderer."""
         return [header.render(frame, width)]

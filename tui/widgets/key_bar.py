@@ -13,4 +13,5 @@ class KeyBar(FramePanel):
     """The footer with the keys."""
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        """The panel's rows, from its pure renderer."""
         return [header.keybar(frame.lang, width)]

@@ -14,7 +14,9 @@ class KvQueue(FramePanel):
     """The KV pool and queue sparklines."""
 
     def title_for(self, frame: Frame) -> str:
+        """The panel's border title in the frame's language."""
         return t(frame.lang, "kvqueue")
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        """The panel's rows, from its pure renderer."""
         return kvqueue.render(frame, width, height)

@@ -13,7 +13,9 @@ class L2Shelf(FramePanel):
     """The L2 shelf panel."""
 
     def title_for(self, frame: Frame) -> str:
+        """The panel's border title in the frame's language."""
         return l2.title(frame)
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        """The panel's rows, from its pure renderer."""
         return l2.render(frame, width, height)

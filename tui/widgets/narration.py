@@ -16,10 +16,12 @@ class Narration(Static):
     """
 
     def __init__(self, *, id: str | None = None) -> None:  # noqa: A002
+        """An empty, hidden-by-CSS panel."""
         super().__init__("", id=id)
         self._shown: tuple[tuple[str, ...] | None, str] = (None, "")
 
     def show(self, frame: Frame) -> None:
+        """Update the text only when the lines or the language changed."""
         key = (frame.narration, frame.lang)
         if key == self._shown:
             return

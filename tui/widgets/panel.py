@@ -26,6 +26,7 @@ class FramePanel(Widget):
     """A panel that shows one Frame. Subclasses define `title_for` and `rows`; `show` is the only setter."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
+        """An empty panel; `show` gives it a frame."""
         super().__init__(id=id, classes=classes)
         self.frame: Frame | None = None  # plain attribute: a Frame holds numpy arrays, never a reactive
         self._strips: list[Strip] = []
@@ -67,6 +68,7 @@ class FramePanel(Widget):
             self.refresh(Region(0, changed[0], size.width, changed[-1] - changed[0] + 1))
 
     def on_resize(self, event: events.Resize) -> None:
+        """A new size re-renders every row at the new width."""
         self._redraw(force=True)
 
     def title_for(self, frame: Frame) -> str | None:

@@ -13,7 +13,9 @@ class SmGrid(FramePanel):
     """The SM workstations panel."""
 
     def title_for(self, frame: Frame) -> str:
+        """The panel's border title in the frame's language."""
         return sm_grid.title(frame)
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        """The panel's rows, from its pure renderer."""
         return sm_grid.render(frame, width, height)

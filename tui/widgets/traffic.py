@@ -14,7 +14,9 @@ class Traffic(FramePanel):
     """The traffic panel."""
 
     def title_for(self, frame: Frame) -> str:
+        """The panel's border title in the frame's language."""
         return t(frame.lang, "traffic")
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
+        """The panel's rows, from its pure renderer."""
         return traffic.render(frame, width, height)

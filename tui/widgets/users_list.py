@@ -32,6 +32,7 @@ class UsersList(ScrollView):
     """A virtual list: only the rows on screen are ever rendered, and only changed ones repainted."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
+        """An empty list; `show` gives it a frame."""
         super().__init__(id=id, classes=classes)
         self.frame: Frame | None = None
         # list row -> (key, strip) for the rows on screen in the current frame, at width _width
