@@ -1,4 +1,4 @@
-"""`tokensim bench`: how fast the engine simulates (and, once hooked in, how fast the app renders).
+"""`tokensim bench`: how fast the engine simulates and how fast the app renders a frame.
 
 A benchmark, not a test: it reports figures and asserts nothing. The engine figure is ticks per wall
 second for 1,000 closed-loop users on qwen2.5-14b / h100-sxm at a batch cap of 256.
@@ -65,8 +65,10 @@ def engine_bench(ticks: int = 20_000, users: int = BENCH_USERS) -> dict[str, Any
 
 
 def render_bench() -> dict[str, Any] | None:
-    """Hook for the renderer's figures (JSON key "render"); None until the app's benchmark is wired in."""
-    return None
+    """The app's per-frame cost with 1,000 users streaming at 120x40 (JSON key "render")."""
+    from tui.render_bench import render_bench as frames  # imports Textual: only when benchmarking
+
+    return frames()
 
 
 def collect(ticks: int, users: int) -> dict[str, Any]:
