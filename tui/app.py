@@ -259,6 +259,12 @@ class TokensimApp(App[None]):
         self._publish()
 
     # ---- public API (tests, scenes) ----------------------------------------------------------
+    def show_engine(self) -> None:
+        """The engine moved under the app (a scene's director stepped it): show its state and last step."""
+        self._snap = self.engine.snapshot()
+        self._cost = self._snap.last_step
+        self._resync()
+
     def advance_ticks(self, n: int = 1) -> None:
         """Step the engine exactly n ticks and show the state after the last one."""
         for _ in range(max(0, n)):

@@ -8,7 +8,7 @@ import pytest
 
 from scenes.director import Director
 from scenes.schema import find_scene, load_shipped
-from tui.commands.scene_app import SceneApp
+from tui.scene_app import SceneApp
 
 SIZE = (120, 40)
 SCENES = load_shipped()

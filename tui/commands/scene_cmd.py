@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_headless(result)
         return 0 if result["ok"] else 1
-    from tui.commands.scene_app import SceneApp
+    from tui.scene_app import SceneApp
 
     step = max(0, min(args.step - 1, len(scene.steps) - 1))
     SceneApp([scene], lang=lang, step=step).run()

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
                 mark = "[green]✓[/]" if r["ok"] else "[red]✗[/]"
                 out.print(f"{mark} {r['id']:<28} {good}/{len(r['checkpoints'])} checkpoints  {' '.join(r['claims'])}")
         return 0 if all(r["ok"] for r in results) else 1
-    from tui.commands.scene_app import SceneApp
+    from tui.scene_app import SceneApp
 
     SceneApp(scenes, lang=lang, scene=start).run()
     return 0

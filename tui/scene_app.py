@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 from textual.binding import Binding, BindingType
 
-import tui.app
 from scenes.director import Director
 from scenes.schema import Scene
 from tui.app import TokensimApp
@@ -64,8 +62,6 @@ class SceneApp(TokensimApp):
         Binding("right,pagedown", "scene_next", "next step", priority=True),
         Binding("left,pageup", "scene_prev", "previous step", priority=True),
     ]
-    # Textual resolves CSS_PATH next to the subclass's module: point it back at the app's stylesheet.
-    CSS_PATH = str(Path(tui.app.__file__).with_name(str(TokensimApp.CSS_PATH)))
     # Narration needs more room than the app's default guide panel; the floor gives way.
     CSS = "#narration { max-height: 12; }"
 
@@ -83,26 +79,18 @@ class SceneApp(TokensimApp):
         super().__init__(config=self.director.config, lang=lang, autoplay=autoplay, speed=self.director.speed,
                          engine=self.director.engine, narration=self._lines(),
                          highlight=self.director.current_highlight(), **kw)
-        self._show_last_step()
+        self._cost = self.engine.snapshot().last_step  # start on the step the director ran last
         self.frame = self._build_frame()
 
     def _lines(self) -> tuple[str, ...]:
         return narration_lines(self.director, self.scene_pos, len(self.scenes))
-
-    def _show_last_step(self) -> None:
-        """Let the floor show the step the director's engine ran last (the app starts with none).
-
-        Uses the app's private `_cost`; TODO(app): a public hook to show an engine that moved under the app.
-        """
-        self._cost = self.engine.snapshot().last_step
 
     def show_director(self, new_scene: bool = False) -> None:
         """Redraw the floor from the director's engine (it changed under the app) and show the step's text."""
         self.config = self.director.config
         if new_scene:
             self.speed = self.director.speed
-        self._show_last_step()
-        self._resync()
+        self.show_engine()
         self.narration = self._lines()
         self.highlight = self.director.current_highlight()
 
