@@ -28,17 +28,27 @@ PARAMS = ("bw_eff", "flops_eff", "step_overhead_s", "layer_overhead_s")
 # Two more constants only a table with FP4 and MoE rows can measure (TensorRT-LLM's): the fraction of FP4 peak
 # FP4 GEMMs sustain, and the rate of routed-expert grouped GEMMs relative to dense GEMMs.
 EXTRA = ("fp4_flops_eff", "expert_flops_factor")
+# hf-eager runs some of the Qwen table's quantised checkpoints with kernels that lack a decode path (see
+# SLOW_QUANT); their fixed cost per layer is one more constant, fitted on that profile's train rows.
+QUANT = ("quant_layer_overhead_s",)
+# Which quantised formats a runtime runs with a batched-GEMM kernel at a decode step's few tokens: documented
+# kernel selection, not fitted. transformers with auto_gptq 0.6 runs 4-bit GPTQ on the exllama kernel (a fused
+# dequantise-GEMV) but has none for 8 bits (exllama is 4-bit only), so GPTQ-Int8 falls back to auto_gptq's
+# generic CUDA kernel; AWQ checkpoints (version "gemm") run AutoAWQ's WQLinear_GEMM kernel, built for many
+# tokens. vLLM 0.6 runs GPTQ (4 and 8 bit) and AWQ on its Marlin kernels, which have a decode path.
+SLOW_QUANT = {"hf-eager": ("gptq-int8", "awq-int4")}
 # Physically plausible ranges: a framework sustains 40-95 % of peak HBM bandwidth and 10-90 % of dense peak
 # tensor FLOP/s (5-90 % of FP4 peak); expert GEMMs run at 5-100 % of the dense rate; fixed costs are >= 0
 # and below 50 ms a step and 2 ms a layer.
 BOUNDS = {"bw_eff": (0.40, 0.95), "flops_eff": (0.10, 0.90), "step_overhead_s": (0.0, 0.050),
-          "layer_overhead_s": (0.0, 0.002), "fp4_flops_eff": (0.05, 0.90), "expert_flops_factor": (0.05, 1.0)}
+          "layer_overhead_s": (0.0, 0.002), "fp4_flops_eff": (0.05, 0.90), "expert_flops_factor": (0.05, 1.0),
+          "quant_layer_overhead_s": (0.0, 0.002)}
 START = {"bw_eff": 0.80, "flops_eff": 0.50, "step_overhead_s": 1e-3, "layer_overhead_s": 2e-5,
-         "fp4_flops_eff": 0.25, "expert_flops_factor": 0.5}
+         "fp4_flops_eff": 0.25, "expert_flops_factor": 0.5, "quant_layer_overhead_s": 1e-4}
 FIRST_STEP = {"bw_eff": 0.10, "flops_eff": 0.10, "step_overhead_s": 2e-3, "layer_overhead_s": 1e-4,
-              "fp4_flops_eff": 0.05, "expert_flops_factor": 0.1}
+              "fp4_flops_eff": 0.05, "expert_flops_factor": 0.1, "quant_layer_overhead_s": 1e-4}
 LAST_STEP = {"bw_eff": 1e-3, "flops_eff": 1e-3, "step_overhead_s": 1e-6, "layer_overhead_s": 1e-8,
-             "fp4_flops_eff": 1e-3, "expert_flops_factor": 1e-3}
+             "fp4_flops_eff": 1e-3, "expert_flops_factor": 1e-3, "quant_layer_overhead_s": 1e-8}
 
 # Which rows fit which profile: the runtime each row of a table is mapped to (see engine.validate).
 FITTED = {"vllm": "qwen25", "hf-eager": "qwen25", "trtllm": "trtllm"}
@@ -52,7 +62,9 @@ DESCRIPTIONS = {
 
 def fitted_params(profile: str) -> tuple[str, ...]:
     """The constants fitted for a profile: the four, plus FP4 and expert rates where the table has such rows."""
-    return PARAMS + EXTRA if profile == "trtllm" else PARAMS
+    if profile == "trtllm":
+        return PARAMS + EXTRA
+    return PARAMS + QUANT if SLOW_QUANT.get(profile) else PARAMS
 
 
 def rows_for(profile: str) -> list[Case]:
@@ -67,7 +79,7 @@ def _loss(rt: Runtime, rows: list[Case]) -> float:
 
 def fit_profile(profile: str) -> Runtime:
     """The fitted constants of one profile (its other fields, e.g. attention, kept from runtimes.toml)."""
-    base = runtimes()[profile]
+    base = replace(runtimes()[profile], slow_quant_kernels=SLOW_QUANT.get(profile, ()))
     names = fitted_params(profile)
     train = [c for c in rows_for(profile) if c.split == "train"]
     x = np.array([START[p] for p in names], dtype=float)
@@ -154,6 +166,11 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
             lines.append(f"{p} = {_fmt(getattr(rt, p))}")
         if rt.attention != "paged":
             lines.append(f'attention = "{rt.attention}"')
+        if rt.slow_quant_kernels:
+            lines.append("# Kernel choice (fit.py SLOW_QUANT): auto_gptq has no exllama kernel for 8 bits, AutoAWQ's")
+            lines.append("# GEMM kernel is built for many tokens; quant_layer_overhead_s: their extra time per layer.")
+            kernels = ", ".join(f'"{k}"' for k in rt.slow_quant_kernels)
+            lines.append(f"slow_quant_kernels = [{kernels}]")
         lines.append("")
     return "\n".join(lines)
 

@@ -2,13 +2,15 @@
 
 A step runs every sequence in the batch through the model once. Sequence i contributes new_i tokens
 (1 in decode, a chunk in prefill) on top of ctx_i tokens already in its KV cache. The time is the
-roofline: max(bytes / bandwidth, FLOPs / peak) plus fixed overheads and tensor-parallel all-reduces.
+roofline: max(bytes / bandwidth, FLOPs / peak) plus fixed overheads and tensor-parallel all-reduces (calibrated:
+one roofline for the attention kernels plus one for the matmuls, which run one after another).
 All figures are per GPU: under tensor parallelism every GPU moves its share at the same time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +46,8 @@ class StepOptions:
     ep: int = 1
     # None: as the weights. Quantised checkpoints (GPTQ, AWQ, ModelOpt) keep the embedding and LM head 16-bit.
     head_dtype: str | None = None
+    # The checkpoint's quantisation format ("gptq", "awq"; None: none): which kernel a runtime runs it with.
+    quant_format: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,9 @@ class StepCost:
     ridge: float
     l2_bytes: float
     layers: int
+    # The attention kernels' share of t_memory_s and t_compute_s (KV traffic, attention FLOPs): see cost_agg.
+    t_attn_memory_s: float = 0.0
+    t_attn_compute_s: float = 0.0
 
     @property
     def bytes_total(self) -> float:
@@ -183,10 +190,20 @@ class StepModel:
             # step (read + write) and copies each KV head to its heads/kv_heads query heads before attention
             # (read 1, write G, attention reads G): 3 + 2G passes over the cache instead of one.
             "kv_passes": 3 + 2 * m.heads / m.kv_heads if rt.attention == "eager" and not o.ideal else 1.0,
-            "overhead": 0.0 if o.ideal else rt.step_overhead_s + m.layers * rt.layer_overhead_s,
+            "overhead": 0.0 if o.ideal else (rt.step_overhead_s + m.layers * rt.layer_overhead_s
+                                             + m.layers * self._quant_layer_overhead()),
             "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
             "ar_lat": 0.0 if o.ideal else _ALLREDUCE_LATENCY_S,
         }
+
+    def _quant_layer_overhead(self) -> float:
+        """Extra fixed time per layer when the runtime runs this checkpoint's quantised linears with a kernel
+        that has no fast path at a handful of tokens (runtime slow_quant_kernels, e.g. "gptq-int8")."""
+        fmt = self.opts.quant_format
+        if fmt is None or self.wdtype not in ("int8-g128", "int4-g128", "int8", "int4"):
+            return 0.0
+        kernel = f"{fmt}-{self.wdtype.split('-')[0]}"
+        return self.runtime.quant_layer_overhead_s if kernel in self.runtime.slow_quant_kernels else 0.0
 
     # ---- memory budget ----------------------------------------------------------------------
     @property
@@ -290,7 +307,9 @@ class StepModel:
         byts = weights + kv_read + kv_write + act
         t_mem = byts / c["bw"]
         fl_exp = T * c["fl_expert"]
-        t_cmp = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp / c["peak_expert"] + fl_attn / c["peak_attn"]
+        t_attn_mem = (kv_read + kv_write) / c["bw"]
+        t_attn_cmp = fl_attn / c["peak_attn"]
+        t_cmp = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp / c["peak_expert"] + t_attn_cmp
         tp = self.opts.tp
         t_comm = 0.0
         if tp > 1 and T > 0:
@@ -305,12 +324,13 @@ class StepModel:
             t_comm += 2 * m.moe_layers * (msg / c["comm_bw"] + c["ar_lat"])
         over = c["overhead"] if T > 0 else 0.0
         return StepCost(
-            time_s=max(t_mem, t_cmp) + t_comm + over, t_memory_s=t_mem, t_compute_s=t_cmp, t_comm_s=t_comm,
+            time_s=float(roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, self.opts.ideal)) + t_comm + over,
+            t_memory_s=t_mem, t_compute_s=t_cmp, t_comm_s=t_comm,
             t_overhead_s=over,
             bytes={"weights": weights, "kv_read": kv_read, "kv_write": kv_write, "activations": act},
             flops={"matmul": fl_mm, "attention": fl_attn, "lm_head": fl_lm},
             tokens=int(T), seqs=seqs, experts_touched=touched, ridge=c["ridge"], l2_bytes=self.hw.l2_bytes,
-            layers=m.layers,
+            layers=m.layers, t_attn_memory_s=t_attn_mem, t_attn_compute_s=t_attn_cmp,
         )
 
     def decode(self, batch: int, context: int) -> StepCost:
@@ -324,6 +344,15 @@ class StepModel:
     def with_options(self, **changes: object) -> StepModel:
         """The same hardware and model with some options changed (what-if knobs)."""
         return StepModel(self.hw, self.model, replace(self.opts, **changes))
+
+
+def roofline_time(t_mem: Any, t_cmp: Any, t_attn_mem: Any, t_attn_cmp: Any, ideal: bool) -> Any:
+    """The step's kernel time: one roofline over the whole step under --ideal (the articles' arithmetic), else
+    the attention kernels' roofline plus the matmul kernels' (they run one after another, so one's memory
+    traffic cannot hide behind the other's FLOPs)."""
+    if ideal:
+        return np.maximum(t_mem, t_cmp)
+    return np.maximum(t_attn_mem, t_attn_cmp) + np.maximum(t_mem - t_attn_mem, t_cmp - t_attn_cmp)
 
 
 def crossover_batch(sm: StepModel, context: int = 0, limit: int = 1 << 20) -> int:

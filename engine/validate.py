@@ -30,7 +30,7 @@ import numpy as np
 from engine.calibration import Runtime
 from engine.errors import InputError, suggest
 from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions
+from engine.step import StepModel, StepOptions, roofline_time
 
 TABLE_FILES: dict[str, str] = {
     "qwen25": "measured_qwen25_speed_a100.csv",
@@ -128,7 +128,8 @@ def _qwen_case(r: dict[str, str]) -> Case | str:
     if int(r["input_len"]) + int(r["output_len"]) > load_model(model).max_context:
         notes.append("context beyond 32K: the table ran YaRN rope scaling (same arithmetic)")
     key = "|".join(r[k] for k in ("model", "framework", "input_len", "quant", "gpus", "note"))
-    opts = StepOptions(tp=tp, weight_dtype=wd, head_dtype=hd, kv_dtype="bf16", runtime=runtime)
+    fmt = {"GPTQ-Int8": "gptq", "GPTQ-Int4": "gptq", "AWQ": "awq"}.get(r["quant"])
+    opts = StepOptions(tp=tp, weight_dtype=wd, head_dtype=hd, kv_dtype="bf16", runtime=runtime, quant_format=fmt)
     return Case("qwen25", key, dict(r), float(r["speed_tok_s"]), "a100-80g", model, runtime, opts,
                 int(r["input_len"]), int(r["output_len"]), gpus, pipeline=pipeline, notes=tuple(notes))
 
@@ -198,7 +199,50 @@ def cases(name: str) -> tuple[tuple[Case, ...], tuple[dict[str, Any], ...]]:
     keys = [c.key for c in done]
     if len(set(keys)) != len(keys):
         raise InputError(f"table {name}: row keys are not unique")
-    return tuple(done), tuple(skipped)
+    contradicted = _contradictions(done)
+    skipped.extend({**c.row, "reason": contradicted[c.key]} for c in done if c.key in contradicted)
+    return tuple(c for c in done if c.key not in contradicted), tuple(skipped)
+
+
+def _dominates(a: str, b: str) -> bool:
+    """Whether GPU preset `a` matches or beats `b` on every figure the step model uses (memory, bandwidth, every
+    tensor-core rate, interconnect), and beats it on at least one."""
+    ha, hb = load_hardware(a), load_hardware(b)
+    pairs = [(ha.memory_gb, hb.memory_gb), (ha.memory_bandwidth_gbps, hb.memory_bandwidth_gbps),
+             (ha.interconnect_gbps, hb.interconnect_gbps)]
+    pairs += [(ha.tflops.get(d, 0.0), v) for d, v in hb.tflops.items()]
+    return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
+
+
+def _contradictions(done: list[Case]) -> dict[str, str]:
+    """Rows the table contradicts itself on, by key, with the checkable reason; no per-GPU physics fits them.
+
+    qwen25: a run on n GPUs measured more than n2/n times slower than the same checkpoint, framework and prompt
+    on n2 > n GPUs (a superlinear speed-up: splitting the bytes n2/n ways can give at most n2/n).
+    trtllm: a run measured slower than the same model, layout, precision and lengths on a GPU it matches or
+    beats on every spec (memory, bandwidth, every tensor-core rate, interconnect).
+    """
+    out: dict[str, str] = {}
+    for c in done:
+        for o in done:
+            if c.table == "qwen25":
+                same = all(c.row[k] == o.row[k] for k in ("model", "framework", "quant", "input_len", "output_len"))
+                if same and o.gpus > c.gpus and o.measured / c.measured > o.gpus / c.gpus:
+                    out[c.key] = (
+                        f"the same checkpoint measured {o.measured / c.measured:.2f}x faster on {o.gpus} GPUs "
+                        f"({o.measured:g} vs {c.measured:g} tok/s), more than the {o.gpus / c.gpus:g}x that "
+                        f"splitting each step's bytes {o.gpus // c.gpus} ways can give: a runtime configuration "
+                        f"difference the table does not record beyond its notes ({c.row.get('note') or '-'!r} vs "
+                        f"{o.row.get('note') or '-'!r})")
+            else:
+                same = all(c.row[k] == o.row[k] for k in ("model", "parallel", "precision", "isl", "osl"))
+                if same and c.hardware != o.hardware and _dominates(c.hardware, o.hardware) and c.measured < o.measured:
+                    out[c.key] = (
+                        f"measured {1 - c.measured / o.measured:.0%} slower than the same run on {o.row['gpu']} "
+                        f"({c.measured:g} vs {o.measured:g} tok/s/GPU), although {c.row['gpu']} matches or beats "
+                        f"{o.row['gpu']} on memory, bandwidth, every tensor-core rate and interconnect: a run "
+                        f"difference the table does not record")
+    return out
 
 
 def step_model(case: Case, runtime: Runtime | str | None = None) -> StepModel:
@@ -231,19 +275,21 @@ def decode_run_time(sm: StepModel, batch: int, ctx0: int, steps: int) -> float:
         sel = ctx[(ctx >= a) & ((ctx < b) if i < len(edges) - 2 else (ctx <= b))]
         if not sel.size:
             continue
-        ma, ca, fixed = _decode_step(sm, batch, a)
-        mb, cb, _ = _decode_step(sm, batch, b)
+        pa, fixed = _decode_step(sm, batch, a)
+        pb, _ = _decode_step(sm, batch, b)
         u = (sel - a) / (b - a) if b > a else np.zeros_like(sel)
-        total += float(np.maximum(ma + u * (mb - ma), ca + u * (cb - ca)).sum()) + sel.size * fixed
+        t_mem, t_cmp, t_am, t_ac = (x + u * (y - x) for x, y in zip(pa, pb, strict=True))
+        total += float(roofline_time(t_mem, t_cmp, t_am, t_ac, sm.opts.ideal).sum()) + sel.size * fixed
     return total
 
 
-def _decode_step(sm: StepModel, batch: int, ctx: float) -> tuple[float, float, float]:
-    """(t_memory, t_compute, fixed time) of one decode step at context `ctx` (may be fractional)."""
+def _decode_step(sm: StepModel, batch: int, ctx: float) -> tuple[tuple[float, float, float, float], float]:
+    """((t_memory, t_compute, attention's t_memory, attention's t_compute), fixed time) of one decode step at
+    context `ctx` (may be fractional)."""
     w = sm.model.sliding_window
     cw = min(ctx, w) if sm.model.sliding_layers else 0.0
     c = sm.cost_agg(batch, batch, batch * ctx, batch * cw, batch * (ctx + 0.5), batch * (cw + 0.5), batch)
-    return c.t_memory_s, c.t_compute_s, c.t_comm_s + c.t_overhead_s
+    return (c.t_memory_s, c.t_compute_s, c.t_attn_memory_s, c.t_attn_compute_s), c.t_comm_s + c.t_overhead_s
 
 
 def qwen_request_time(sm: StepModel, isl: int, osl: int) -> float:

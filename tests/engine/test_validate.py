@@ -73,12 +73,50 @@ def test_held_out_error_is_reported_and_bounded(rep: dict) -> None:
 def test_rows_beyond_35_percent_do_not_grow(rep: dict) -> None:
     """Regression guard on the per-row target the fit does not meet yet (see the xfail below)."""
     over = {n: sum(abs(r["err_pct"]) > 35 for r in rep[n]["rows"]) for n in rep}
-    assert over["qwen25"] <= 9 and over["trtllm"] <= 17
-    assert rep["qwen25"]["max_abs_err_pct"] < 110 and rep["trtllm"]["max_abs_err_pct"] < 100
+    assert over["qwen25"] <= 2 and over["trtllm"] <= 11
+    assert rep["qwen25"]["max_abs_err_pct"] < 40 and rep["trtllm"]["max_abs_err_pct"] < 70
+
+
+def test_only_self_contradictory_rows_are_left_out(rep: dict) -> None:
+    """The rows left out are the table's own contradictions, each with the figures that show it."""
+    q = rep["qwen25"]["unrepresented"]
+    assert {(r["model"], r["quant"], r["gpus"]) for r in q} == {("Qwen2.5-72B-Instruct", "GPTQ-Int4", "1")}
+    assert all("faster on 2 GPUs" in r["reason"] for r in q)
+    t = rep["trtllm"]["unrepresented"]
+    assert {(r["model"], r["gpu"], r["isl"]) for r in t} == {("Qwen3-30B-A3B", "GB200", "1000"),
+                                                               ("Qwen3-30B-A3B", "GB200", "1024")}
+    assert all("slower than the same run on B200" in r["reason"] for r in t)
+
+
+def test_slow_quant_kernels_cost_a_fixed_time_per_layer() -> None:
+    """hf-eager's GPTQ-Int8 and AWQ kernels add quant_layer_overhead_s a layer; GPTQ-Int4 (exllama) does not."""
+    rt = runtimes()["hf-eager"]
+    assert set(rt.slow_quant_kernels) == {"gptq-int8", "awq-int4"} and 0 < rt.quant_layer_overhead_s < 2e-3
+    hw, m = load_hardware("a100-80g"), load_model("qwen2.5-7b")
+
+    def step(wd: str, fmt: str | None, runtime: str = "hf-eager") -> float:
+        """One batch-1 decode step's time."""
+        return StepModel(hw, m, StepOptions(weight_dtype=wd, quant_format=fmt, runtime=runtime)).decode(1, 100).time_s
+
+    assert step("int4-g128", "awq") - step("int4-g128", "gptq") == pytest.approx(m.layers * rt.quant_layer_overhead_s)
+    assert step("int4-g128", "awq", "vllm") == step("int4-g128", "gptq", "vllm")  # Marlin for both
+
+
+def test_calibrated_step_is_two_rooflines_in_sequence() -> None:
+    """Attention's memory traffic cannot hide behind the matmuls' FLOPs: calibrated time = sum of two rooflines."""
+    sm = StepModel(load_hardware("b200"), load_model("qwen3-30b-a3b"), StepOptions(runtime="trtllm"))
+    c = sm.cost(np.ones(1500), np.full(1500, 1500))
+    kernels = max(c.t_attn_memory_s, c.t_attn_compute_s) + max(c.t_memory_s - c.t_attn_memory_s,
+                                                                 c.t_compute_s - c.t_attn_compute_s)
+    assert c.time_s == pytest.approx(kernels + c.t_comm_s + c.t_overhead_s)
+    assert c.time_s > max(c.t_memory_s, c.t_compute_s) + c.t_comm_s + c.t_overhead_s
+    ideal = sm.with_options(ideal=True).cost(np.ones(1500), np.full(1500, 1500))
+    assert ideal.time_s == pytest.approx(max(ideal.t_memory_s, ideal.t_compute_s) + ideal.t_comm_s)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 6 target 'no represented row worse than 35 %' is not met: "
-                   "GPTQ-Int8/AWQ kernels in transformers, the 72B GPTQ-Int4 1-GPU vLLM anomaly, Qwen3-30B-A3B")
+                   "Qwen2.5-7B quantised at 129K under vLLM; TensorRT-LLM long-output (1024/8192) and Hopper "
+                   "gpt-oss-20b 8192/1024 rows")
 def test_no_represented_row_worse_than_35_percent(rep: dict) -> None:
     assert all(abs(r["err_pct"]) <= 35 for t in rep.values() for r in t["rows"])
 
