@@ -26,6 +26,8 @@ class Runtime:
     # GEMMs relative to dense GEMMs. Only a table with FP4 and MoE rows can measure them (trtllm).
     fp4_flops_eff: float | None = None
     expert_flops_factor: float = 1.0
+    # Tokens per expert at which routed-expert GEMMs run at half their full rate (tile rows left empty); 0: none.
+    expert_half_tokens: float = 0.0
     # Quantised formats ("<format>-<int8|int4>") this runtime runs with a kernel built for batched GEMMs, not for
     # the one or few tokens of a decode step, and the fixed time such kernels add per layer (seven linears).
     slow_quant_kernels: tuple[str, ...] = ()
@@ -42,6 +44,7 @@ def runtimes() -> dict[str, Runtime]:
                           attention=str(d.get("attention", "paged")),
                           fp4_flops_eff=float(d["fp4_flops_eff"]) if "fp4_flops_eff" in d else None,
                           expert_flops_factor=float(d.get("expert_flops_factor", 1.0)),
+                          expert_half_tokens=float(d.get("expert_half_tokens", 0.0)),
                           slow_quant_kernels=tuple(str(k) for k in d.get("slow_quant_kernels", ())),
                           quant_layer_overhead_s=float(d.get("quant_layer_overhead_s", 0.0)))
             for name, d in data.items()}

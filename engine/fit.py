@@ -27,7 +27,7 @@ from engine.validate import Case, cases, err_pct, predict
 PARAMS = ("bw_eff", "flops_eff", "step_overhead_s", "layer_overhead_s")
 # Two more constants only a table with FP4 and MoE rows can measure (TensorRT-LLM's): the fraction of FP4 peak
 # FP4 GEMMs sustain, and the rate of routed-expert grouped GEMMs relative to dense GEMMs.
-EXTRA = ("fp4_flops_eff", "expert_flops_factor")
+EXTRA = ("fp4_flops_eff", "expert_flops_factor", "expert_half_tokens")
 # hf-eager runs some of the Qwen table's quantised checkpoints with kernels that lack a decode path (see
 # SLOW_QUANT); their fixed cost per layer is one more constant, fitted on that profile's train rows.
 QUANT = ("quant_layer_overhead_s",)
@@ -42,13 +42,16 @@ SLOW_QUANT = {"hf-eager": ("gptq-int8", "awq-int4")}
 # and below 50 ms a step and 2 ms a layer.
 BOUNDS = {"bw_eff": (0.40, 0.95), "flops_eff": (0.10, 0.90), "step_overhead_s": (0.0, 0.050),
           "layer_overhead_s": (0.0, 0.002), "fp4_flops_eff": (0.05, 0.90), "expert_flops_factor": (0.05, 1.0),
-          "quant_layer_overhead_s": (0.0, 0.002)}
+          "quant_layer_overhead_s": (0.0, 0.002), "expert_half_tokens": (0.0, 1024.0)}
 START = {"bw_eff": 0.80, "flops_eff": 0.50, "step_overhead_s": 1e-3, "layer_overhead_s": 2e-5,
-         "fp4_flops_eff": 0.25, "expert_flops_factor": 0.5, "quant_layer_overhead_s": 1e-4}
+         "fp4_flops_eff": 0.25, "expert_flops_factor": 0.5, "quant_layer_overhead_s": 1e-4,
+         "expert_half_tokens": 64.0}
 FIRST_STEP = {"bw_eff": 0.10, "flops_eff": 0.10, "step_overhead_s": 2e-3, "layer_overhead_s": 1e-4,
-              "fp4_flops_eff": 0.05, "expert_flops_factor": 0.1, "quant_layer_overhead_s": 1e-4}
+              "fp4_flops_eff": 0.05, "expert_flops_factor": 0.1, "quant_layer_overhead_s": 1e-4,
+              "expert_half_tokens": 32.0}
 LAST_STEP = {"bw_eff": 1e-3, "flops_eff": 1e-3, "step_overhead_s": 1e-6, "layer_overhead_s": 1e-8,
-             "fp4_flops_eff": 1e-3, "expert_flops_factor": 1e-3, "quant_layer_overhead_s": 1e-8}
+             "fp4_flops_eff": 1e-3, "expert_flops_factor": 1e-3, "quant_layer_overhead_s": 1e-8,
+             "expert_half_tokens": 0.5}
 
 # Which rows fit which profile: the runtime each row of a table is mapped to (see engine.validate).
 FITTED = {"vllm": "qwen25", "hf-eager": "qwen25", "trtllm": "trtllm"}

@@ -184,6 +184,7 @@ class StepModel:
             # Dense matmuls at the weights' rate; routed experts at theirs, as grouped GEMMs (expert_flops_factor).
             "peak": gemm_peak(self.wdtype),
             "peak_expert": gemm_peak(self.edtype) * (1.0 if o.ideal else rt.expert_flops_factor),
+            "expert_half": 0.0 if o.ideal else rt.expert_half_tokens,
             # Attention runs in the KV cache's precision (bf16, or fp8 with an fp8 cache), not the weights' fp8/fp4.
             "peak_attn": hw.peak_flops("fp8" if o.kv_dtype == "fp8" else "bf16") * o.compute_mult * eff_fl,
             # Eager transformers (runtime attention = "eager") concatenates the cache into new tensors every
@@ -309,7 +310,11 @@ class StepModel:
         fl_exp = T * c["fl_expert"]
         t_attn_mem = (kv_read + kv_write) / c["bw"]
         t_attn_cmp = fl_attn / c["peak_attn"]
-        t_cmp = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp / c["peak_expert"] + t_attn_cmp
+        # A grouped GEMM fills its tiles' token rows only as far as each expert's tokens go: with n tokens per
+        # expert it runs at n / (n + expert_half_tokens) of its full rate (runtime constant; 0: always full).
+        n_exp = T * m.experts_per_token * self.opts.ep / m.experts if m.is_moe else 0.0
+        fill = n_exp / (n_exp + c["expert_half"]) if n_exp > 0 and c["expert_half"] > 0 else 1.0
+        t_cmp = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp / (c["peak_expert"] * fill) + t_attn_cmp
         tp = self.opts.tp
         t_comm = 0.0
         if tp > 1 and T > 0:
