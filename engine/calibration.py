@@ -25,7 +25,14 @@ class Runtime:
     # Fraction of FP4 peak that FP4 GEMMs sustain (None: flops_eff), and the rate of routed-expert (grouped)
     # GEMMs relative to dense GEMMs. Only a table with FP4 and MoE rows can measure them (trtllm).
     fp4_flops_eff: float | None = None
+    # Fraction of the KV precision's tensor peak, and of peak bandwidth, that attention kernels sustain
+    # (None: flops_eff and bw_eff, as the GEMMs).
+    attn_flops_eff: float | None = None
+    attn_bw_eff: float | None = None
     expert_flops_factor: float = 1.0
+    # Rate of block-scaled FP8 GEMMs (weight dtype fp8-block) relative to per-tensor FP8, in both their memory
+    # and compute time, on parts whose tensor cores cannot apply block scales (no FP4 tensor cores: pre-Blackwell).
+    block_fp8_eff: float = 1.0
     # Tokens per expert at which routed-expert GEMMs run at half their full rate (tile rows left empty); 0: none.
     expert_half_tokens: float = 0.0
     # Quantised formats ("<format>-<int8|int4>") this runtime runs with a kernel built for batched GEMMs, not for
@@ -43,7 +50,10 @@ def runtimes() -> dict[str, Runtime]:
                           layer_overhead_s=float(d["layer_overhead_s"]),
                           attention=str(d.get("attention", "paged")),
                           fp4_flops_eff=float(d["fp4_flops_eff"]) if "fp4_flops_eff" in d else None,
+                          attn_flops_eff=float(d["attn_flops_eff"]) if "attn_flops_eff" in d else None,
+                          attn_bw_eff=float(d["attn_bw_eff"]) if "attn_bw_eff" in d else None,
                           expert_flops_factor=float(d.get("expert_flops_factor", 1.0)),
+                          block_fp8_eff=float(d.get("block_fp8_eff", 1.0)),
                           expert_half_tokens=float(d.get("expert_half_tokens", 0.0)),
                           slow_quant_kernels=tuple(str(k) for k in d.get("slow_quant_kernels", ())),
                           quant_layer_overhead_s=float(d.get("quant_layer_overhead_s", 0.0)))

@@ -579,7 +579,7 @@ class _Lane:
                 attn_win = sum_win + 0.5 * n
             else:
                 sum_win = attn_win = 0.0
-            cost = self.sm.cost_agg(n, n, sum_ctx, sum_win, attn, attn_win, n)
+            cost = self.sm.cost_agg(n, n, sum_ctx, sum_win, attn, attn_win, n, attn_decode=attn)
             share_in = 0.0
             in_new = recomputed = 0
             tokens = n
@@ -601,7 +601,8 @@ class _Lane:
             else:
                 sum_win = attn_win = 0.0
             logits = int(np.count_nonzero(emit))
-            cost = self.sm.cost_agg(tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits)
+            cost = self.sm.cost_agg(tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits,
+                                    attn_decode=float(a[~pf].sum()))  # rows past their prompt decode
             # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
             prompt = ti[:n, I_PROMPT]
             reach = np.minimum(fresh_end, prompt)

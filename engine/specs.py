@@ -23,15 +23,19 @@ from engine.errors import InputError, suggest
 # (8.125 / 4.125 bits; symmetric kernels never read the packed zero points), NVFP4 one fp8 scale per 16 (4.5 bits).
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 4.25 / 8,
-    "int8-g128": 8.125 / 8, "int4-g128": 4.125 / 8, "nvfp4": 4.5 / 8,
+    "int8-g128": 8.125 / 8, "int4-g128": 4.125 / 8, "nvfp4": 4.5 / 8, "fp8-block": 1.0,
 }
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4", "int8-g128", "int4-g128", "nvfp4")
+# fp8-block: DeepSeek's FP8 checkpoints, one fp32 scale per 128x128 weight block (0.02 % more bytes, left out).
+# Blackwell's tensor cores apply block scales inside the MMA; Hopper's FP8 MMA has none, so kernels rescale
+# the partial sums on the CUDA cores (DeepSeek-V3 technical report, sec. 3.3.2): see Runtime.block_fp8_eff.
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4", "int8-g128", "int4-g128", "nvfp4",
+                 "fp8-block")
 KV_DTYPES = ("bf16", "fp16", "fp8")
 # Which tensor-core rate a weight dtype computes at, given the part supports it (else bf16:
 # int8/int4 weight-only quantisation dequantises to 16-bit before the matmul).
 _COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "bf16", "int4": "bf16",
                   "fp4": "fp4", "mxfp4": "fp4", "fp32": "bf16", "int8-g128": "bf16", "int4-g128": "bf16",
-                  "nvfp4": "fp4"}
+                  "nvfp4": "fp4", "fp8-block": "fp8"}
 
 PRESET_ROOT = "presets"
 
@@ -343,11 +347,11 @@ def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -
 
 
 def _torch_dtype(d: dict[str, Any]) -> str:
-    """Stored weight dtype of an HF config: fp8 if it declares fp8 quantisation, else bf16."""
+    """Stored weight dtype of an HF config: fp8 (fp8-block with block scales) if it declares fp8, else bf16."""
     q = d.get("quantization_config") or {}
     method = str(q.get("quant_method", "")).lower()
     if method == "fp8":
-        return "fp8"
+        return "fp8-block" if q.get("weight_block_size") else "fp8"
     if method == "mxfp4":
         return "bf16"  # only the experts are mxfp4; see expert_dtype
     return "bf16"

@@ -178,15 +178,29 @@ class StepModel:
             "fl_matmul": 2.0 * c["matmul_active"] / tp,
             "fl_expert": 2.0 * m.moe_layers * m.experts_per_token * c["expert"] / tp,  # routed experts, per token
             "fl_attn_full": 2.0 * m.full_attn_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
+            # MLA decodes with the up-projections absorbed into the query and output (DeepSeek-V2 paper, sec. 2.1.2;
+            # FlashMLA): each head scores the cached latent and rope key (kv_lora + rope wide) and sums the latent
+            # (kv_lora wide), so a decode query-key pair costs more than a prefill pair at the decompressed widths.
+            "fl_attn_dec": (2.0 * m.full_attn_layers * m.heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / tp
+                            if m.is_mla else 2.0 * m.full_attn_layers * m.heads * (m.qk_dim + m.v_dim) / tp),
             "fl_attn_win": 2.0 * m.sliding_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
             "fl_lm": 2.0 * c["lm_head_matrix"] / tp,
             "bw": bw * eff_bw, "ridge": peak / bw,
+            # Paged attention gathers each sequence's KV blocks from scattered pages, a few KB per request per
+            # layer, and sustains less of the peak bandwidth than GEMMs streaming whole weight matrices.
+            "bw_attn": bw * (1.0 if o.ideal else (rt.attn_bw_eff if rt.attn_bw_eff is not None else rt.bw_eff)),
             # Dense matmuls at the weights' rate; routed experts at theirs, as grouped GEMMs (expert_flops_factor).
             "peak": gemm_peak(self.wdtype),
             "peak_expert": gemm_peak(self.edtype) * (1.0 if o.ideal else rt.expert_flops_factor),
             "expert_half": 0.0 if o.ideal else rt.expert_half_tokens,
-            # Attention runs in the KV cache's precision (bf16, or fp8 with an fp8 cache), not the weights' fp8/fp4.
-            "peak_attn": hw.peak_flops("fp8" if o.kv_dtype == "fp8" else "bf16") * o.compute_mult * eff_fl,
+            # Block-scaled FP8 weights on tensor cores without block scaling: the GEMMs run at block_fp8_eff.
+            "gemm_slow": (1.0 / rt.block_fp8_eff if not o.ideal and not hw.tflops.get("fp4")
+                          and "fp8-block" in (self.wdtype, self.edtype) else 1.0),
+            # Attention runs in the KV cache's precision (bf16, or fp8 with an fp8 cache), not the weights' fp8/fp4,
+            # at its own sustained fraction of that peak: softmax, masking and the online rescale between the two
+            # matmuls keep flash-attention kernels further from the tensor-core peak than plain GEMMs.
+            "peak_attn": hw.peak_flops("fp8" if o.kv_dtype == "fp8" else "bf16") * o.compute_mult
+            * (1.0 if o.ideal else (rt.attn_flops_eff if rt.attn_flops_eff is not None else rt.flops_eff)),
             # Eager transformers (runtime attention = "eager") concatenates the cache into new tensors every
             # step (read + write) and copies each KV head to its heads/kv_heads query heads before attention
             # (read 1, write G, attention reads G): 3 + 2G passes over the cache instead of one.
@@ -281,12 +295,18 @@ class StepModel:
         else:
             sum_win = attn_win = 0.0
         seqs = int((n > 0).sum())
+        dec = n == 1  # one new token: a decode row
+        attn_dec = float((x[dec] + 0.5).sum())
         return self.cost_agg(int(n.sum()), seqs, float(x.sum()), sum_win, attn_full, attn_win,
-                             seqs if logits is None else logits)
+                             seqs if logits is None else logits, attn_decode=attn_dec)
 
     def cost_agg(self, tokens: int, seqs: int, sum_ctx: float, sum_ctx_win: float, attn_full: float,
-                 attn_win: float, logits: int) -> StepCost:
-        """Price a step from batch aggregates (the serving loop computes these without a Python loop)."""
+                 attn_win: float, logits: int, *, attn_decode: float) -> StepCost:
+        """Price a step from batch aggregates (the serving loop computes these without a Python loop).
+
+        attn_full and attn_win count query-key pairs in full and sliding-window layers; attn_decode is the part
+        of attn_full that comes from decode rows (one new token each), which MLA prices at its absorbed width.
+        """
         c, m = self._c, self.model
         T = float(tokens)
         if m.is_moe and T > 0:
@@ -303,18 +323,19 @@ class StepModel:
         kv_write = T * (c["kv_full"] + c["kv_win"])
         act = T * c["act"]
         fl_mm = T * c["fl_matmul"]
-        fl_attn = c["fl_attn_full"] * attn_full + c["fl_attn_win"] * attn_win
+        fl_attn = (c["fl_attn_full"] * (attn_full - attn_decode) + c["fl_attn_dec"] * attn_decode
+                   + c["fl_attn_win"] * attn_win)
         fl_lm = logits * c["fl_lm"]
-        byts = weights + kv_read + kv_write + act
-        t_mem = byts / c["bw"]
+        t_attn_mem = (kv_read + kv_write) / c["bw_attn"]
+        t_mem = (weights + act) / c["bw"] * c["gemm_slow"] + t_attn_mem
         fl_exp = T * c["fl_expert"]
-        t_attn_mem = (kv_read + kv_write) / c["bw"]
         t_attn_cmp = fl_attn / c["peak_attn"]
         # A grouped GEMM fills its tiles' token rows only as far as each expert's tokens go: with n tokens per
         # expert it runs at n / (n + expert_half_tokens) of its full rate (runtime constant; 0: always full).
         n_exp = T * m.experts_per_token * self.opts.ep / m.experts if m.is_moe else 0.0
         fill = n_exp / (n_exp + c["expert_half"]) if n_exp > 0 and c["expert_half"] > 0 else 1.0
-        t_cmp = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp / (c["peak_expert"] * fill) + t_attn_cmp
+        t_gemm = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp / (c["peak_expert"] * fill)
+        t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
         tp = self.opts.tp
         t_comm = 0.0
         if tp > 1 and T > 0:

@@ -78,6 +78,10 @@ def test_hf_config_json_moe_mla(tmp_path: Path) -> None:
     f.write_text(json.dumps(cfg))
     m = load_model(str(f))
     assert m.is_moe and m.is_mla and m.weight_dtype == "fp8"
+    # DeepSeek's real config declares 128x128 weight blocks: a block-scaled FP8 checkpoint.
+    blocks = tmp_path / "ds-blocks.json"
+    blocks.write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
+    assert load_model(str(blocks)).weight_dtype == "fp8-block"
     assert m.params_total == pytest.approx(PUBLISHED["deepseek-v3"], rel=1e-6)  # less 58 x 256 router biases
     assert m.kv_bytes_per_token() == 70272
 
