@@ -1,10 +1,10 @@
-"""Fit the runtime profiles' four constants to the measured tables, on the train rows only.
+"""Fit the runtime profiles' physical constants to the measured tables, on the train rows only.
 
     python -m engine.fit            # fit and print train / held-out errors
     python -m engine.fit --write    # ... and rewrite presets/runtimes.toml with the constants and their record
 
 Method: for each profile, a deterministic pattern search (coordinate steps up and down, halved whenever no
-step improves) from a fixed start, over the four physical constants inside physically plausible bounds,
+step improves) from four fixed starts, keeping the best, over its physical constants inside plausible bounds,
 minimising the mean absolute log error |ln(predicted / measured)| over that profile's train rows (the rows
 whose key hashes to 'train', see engine.validate.Case.split). The test rows never enter the fit; their error
 is the held-out figure. The same StepModel the rest of the engine uses prices every row.
@@ -24,10 +24,12 @@ import numpy as np
 from engine.calibration import Runtime, runtimes
 from engine.validate import Case, cases, err_pct, predict
 
-PARAMS = ("bw_eff", "flops_eff", "step_overhead_s", "layer_overhead_s")
+PARAMS = ("bw_eff", "flops_eff", "attn_bw_eff", "attn_flops_eff", "step_overhead_s", "layer_overhead_s")
+# The attention kernels' own sustained fractions of peak bandwidth and FLOP/s (see step.py).
+ATTN = ("attn_bw_eff", "attn_flops_eff")
 # Two more constants only a table with FP4 and MoE rows can measure (TensorRT-LLM's): the fraction of FP4 peak
 # FP4 GEMMs sustain, and the rate of routed-expert grouped GEMMs relative to dense GEMMs.
-EXTRA = ("fp4_flops_eff", "expert_flops_factor", "expert_half_tokens")
+EXTRA = ("fp4_flops_eff", "expert_flops_factor", "expert_half_tokens", "block_fp8_eff")
 # hf-eager runs some of the Qwen table's quantised checkpoints with kernels that lack a decode path (see
 # SLOW_QUANT); their fixed cost per layer is one more constant, fitted on that profile's train rows.
 QUANT = ("quant_layer_overhead_s",)
@@ -37,21 +39,30 @@ QUANT = ("quant_layer_overhead_s",)
 # generic CUDA kernel; AWQ checkpoints (version "gemm") run AutoAWQ's WQLinear_GEMM kernel, built for many
 # tokens. vLLM 0.6 runs GPTQ (4 and 8 bit) and AWQ on its Marlin kernels, which have a decode path.
 SLOW_QUANT = {"hf-eager": ("gptq-int8", "awq-int4")}
-# Physically plausible ranges: a framework sustains 40-95 % of peak HBM bandwidth and 10-90 % of dense peak
-# tensor FLOP/s (5-90 % of FP4 peak); expert GEMMs run at 5-100 % of the dense rate; fixed costs are >= 0
-# and below 50 ms a step and 2 ms a layer.
-BOUNDS = {"bw_eff": (0.40, 0.95), "flops_eff": (0.10, 0.90), "step_overhead_s": (0.0, 0.050),
-          "layer_overhead_s": (0.0, 0.002), "fp4_flops_eff": (0.05, 0.90), "expert_flops_factor": (0.05, 1.0),
-          "quant_layer_overhead_s": (0.0, 0.002), "expert_half_tokens": (0.0, 1024.0)}
-START = {"bw_eff": 0.80, "flops_eff": 0.50, "step_overhead_s": 1e-3, "layer_overhead_s": 2e-5,
-         "fp4_flops_eff": 0.25, "expert_flops_factor": 0.5, "quant_layer_overhead_s": 1e-4,
-         "expert_half_tokens": 64.0}
-FIRST_STEP = {"bw_eff": 0.10, "flops_eff": 0.10, "step_overhead_s": 2e-3, "layer_overhead_s": 1e-4,
-              "fp4_flops_eff": 0.05, "expert_flops_factor": 0.1, "quant_layer_overhead_s": 1e-4,
-              "expert_half_tokens": 32.0}
-LAST_STEP = {"bw_eff": 1e-3, "flops_eff": 1e-3, "step_overhead_s": 1e-6, "layer_overhead_s": 1e-8,
-             "fp4_flops_eff": 1e-3, "expert_flops_factor": 1e-3, "quant_layer_overhead_s": 1e-8,
-             "expert_half_tokens": 0.5}
+# Each constant's physically plausible range, the fit's fixed start, its first and its last step. A framework
+# sustains 40-95 % of peak HBM bandwidth in its GEMMs (attention's scattered KV pages: 20-95 %) and 10-90 % of
+# the dense tensor peak (5-90 % of FP4 peak); expert GEMMs run at 5-100 % of the dense rate; fixed costs are
+# >= 0 and below 50 ms a step and 2 ms a layer.
+_SEARCH: dict[str, tuple[tuple[float, float], float, float, float]] = {
+    #                         (low, high)      start   first   last
+    "bw_eff":                 ((0.40, 0.95),   0.80,   0.10,   1e-3),
+    "flops_eff":              ((0.10, 0.90),   0.50,   0.10,   1e-3),
+    "attn_bw_eff":            ((0.20, 0.95),   0.70,   0.10,   1e-3),
+    "attn_flops_eff":         ((0.10, 0.90),   0.50,   0.10,   1e-3),
+    "step_overhead_s":        ((0.0, 0.050),   1e-3,   2e-3,   1e-6),
+    "layer_overhead_s":       ((0.0, 0.002),   2e-5,   1e-4,   1e-8),
+    "fp4_flops_eff":          ((0.05, 0.90),   0.25,   0.05,   1e-3),
+    "expert_flops_factor":    ((0.05, 1.0),    0.5,    0.1,    1e-3),
+    "expert_half_tokens":     ((0.0, 1024.0),  64.0,   32.0,   0.5),
+    "quant_layer_overhead_s": ((0.0, 0.002),   1e-4,   1e-4,   1e-8),
+    "block_fp8_eff":          ((0.30, 1.0),    1.0,    0.1,    1e-3),
+}
+# Besides START, the search also starts a quarter, half and three quarters of the way up every range.
+STARTS_ACROSS = (0.25, 0.5, 0.75)
+BOUNDS = {k: v[0] for k, v in _SEARCH.items()}
+START = {k: v[1] for k, v in _SEARCH.items()}
+FIRST_STEP = {k: v[2] for k, v in _SEARCH.items()}
+LAST_STEP = {k: v[3] for k, v in _SEARCH.items()}
 
 # Which rows fit which profile: the runtime each row of a table is mapped to (see engine.validate).
 FITTED = {"vllm": "qwen25", "hf-eager": "qwen25", "trtllm": "trtllm"}
@@ -64,10 +75,16 @@ DESCRIPTIONS = {
 
 
 def fitted_params(profile: str) -> tuple[str, ...]:
-    """The constants fitted for a profile: the four, plus FP4 and expert rates where the table has such rows."""
+    """The constants fitted for a profile: the base set, plus FP4 and expert rates where the table has such rows.
+
+    hf-eager computes attention with plain matmuls and a softmax on growing tensors (attention = "eager"), not a
+    fused paged-attention kernel, so its attention shares the GEMMs' efficiencies rather than fitting its own.
+    """
     if profile == "trtllm":
         return PARAMS + EXTRA
-    return PARAMS + QUANT if SLOW_QUANT.get(profile) else PARAMS
+    if SLOW_QUANT.get(profile):
+        return tuple(p for p in PARAMS if p not in ATTN) + QUANT
+    return PARAMS
 
 
 def rows_for(profile: str) -> list[Case]:
@@ -81,18 +98,31 @@ def _loss(rt: Runtime, rows: list[Case]) -> float:
 
 
 def fit_profile(profile: str) -> Runtime:
-    """The fitted constants of one profile (its other fields, e.g. attention, kept from runtimes.toml)."""
+    """The fitted constants of one profile (its other fields, e.g. attention, kept from runtimes.toml).
+
+    The loss surface has several basins (the expert, FP4 and attention rates trade off against each other), so
+    the pattern search runs from each of a few fixed starts and keeps the lowest train loss.
+    """
     base = replace(runtimes()[profile], slow_quant_kernels=SLOW_QUANT.get(profile, ()))
     names = fitted_params(profile)
     train = [c for c in rows_for(profile) if c.split == "train"]
-    x = np.array([START[p] for p in names], dtype=float)
-    step = np.array([FIRST_STEP[p] for p in names], dtype=float)
-    last = np.array([LAST_STEP[p] for p in names], dtype=float)
+    lo = np.array([BOUNDS[p][0] for p in names])
+    hi = np.array([BOUNDS[p][1] for p in names])
 
     def make(v: np.ndarray) -> Runtime:
         """The profile with the searched constants set to v."""
         return replace(base, **dict(zip(names, (float(t) for t in v), strict=True)))
 
+    starts = [np.array([START[p] for p in names], dtype=float)] + [lo + f * (hi - lo) for f in STARTS_ACROSS]
+    found = [_search(make, train, x, names) for x in starts]
+    best = min(found, key=lambda t: t[1])[0]
+    return make(_round(best))
+
+
+def _search(make: Any, train: list[Case], x: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, float]:
+    """Deterministic pattern search from x: coordinate steps up and down, halved whenever none improves."""
+    step = np.array([FIRST_STEP[p] for p in names], dtype=float)
+    last = np.array([LAST_STEP[p] for p in names], dtype=float)
     best = _loss(make(x), train)
     while (step > last).any():
         improved = False
@@ -105,7 +135,7 @@ def fit_profile(profile: str) -> Runtime:
                     best, x, improved = loss, y, True
         if not improved:
             step /= 2
-    return make(_round(x))
+    return x, best
 
 
 def _round(x: np.ndarray) -> np.ndarray:
@@ -132,25 +162,26 @@ def _fmt(v: float) -> str:
 def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str:
     """runtimes.toml, each profile with its record: rows, method, train and held-out errors, date."""
     lines = [
-        "# Runtime profiles: how close a serving framework gets to the roofline. Four physical constants each:",
-        "# the fraction of peak HBM bandwidth (bw_eff) and of peak dense tensor FLOP/s (flops_eff) it sustains,",
-        "# a fixed cost per step (step_overhead_s: scheduling, sampling, Python) and per layer (layer_overhead_s:",
-        "# kernel launches, small kernels' latency). trtllm has two more, which only its table (FP4 and MoE rows)",
-        "# can measure: fp4_flops_eff, the fraction of FP4 peak its FP4 GEMMs sustain, and expert_flops_factor,",
-        "# the rate of routed-expert grouped GEMMs relative to dense GEMMs (the other profiles: flops_eff and 1).",
-        "# attention = \"eager\" marks transformers' growing-tensor KV cache (derived physics, not fitted: step.py).",
-        "# expert_half_tokens (trtllm): tokens per expert at which grouped expert GEMMs run at half rate (tile rows",
-        "# left empty: rate n / (n + it)). quant_layer_overhead_s (hf-eager): fixed time per layer of the quantised",
-        "# kernels listed in slow_quant_kernels (kernel choice, not fitted: fit.py SLOW_QUANT). Calibrated steps",
-        "# price the attention kernels and the matmuls as two rooflines in sequence (step.py roofline_time).",
+        "# Runtime profiles: how close a serving framework gets to the roofline. The base constants: the fraction of",
+        "# peak HBM bandwidth (bw_eff) and of peak dense tensor FLOP/s (flops_eff) its GEMMs sustain, the same two",
+        "# for its attention kernels (attn_bw_eff: scattered KV pages; attn_flops_eff: softmax and rescaling between",
+        "# two matmuls), a fixed cost per step (step_overhead_s: scheduling, sampling, Python) and per layer",
+        "# (layer_overhead_s: kernel launches, small kernels' latency). trtllm has four more, which only its table",
+        "# (FP4, MoE and DeepSeek FP8 rows) can measure: fp4_flops_eff, the fraction of FP4 peak its FP4 GEMMs",
+        "# sustain; expert_flops_factor, the rate of routed-expert grouped GEMMs relative to dense GEMMs;",
+        "# expert_half_tokens, the tokens per expert at which those run at half rate (tile rows left empty: rate",
+        "# n / (n + it)); block_fp8_eff, the rate of block-scaled FP8 GEMMs on tensor cores without block scaling",
+        "# (Hopper). attention = \"eager\" marks transformers' growing-tensor KV cache (derived physics, not fitted:",
+        "# step.py); hf-eager's attention shares its GEMMs' efficiencies. quant_layer_overhead_s (hf-eager): fixed",
+        "# time per layer of the quantised kernels listed in slow_quant_kernels (kernel choice, not fitted: fit.py",
+        "# SLOW_QUANT). Calibrated steps price the attention kernels and the matmuls as two rooflines in sequence",
+        "# (step.py roofline_time).",
         "#",
         "# Fitted by engine/fit.py (python -m engine.fit --write): a deterministic pattern search inside physically",
-        "# plausible bounds (bw_eff 0.40-0.95, flops_eff 0.10-0.90, fp4_flops_eff 0.05-0.90, expert factor",
-        "# 0.05-1, step <= 50 ms, layer <= 2 ms, expert half-rate tokens 0-1024, quantised kernel <= 2 ms a layer)",
-        "# from a fixed start, minimising the",
-        "# mean |ln(predicted/measured)| over the profile's TRAIN rows only (stable hash of the row key, about",
-        "# half); the held-out (test) rows never enter the fit. Errors below are |predicted - measured| / measured",
-        "# of the table's own speed definition; `tokensim validate` reprints them row by row.",
+        "# plausible bounds (fit.py _SEARCH) from four fixed starts, keeping the lowest loss: the mean",
+        "# |ln(predicted/measured)| over the profile's TRAIN rows only (stable hash of the row key, about half); the",
+        "# held-out (test) rows never enter the fit. Errors below are |predicted - measured| / measured of the",
+        "# table's own speed definition; `tokensim validate` reprints them row by row.",
         "",
     ]
     for name in ("vllm", "hf-eager", "trtllm", "sglang"):

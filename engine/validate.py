@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import math
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
@@ -59,13 +60,19 @@ _TRT_MODELS = {
     "Llama 4 Maverick": "llama-4-maverick", "Qwen3-235B-A22B": "qwen3-235b-a22b", "Qwen3-30B-A3B": "qwen3-30b-a3b",
 }
 _TRT_GPUS = {"B200": "b200", "GB200": "gb200", "H200": "h200", "H100": "h100-sxm"}  # perf-overview: H100 SXM 80GB
-# Offline max throughput (trtllm-bench throughput): every request is queued at once and the batch is what the
-# KV pool holds at isl+osl tokens a request (TensorRT-LLM reserves a request's whole length up front).
-# trtllm-bench's own tuning (tensorrt_llm/bench/build/tuning.py, finetune_setting) caps the batch at 4096
-# requests and sizes max_num_tokens to batch * (1 + isl/osl), capped at 32768: one step can hold every decode
-# plus the prompts of the requests that replace the finished ones.
-TRT_MAX_BATCH = 4096
-TRT_MAX_TOKENS = 32768
+# Offline max throughput (trtllm-bench throughput): every request is queued at once. The scheduler's default
+# policy (guaranteed no evict) admits a request only when the KV pool can hold its whole isl+osl tokens, and
+# no more than max_batch_size requests run on a rank at a time, with at most max_num_tokens tokens per step.
+# The perf overview leaves both limits to trtllm-bench, which sets them as below (see trt_bench_limits).
+# trtllm-bench's tuning heuristic (tensorrt_llm/bench/build/tuning.py, calc_engine_setting and finetune_setting)
+# runs for these checkpoint quantisations, in bytes per stored element; any other (gpt-oss's MXFP4) keeps
+# TensorRT-LLM's BuildConfig defaults (tensorrt_llm/builder.py).
+BENCH_TUNED_BYTES = {"nvfp4": 0.5, "fp8": 1.0}  # QuantAlgo NVFP4; FP8 and FP8_BLOCK_SCALES
+BENCH_DEFAULT_BATCH, BENCH_DEFAULT_TOKENS = 2048, 8192
+BENCH_MAX_BATCH, BENCH_MAX_TOKENS = 4096, 32768  # the heuristic's caps before rounding
+# The perf overview: "In many cases, we also use a higher KV cache percentage by setting
+# --kv_cache_free_gpu_mem_fraction 0.95"; trtllm-bench passes the same fraction to the heuristic.
+BENCH_KV_FRACTION = 0.95
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,7 @@ class Case:
     osl: int
     gpus: int
     expert_dtype: str | None = None  # per-row override of the model's expert dtype (e.g. NVFP4 experts only)
+    quant_algo: str | None = None  # the checkpoint's quantisation as trtllm-bench reads it ("nvfp4", "fp8")
     pipeline: bool = False  # layers split over GPUs that run one after another (HF device_map="auto")
     notes: tuple[str, ...] = field(default=())
 
@@ -168,8 +176,16 @@ def _trt_case(r: dict[str, str]) -> Case | str:
             wd = "nvfp4"
         hd, kv = "bf16", "fp8"
     elif prec == "FP8":
-        wd, hd = "fp8", "bf16"
-        kv = "fp8" if model == "deepseek-v3" else "bf16"  # DeepSeek's llm_options set an fp8 KV cache
+        # deepseek-ai's own FP8 (block-scaled) checkpoint, or ModelOpt FP8. The KV cache is the checkpoint's
+        # (trtllm-bench passes kv_cache_config dtype "auto"): DeepSeek's llm_options set fp8; NVIDIA's FP8 cards
+        # quantise "only the weights and activations of the linear operators", so 16-bit. Llama 3.3 70B must
+        # carry an fp8 cache: at 1024/8192 on H200 TP2 a 16-bit pool (0.95 of all memory beside the weights)
+        # holds at most 65 sequences of 9,216 tokens, whose step reads 91 GB a GPU, capping it at 1,717
+        # tok/s/GPU at peak bandwidth; the table measured 2,009.
+        wd, hd = "fp8-block" if model == "deepseek-v3" else "fp8", "bf16"
+        kv = "fp8" if model in ("deepseek-v3", "llama-3.3-70b") else "bf16"
+        if model == "llama-3.3-70b":
+            notes.append("fp8 KV cache: the 1024/8192 H200 row is faster than any 16-bit pool allows")
     else:
         return f"precision {prec} is not modelled"
     if not blackwell and prec == "FP4":
@@ -180,8 +196,9 @@ def _trt_case(r: dict[str, str]) -> Case | str:
         return f"TP{tp} does not divide {m.heads} attention heads"
     key = "|".join(r[k] for k in ("model", "gpu", "parallel", "precision", "isl", "osl"))
     opts = StepOptions(tp=tp, ep=ep, weight_dtype=wd, head_dtype=hd, kv_dtype=kv, runtime="trtllm")
+    quant = None if model.startswith("gpt-oss") else "nvfp4" if prec == "FP4" else "fp8"
     return Case("trtllm", key, dict(r), float(r["output_tok_s_per_gpu"]), hw, model, "trtllm", opts,
-                int(r["isl"]), int(r["osl"]), n, expert_dtype=expert_dtype, notes=tuple(notes))
+                int(r["isl"]), int(r["osl"]), n, expert_dtype=expert_dtype, quant_algo=quant, notes=tuple(notes))
 
 
 @cache
@@ -288,7 +305,8 @@ def _decode_step(sm: StepModel, batch: int, ctx: float) -> tuple[tuple[float, fl
     context `ctx` (may be fractional)."""
     w = sm.model.sliding_window
     cw = min(ctx, w) if sm.model.sliding_layers else 0.0
-    c = sm.cost_agg(batch, batch, batch * ctx, batch * cw, batch * (ctx + 0.5), batch * (cw + 0.5), batch)
+    c = sm.cost_agg(batch, batch, batch * ctx, batch * cw, batch * (ctx + 0.5), batch * (cw + 0.5), batch,
+                    attn_decode=batch * (ctx + 0.5))
     return (c.t_memory_s, c.t_compute_s, c.t_attn_memory_s, c.t_attn_compute_s), c.t_comm_s + c.t_overhead_s
 
 
@@ -298,12 +316,60 @@ def qwen_request_time(sm: StepModel, isl: int, osl: int) -> float:
     return pre + decode_run_time(sm, 1, isl + 1, osl - 1)
 
 
-def trt_batch(sm: StepModel, isl: int, osl: int) -> int:
-    """Sequences per GPU (per attention-DP rank) at offline max throughput: KV pool, max batch, token budget."""
+def _stored_elements(sm: StepModel) -> float:
+    """Elements of the checkpoint's safetensors, the count trtllm-bench sizes the engine by: an FP4 tensor
+    packs two weights into each stored byte, plus one scale per block (NVFP4: 16 weights, MXFP4: 32)."""
+    c, o = sm.model.counts, sm.opts
+    head = c["embed"] + c["lm_head_separate"]
+    parts = ((c["total"] - head - c["expert_all"], sm.wdtype), (c["expert_all"], sm.edtype),
+             (head, o.head_dtype or sm.wdtype))
+    packed = {"nvfp4": 0.5 + 1 / 16, "fp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
+    return sum(n * packed.get(d, 1.0) for n, d in parts)
+
+
+def trt_bench_limits(case: Case, sm: StepModel) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) per rank, as trtllm-bench sets them when the run does not.
+
+    Its heuristic estimates the requests whose isl+osl tokens fit the KV pool of all the run's GPUs: memory
+    (GiB, as the device reports it) minus the engine (stored elements x bytes per element), times the KV
+    fraction, over 2 x layers x max(tp, kv_heads) x head_size bytes a token. For MLA that per-token figure is
+    the uncompressed K and V of every head, far above the latent actually cached, so the estimate is small.
+    It rounds the estimate up (at least 64; to 32s, 128s or 256s) and applies it per rank: under attention
+    data parallel every rank schedules up to that many requests. Chunked prefill is off, so a step must also
+    hold the longest prompt beside the batch.
+    """
+    m, n = sm.model, case.gpus
+    if case.quant_algo not in BENCH_TUNED_BYTES:
+        return BENCH_DEFAULT_BATCH, max(BENCH_DEFAULT_TOKENS, case.isl + BENCH_DEFAULT_BATCH)
+    kv_elem = 1.0 if case.opts.kv_dtype == "fp8" else 2.0
+    per_token = 2 * m.layers * max(n, m.kv_heads) * m.head_dim * kv_elem / 2**30
+    engine = _stored_elements(sm) * BENCH_TUNED_BYTES[case.quant_algo] / 2**30
+    requests = BENCH_KV_FRACTION * (sm.hw.memory_gb * n - engine) / (per_token * (case.isl + case.osl))
+    raw_bs = min(requests, BENCH_MAX_BATCH)
+    max_bs, max_tokens = bench_round(raw_bs, min(raw_bs * (1 + case.isl / case.osl), BENCH_MAX_TOKENS))
+    return max_bs, max(max_tokens, case.isl + max_bs)
+
+
+def bench_round(raw_bs: float, raw_tokens: float) -> tuple[int, int]:
+    """trtllm-bench's optimistic rounding of its estimates: the batch up to a multiple of 32 (at least 64) below
+    256, of 128 below 1,024, else of 256; the token budget up to a multiple of 256 (at least 2,048) below 4,096,
+    of 512 below 8,192, else of 1,024."""
+    step = 32 if raw_bs < 256 else 128 if raw_bs < 1024 else 256
+    max_bs = max(64, step * math.ceil(raw_bs / step))
+    step = 256 if raw_tokens < 4096 else 512 if raw_tokens < 8192 else 1024
+    return max_bs, max(2048, step * math.ceil(raw_tokens / step))
+
+
+def trt_batch(case: Case, sm: StepModel) -> int:
+    """Sequences per GPU (per attention-DP rank) at offline max throughput: the KV pool holding each request's
+    whole length, trtllm-bench's max batch size, and its token budget, which must hold the batch's decodes
+    plus the prompts of the requests that replace the finished ones (batch x (1 + isl/osl) tokens a step)."""
+    isl, osl = case.isl, case.osl
+    max_bs, max_tokens = trt_bench_limits(case, sm)
     per_seq = sm.kv_bytes_for(np.array([isl + osl]))
-    kv_bound = int(sm.kv_capacity_bytes // per_seq) if per_seq > 0 else TRT_MAX_BATCH
-    token_bound = int(TRT_MAX_TOKENS * osl // (isl + osl))  # a step holds the decodes and the new prompts
-    return max(1, min(kv_bound, TRT_MAX_BATCH, token_bound))
+    kv_bound = int(sm.kv_capacity_bytes // per_seq) if per_seq > 0 else max_bs
+    token_bound = int(max_tokens * osl // (isl + osl))
+    return max(1, min(kv_bound, max_bs, token_bound))
 
 
 def trt_steady_step(sm: StepModel, batch: int, isl: int, osl: int) -> float:
@@ -323,7 +389,8 @@ def trt_steady_step(sm: StepModel, batch: int, isl: int, osl: int) -> float:
     pre_full = starts * isl * isl / 2
     pre_win = starts * (isl * min(isl, w) - min(isl, w) ** 2 / 2) if m.sliding_layers else 0.0
     c = sm.cost_agg(int(round(batch + pre_tokens)), batch, batch * ctx, batch * cw,
-                    batch * (ctx + 0.5) + pre_full, batch * (cw + 0.5) + pre_win, batch)
+                    batch * (ctx + 0.5) + pre_full, batch * (cw + 0.5) + pre_win, batch,
+                    attn_decode=batch * (ctx + 0.5))
     return c.time_s
 
 
@@ -332,7 +399,7 @@ def predict(case: Case, runtime: Runtime | str | None = None) -> float:
     sm = step_model(case, runtime)
     if case.table == "qwen25":
         return case.osl / qwen_request_time(sm, case.isl, case.osl)
-    b = trt_batch(sm, case.isl, case.osl)
+    b = trt_batch(case, sm)
     t = trt_steady_step(sm, b, case.isl, case.osl)
     # Every GPU of a TP group works on the same batch; a DEP rank has its own batch of b.
     return b / t / (case.opts.tp if case.opts.ep == 1 else 1)
@@ -364,7 +431,8 @@ def case_row(case: Case, runtime: str | None = None) -> dict[str, Any]:
         "isl": case.isl, "osl": case.osl,
     }
     if case.table == "trtllm":
-        sim["batch_per_gpu"] = trt_batch(sm, case.isl, case.osl)
+        sim["batch_per_gpu"] = trt_batch(case, sm)
+        sim["bench_limits"] = dict(zip(("max_batch_size", "max_num_tokens"), trt_bench_limits(case, sm), strict=True))
     else:
         sim["request_time_s"] = case.osl / pred
         sim["measured_request_time_s"] = case.osl / case.measured

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.calibration import runtimes
 from engine.errors import InputError
 from engine.specs import load_hardware, load_model
 from engine.step import StepModel, StepOptions, crossover_batch
@@ -94,7 +95,57 @@ def test_mla_caches_latent_plus_rope() -> None:
     c = sm("deepseek-v3", hw="b200", tp=8).decode(1, 1000)
     # The latent is shared by all heads, so tensor parallelism replicates it instead of splitting it.
     assert c.bytes["kv_read"] == 1000 * 70272
-    assert m.weight_dtype == "fp8"
+    assert m.weight_dtype == "fp8-block"  # DeepSeek's FP8 checkpoint: 128x128 weight blocks, one byte a weight
+
+
+def test_mla_decode_attends_over_the_absorbed_latent() -> None:
+    """A decode query scores the 576-wide latent + rope key and sums the 512-wide latent in every head; a prefill
+    query works at the decompressed widths (192-wide query-key, 128-wide values)."""
+    s = sm("deepseek-v3", hw="b200", tp=8)
+    layers, heads, tp = 61, 128, 8
+    dec = s.decode(4, 1000)
+    assert dec.flops["attention"] == pytest.approx(2 * layers * heads * (512 + 64 + 512) * 4 * 1000.5 / tp)
+    pre = s.prefill(1000)
+    assert pre.flops["attention"] == pytest.approx(2 * layers * heads * (192 + 128) * 1000 * 500 / tp)
+    # A mixed step prices each row by its phase.
+    mixed = s.cost(np.array([1, 1000]), np.array([1000, 0]))
+    assert mixed.flops["attention"] == pytest.approx(dec.flops["attention"] / 4 + pre.flops["attention"])
+
+
+def test_calibrated_attention_kernels_run_at_their_own_efficiencies() -> None:
+    """KV traffic moves at attn_bw_eff of peak and attention FLOPs run at attn_flops_eff of the KV precision's
+    peak; the weights and activations move at the GEMMs' bw_eff."""
+    hw, rt = load_hardware("b200"), runtimes()["trtllm"]
+    assert rt.attn_bw_eff is not None and rt.attn_flops_eff is not None
+    c = StepModel(hw, load_model("qwen3-30b-a3b"), StepOptions(runtime="trtllm", kv_dtype="fp8")).decode(64, 4000)
+    kv = c.bytes["kv_read"] + c.bytes["kv_write"]
+    assert c.t_attn_memory_s == pytest.approx(kv / (hw.bandwidth * rt.attn_bw_eff))
+    assert c.t_attn_compute_s == pytest.approx(c.flops["attention"] / (hw.peak_flops("fp8") * rt.attn_flops_eff))
+    other = c.bytes["weights"] + c.bytes["activations"]
+    assert c.t_memory_s - c.t_attn_memory_s == pytest.approx(other / (hw.bandwidth * rt.bw_eff))
+
+
+def test_block_scaled_fp8_gemms_slow_down_only_without_hardware_block_scaling() -> None:
+    """fp8-block GEMMs run at block_fp8_eff of per-tensor FP8 on Hopper; Blackwell applies the scales in the MMA."""
+    rt = runtimes()["trtllm"]
+    assert 0.3 <= rt.block_fp8_eff < 1
+    m = load_model("deepseek-v3")
+
+    def step(hw: str, wd: str | None) -> object:
+        """One decode step of 256 sequences at 1,000 tokens of context under trtllm."""
+        return StepModel(load_hardware(hw), m, StepOptions(runtime="trtllm", weight_dtype=wd, kv_dtype="fp8"))\
+            .decode(256, 1000)
+
+    block, plain = step("h200", None), step("h200", "fp8")
+    gemm_mem = (block.t_memory_s - block.t_attn_memory_s, plain.t_memory_s - plain.t_attn_memory_s)
+    gemm_cmp = (block.t_compute_s - block.t_attn_compute_s, plain.t_compute_s - plain.t_attn_compute_s)
+    assert gemm_mem[0] == pytest.approx(gemm_mem[1] / rt.block_fp8_eff)
+    assert gemm_cmp[0] == pytest.approx(gemm_cmp[1] / rt.block_fp8_eff)
+    assert block.t_attn_memory_s == pytest.approx(plain.t_attn_memory_s)
+    assert step("b200", None).time_s == pytest.approx(step("b200", "fp8").time_s)
+    # Under --ideal the articles' roofline holds whatever the checkpoint's scaling.
+    ideal = StepModel(load_hardware("h200"), m, StepOptions(ideal=True))
+    assert ideal.decode(1, 0).time_s == pytest.approx(ideal.with_options(weight_dtype="fp8").decode(1, 0).time_s)
 
 
 def test_sliding_window_caps_kv_reads() -> None:

@@ -20,7 +20,10 @@ from engine.calibration import runtimes
 from engine.specs import load_hardware, load_model
 from engine.step import StepModel, StepOptions
 from engine.validate import (
+    BENCH_KV_FRACTION,
     TABLE_FILES,
+    _stored_elements,
+    bench_round,
     cases,
     claim_c24,
     decode_run_time,
@@ -29,6 +32,8 @@ from engine.validate import (
     report,
     step_model,
     subset_stats,
+    trt_batch,
+    trt_bench_limits,
 )
 
 
@@ -72,10 +77,56 @@ def test_held_out_error_is_reported_and_bounded(rep: dict) -> None:
 
 
 def test_rows_beyond_35_percent_do_not_grow(rep: dict) -> None:
-    """Regression guard on the per-row target the fit does not meet yet (see the xfail below)."""
-    over = {n: sum(abs(r["err_pct"]) > 35 for r in rep[n]["rows"]) for n in rep}
-    assert over["qwen25"] <= 2 and over["trtllm"] <= 10
-    assert rep["qwen25"]["max_abs_err_pct"] < 40 and rep["trtllm"]["max_abs_err_pct"] < 65
+    """Regression guard on the TensorRT-LLM rows the per-row target is not met for yet (see the xfail below)."""
+    over = sum(abs(r["err_pct"]) > 35 for r in rep["trtllm"]["rows"])
+    assert over <= 5 and rep["trtllm"]["max_abs_err_pct"] < 60
+
+
+def test_every_qwen_row_within_35_percent(rep: dict) -> None:
+    """The issue's per-row target holds on the whole Qwen2.5 table, train and held-out rows alike."""
+    assert all(abs(r["err_pct"]) <= 35 for r in rep["qwen25"]["rows"])
+
+
+def _trt(key: str) -> object:
+    """The TensorRT-LLM case with this key."""
+    return next(c for c in cases("trtllm")[0] if c.key == key)
+
+
+def test_bench_rounds_its_estimates_up_as_trtllm_bench_does() -> None:
+    assert bench_round(10, 100) == (64, 2048)  # the floors
+    assert bench_round(100, 3000) == (128, 3072)  # multiples of 32 and 256
+    assert bench_round(300, 5000) == (384, 5120)  # of 128 and 512
+    assert bench_round(1500, 9000) == (1536, 9216)  # of 256 and 1,024
+
+
+def test_trtllm_bench_caps_deepseek_by_its_uncompressed_kv_estimate() -> None:
+    """trtllm-bench sizes DeepSeek's batch as if every head cached its own K and V (2 x 61 x 128 x 56 bytes a
+    token at fp8), far above MLA's latent, so its cap, not the KV pool, sets the batch at 1000/1000."""
+    c = _trt("DeepSeek-R1-0528|B200|DEP4|FP4|1000|1000")
+    sm = step_model(c)
+    per_token = 2 * 61 * 128 * 56 * 1 / 2**30
+    requests = BENCH_KV_FRACTION * (180 * 4 - _stored_elements(sm) * 0.5 / 2**30) / (per_token * 2000)
+    assert 256 <= requests < 384
+    assert trt_bench_limits(c, sm) == (384, 2048)
+    pool = int(sm.kv_capacity_bytes // sm.kv_bytes_for(np.array([2000])))
+    assert trt_batch(c, sm) == 384 < pool
+    # gpt-oss's MXFP4 checkpoint is no tuned quantisation: TensorRT-LLM's BuildConfig defaults, and a step must
+    # hold an 8K prompt beside a full batch.
+    g = _trt("gpt-oss-20b|B200|TP1|FP4|8192|1024")
+    assert trt_bench_limits(g, step_model(g)) == (2048, 8192 + 2048)
+
+
+def test_llama_fp8_kv_cache_follows_from_the_h200_row() -> None:
+    """With a 16-bit KV cache no pool could reach the measured 1024/8192 speed on H200 TP2: the reason holds."""
+    c = _trt("Llama 3.3 70B|H200|TP2|FP8|1024|8192")
+    assert c.opts.kv_dtype == "fp8"
+    sm16 = step_model(replace(c, opts=replace(c.opts, kv_dtype="bf16")))
+    # The most a 16-bit pool could hold: all memory beside the weights, at the bench's 0.95.
+    pool = BENCH_KV_FRACTION * (sm16.hw.memory_bytes - sm16.weight_bytes_per_gpu)
+    batch = int(pool // sm16.kv_bytes_for(np.array([1024 + 8192])))
+    step_bytes = sm16.weight_bytes_per_gpu + sm16.kv_bytes_for(np.full(batch, 1024 + 4096))
+    best = batch / (step_bytes / sm16.hw.bandwidth) / 2  # per GPU of the pair, at peak bandwidth
+    assert batch == 65 and best == pytest.approx(1717, abs=1) and best < c.measured
 
 
 def test_routed_expert_gemms_slow_down_with_few_tokens_per_expert() -> None:
@@ -129,11 +180,11 @@ def test_calibrated_step_is_two_rooflines_in_sequence() -> None:
     assert ideal.time_s == pytest.approx(max(ideal.t_memory_s, ideal.t_compute_s) + ideal.t_comm_s)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 6 target 'no represented row worse than 35 %' is not met: "
-                   "Qwen2.5-7B quantised at 129K under vLLM; TensorRT-LLM DeepSeek-R1 H200 DEP8, gpt-oss-120b H100 "
-                   "DEP4, Llama 3.3 70B H200 1024/8192, Qwen3-30B-A3B 32768/1024")
-def test_no_represented_row_worse_than_35_percent(rep: dict) -> None:
-    assert all(abs(r["err_pct"]) <= 35 for t in rep.values() for r in t["rows"])
+@pytest.mark.xfail(strict=True, reason="issue 6 target 'no represented row worse than 35 %' is not met on the "
+                   "TensorRT-LLM table: gpt-oss-120b H100 DEP4 1000/1000 and 1024/1024, gpt-oss-120b GB200 "
+                   "1024/8192, Llama 4 Maverick H200 8192/1024, Qwen3-235B-A22B H200 32768/1024")
+def test_no_represented_trtllm_row_worse_than_35_percent(rep: dict) -> None:
+    assert all(abs(r["err_pct"]) <= 35 for r in rep["trtllm"]["rows"])
 
 
 def test_report_json_shape(rep: dict) -> None:
