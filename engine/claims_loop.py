@@ -226,7 +226,7 @@ def c20() -> Row:
 
 def c21() -> Row:
     """C21: the fast lane's cost and per-user speed over the normal lane's (scene 12's setting)."""
-    e = Engine(_cfg(users=50, fast_share=0.08, fast_max_batch=4, prompt="3000", output="1000", max_batch=1024))
+    e = Engine(_cfg(users=50, fast_share=0.10, fast_max_batch=5, prompt="3000", output="1000", max_batch=1024))
     e.advance(40.0)
     f, n = e.metrics(fast=True), e.metrics(fast=False)
     price = f["cost_per_mtok_out"] / n["cost_per_mtok_out"]
