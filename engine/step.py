@@ -137,6 +137,9 @@ class StepModel:
             raise InputError("compute and bandwidth multipliers must be > 0")
         if o.ep < 1 or int(o.ep) != o.ep:
             raise InputError(f"--ep must be a whole number >= 1, got {o.ep}")
+        if not _splits_heads(m, o.tp):
+            raise InputError(f"--tp {o.tp} does not split {m.name}'s {m.heads} attention heads and {m.kv_heads} KV "
+                             f"heads evenly; try --tp {_even_tp(m, o.tp)}")
         if o.ep > 1 and (o.tp > 1 or not m.is_moe):
             raise InputError("expert parallel (ep > 1) needs a mixture-of-experts model and tp 1")
         if o.head_dtype is not None and o.head_dtype not in WEIGHT_DTYPES:
@@ -370,6 +373,16 @@ class StepModel:
     def with_options(self, **changes: object) -> StepModel:
         """The same hardware and model with some options changed (what-if knobs)."""
         return StepModel(self.hw, self.model, replace(self.opts, **changes))
+
+
+def _splits_heads(m: Model, tp: int) -> bool:
+    """Whether tp GPUs each get whole attention heads and an even share (or an even copy) of the KV heads."""
+    return m.heads % tp == 0 and (m.is_mla or m.kv_heads % tp == 0 or tp % m.kv_heads == 0)
+
+
+def _even_tp(m: Model, tp: int) -> int:
+    """The nearest tensor-parallel degree below tp that splits m's heads evenly (1 always does)."""
+    return next(t for t in range(tp - 1, 0, -1) if _splits_heads(m, t))
 
 
 def roofline_time(t_mem: Any, t_cmp: Any, t_attn_mem: Any, t_attn_cmp: Any, ideal: bool) -> Any:

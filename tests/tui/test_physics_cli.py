@@ -73,6 +73,7 @@ def test_claims_json_rows(capsys: pytest.CaptureFixture[str]) -> None:
     (["step", "--context", "x"], "expected a whole number"),
     (["step", "--prompt", "40000", "--model", "qwen2.5-14b"], "exceeds qwen2.5-14b's context window"),
     (["step", "--model", "missing.toml"], "no such model file"),
+    (["step", "--model", "qwen2.5-72b", "--tp", "3"], "--tp 3 does not split qwen2.5-72b's 64 attention heads"),
     (["claims", "C99"], "unknown claim 'C99'"),
     (["list", "gpus"], "invalid choice"),
 ])

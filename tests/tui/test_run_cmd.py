@@ -63,6 +63,7 @@ def test_rich_report_names_the_figures() -> None:
 @pytest.mark.parametrize("args,words", [
     (["--users", "4", "--rate", "2"], "contradict"),
     (["--users", "0"], "no workload"),
+    (["--users", "0", "--rate", "0"], "no workload"),
     (["--prompt", "300000"], "context"),
     (["--output", "gamma:3"], "--output"),
     (["--rate", "3", "--think-time", "1"], "--think-time"),

@@ -78,6 +78,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     """The EngineConfig the options describe; contradictions are one-line InputErrors."""
+    if args.users == 0 and not args.rate:
+        raise InputError("no workload: --users and --rate are both zero; give --users N or --rate R")
     if args.users is not None and args.rate is not None:
         raise InputError("--users (closed loop) and --rate (open loop) contradict each other: give one")
     rate = args.rate or 0.0
