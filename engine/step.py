@@ -169,6 +169,7 @@ class StepModel:
             """Sustained GEMM FLOP/s at a weight dtype's tensor-core rate (FP4 GEMMs have their own efficiency)."""
             fp4 = hw.rate_dtype(dtype) == "fp4" and rt.fp4_flops_eff is not None and not o.ideal
             return hw.peak_flops(dtype) * o.compute_mult * (rt.fp4_flops_eff if fp4 else eff_fl)
+        pair = 2.0 * m.full_attn_layers * m.heads / tp  # FLOPs per query-key pair per unit of head width
         self._c = {
             "w_always": always * wb / tp,
             "w_row": m.hidden * hb / tp,  # one embedding row per token
@@ -180,12 +181,11 @@ class StepModel:
             "act": m.layers * (_ACT_HIDDEN_PASSES * m.hidden + _ACT_FFN_PASSES * ffn_active) * _ACT_BYTES / tp,
             "fl_matmul": 2.0 * c["matmul_active"] / tp,
             "fl_expert": 2.0 * m.moe_layers * m.experts_per_token * c["expert"] / tp,  # routed experts, per token
-            "fl_attn_full": 2.0 * m.full_attn_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
+            "fl_attn_full": pair * (m.qk_dim + m.v_dim),
             # MLA decodes with the up-projections absorbed into the query and output (DeepSeek-V2 paper, sec. 2.1.2;
             # FlashMLA): each head scores the cached latent and rope key (kv_lora + rope wide) and sums the latent
             # (kv_lora wide), so a decode query-key pair costs more than a prefill pair at the decompressed widths.
-            "fl_attn_dec": (2.0 * m.full_attn_layers * m.heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / tp
-                            if m.is_mla else 2.0 * m.full_attn_layers * m.heads * (m.qk_dim + m.v_dim) / tp),
+            "fl_attn_dec": pair * ((2 * m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else (m.qk_dim + m.v_dim)),
             "fl_attn_win": 2.0 * m.sliding_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
             "fl_lm": 2.0 * c["lm_head_matrix"] / tp,
             "bw": bw * eff_bw, "ridge": peak / bw,
