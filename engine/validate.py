@@ -331,7 +331,8 @@ def trt_bench_limits(case: Case, sm: StepModel) -> tuple[int, int]:
     """(max_batch_size, max_num_tokens) per rank, as trtllm-bench sets them when the run does not.
 
     Its heuristic estimates the requests whose isl+osl tokens fit the KV pool of all the run's GPUs: memory
-    (GiB, as the device reports it) minus the engine (stored elements x bytes per element), times the KV
+    in GiB as the device reports it (the preset's memory_gb, which spec sheets round to within a few percent
+    of that figure) minus the engine (stored elements x bytes per element), times the KV
     fraction, over 2 x layers x max(tp, kv_heads) x head_size bytes a token. For MLA that per-token figure is
     the uncompressed K and V of every head, far above the latent actually cached, so the estimate is small.
     It rounds the estimate up (at least 64; to 32s, 128s or 256s) and applies it per rank: under attention
