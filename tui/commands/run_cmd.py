@@ -78,14 +78,12 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     """The EngineConfig the options describe; contradictions are one-line InputErrors."""
-    if args.users == 0 and not args.rate:
+    if not args.users and not args.rate and (args.users is not None or args.rate is not None):
         raise InputError("no workload: --users and --rate are both zero; give --users N or --rate R")
     if args.users is not None and args.rate is not None:
         raise InputError("--users (closed loop) and --rate (open loop) contradict each other: give one")
     rate = args.rate or 0.0
     users = args.users if args.users is not None else (0 if args.rate is not None else 4)
-    if users == 0 and rate == 0:
-        raise InputError("no workload: --users and --rate are both zero; give --users N or --rate R")
     if args.think_time is not None and users == 0:
         raise InputError("--think-time applies to closed-loop --users; open-loop --rate arrivals do not think")
     requests = args.requests
