@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -27,8 +28,9 @@ from engine.validate import Case, cases, err_pct, predict
 PARAMS = ("bw_eff", "flops_eff", "attn_bw_eff", "attn_flops_eff", "step_overhead_s", "layer_overhead_s")
 # The attention kernels' own sustained fractions of peak bandwidth and FLOP/s (see step.py).
 ATTN = ("attn_bw_eff", "attn_flops_eff")
-# Two more constants only a table with FP4 and MoE rows can measure (TensorRT-LLM's): the fraction of FP4 peak
-# FP4 GEMMs sustain, and the rate of routed-expert grouped GEMMs relative to dense GEMMs.
+# Four more constants only TensorRT-LLM's table (FP4, MoE and DeepSeek FP8 rows) can measure: the fraction of FP4
+# peak FP4 GEMMs sustain, the rate of routed-expert grouped GEMMs relative to dense GEMMs and the tokens per
+# expert at which they run at half rate, and the rate of block-scaled FP8 GEMMs on Hopper.
 EXTRA = ("fp4_flops_eff", "expert_flops_factor", "expert_half_tokens", "block_fp8_eff")
 # hf-eager runs some of the Qwen table's quantised checkpoints with kernels that lack a decode path (see
 # SLOW_QUANT); their fixed cost per layer is one more constant, fitted on that profile's train rows.
@@ -75,16 +77,16 @@ DESCRIPTIONS = {
 
 
 def fitted_params(profile: str) -> tuple[str, ...]:
-    """The constants fitted for a profile: the base set, plus FP4 and expert rates where the table has such rows.
+    """The constants fitted for a profile: the base set, plus EXTRA where the table measures them (trtllm) and
+    the slow quantised kernels' cost where the runtime has such kernels.
 
-    hf-eager computes attention with plain matmuls and a softmax on growing tensors (attention = "eager"), not a
-    fused paged-attention kernel, so its attention shares the GEMMs' efficiencies rather than fitting its own.
+    An eager runtime (attention = "eager") computes attention with plain matmuls and a softmax on growing
+    tensors, not a fused paged-attention kernel, so its attention shares the GEMMs' efficiencies.
     """
+    base = tuple(p for p in PARAMS if p not in ATTN) if runtimes()[profile].attention == "eager" else PARAMS
     if profile == "trtllm":
-        return PARAMS + EXTRA
-    if SLOW_QUANT.get(profile):
-        return tuple(p for p in PARAMS if p not in ATTN) + QUANT
-    return PARAMS
+        return base + EXTRA
+    return base + QUANT if SLOW_QUANT.get(profile) else base
 
 
 def rows_for(profile: str) -> list[Case]:
@@ -119,7 +121,8 @@ def fit_profile(profile: str) -> Runtime:
     return make(_round(best))
 
 
-def _search(make: Any, train: list[Case], x: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, float]:
+def _search(make: Callable[[np.ndarray], Runtime], train: list[Case], x: np.ndarray,
+            names: tuple[str, ...]) -> tuple[np.ndarray, float]:
     """Deterministic pattern search from x: coordinate steps up and down, halved whenever none improves."""
     step = np.array([FIRST_STEP[p] for p in names], dtype=float)
     last = np.array([LAST_STEP[p] for p in names], dtype=float)
