@@ -35,6 +35,13 @@ class Runtime:
     block_fp8_eff: float = 1.0
     # Tokens per expert at which routed-expert GEMMs run at half their full rate (tile rows left empty); 0: none.
     expert_half_tokens: float = 0.0
+    # Whether its attention runs in FP8 whenever the output projection after it takes FP8 or FP4 input, whatever
+    # the KV cache's precision (TensorRT-LLM: the attention op writes quantised output, and then selects FP8
+    # context FMHA; see step.py peak_attn).
+    fp8_attn_if_quantised: bool = False
+    # Whether its MXFP4 GEMMs quantise the activations to FP8 on parts with FP4 tensor cores, so they run at the
+    # FP8 rate, not the FP4 one (TensorRT-LLM on SM100 picks W4A8_MXFP4_MXFP8; on Hopper W4A16_MXFP4, BF16).
+    mxfp4_fp8_act: bool = False
     # Quantised formats ("<format>-<int8|int4>") this runtime runs with a kernel built for batched GEMMs, not for
     # the one or few tokens of a decode step, and the fixed time such kernels add per layer (seven linears).
     slow_quant_kernels: tuple[str, ...] = ()
@@ -56,7 +63,9 @@ def runtimes() -> dict[str, Runtime]:
                           block_fp8_eff=float(d.get("block_fp8_eff", 1.0)),
                           expert_half_tokens=float(d.get("expert_half_tokens", 0.0)),
                           slow_quant_kernels=tuple(str(k) for k in d.get("slow_quant_kernels", ())),
-                          quant_layer_overhead_s=float(d.get("quant_layer_overhead_s", 0.0)))
+                          quant_layer_overhead_s=float(d.get("quant_layer_overhead_s", 0.0)),
+                          fp8_attn_if_quantised=bool(d.get("fp8_attn_if_quantised", False)),
+                          mxfp4_fp8_act=bool(d.get("mxfp4_fp8_act", False)))
             for name, d in data.items()}
 
 

@@ -208,6 +208,14 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
             lines.append(f"{p} = {_fmt(getattr(rt, p))}")
         if rt.attention != "paged":
             lines.append(f'attention = "{rt.attention}"')
+        if rt.fp8_attn_if_quantised:
+            lines.append("# Kernel choice, not fitted: FP8 context attention whenever o_proj is FP8/NVFP4 quantised "
+                         "(step.py peak_attn).")
+            lines.append("fp8_attn_if_quantised = true")
+        if rt.mxfp4_fp8_act:
+            lines.append("# Kernel choice, not fitted: MXFP4 experts take FP8 activations on Blackwell "
+                         "(W4A8_MXFP4_MXFP8), BF16 on Hopper.")
+            lines.append("mxfp4_fp8_act = true")
         if rt.slow_quant_kernels:
             lines.append("# Kernel choice (fit.py SLOW_QUANT): auto_gptq has no exllama kernel for 8 bits, AutoAWQ's")
             lines.append("# GEMM kernel is built for many tokens; quant_layer_overhead_s: their extra time per layer.")

@@ -569,13 +569,13 @@ class _Lane:
         ti = R.i
         cached = ti[:n, I_CACHED]
         model = self.sm.model
-        w = model.sliding_window if model.sliding_layers else 0
+        local = model.sliding_layers > 0
         if new is None:
             # Pure decode: every row adds one token on top of its cache.
             sum_ctx = float(cached.sum())
             attn = sum_ctx + 0.5 * n
-            if w:
-                sum_win = float(np.minimum(cached, w).sum())
+            if local:
+                sum_win = float(model.local_seen(cached).sum())
                 attn_win = sum_win + 0.5 * n
             else:
                 sum_win = attn_win = 0.0
@@ -594,10 +594,9 @@ class _Lane:
             a = nf * (cached + nf / 2)
             attn = float(a.sum())
             sum_ctx = float(cached.sum())
-            if w:
-                cw = np.minimum(cached, w)
-                sum_win = float(cw.sum())
-                attn_win = float((nf * (cw + np.minimum(nf, w) / 2)).sum())
+            if local:
+                sum_win = float(model.local_seen(cached).sum())
+                attn_win = float(model.local_pairs(cached, nf).sum())
             else:
                 sum_win = attn_win = 0.0
             logits = int(np.count_nonzero(emit))

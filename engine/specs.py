@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from engine.errors import InputError, suggest
 
 # Bytes per stored weight or KV element. mxfp4 carries one 8-bit scale per 32 values: 4.25 bits.
@@ -122,9 +124,12 @@ class Model:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
-    # Sliding-window attention: this many layers see only the last `sliding_window` tokens.
+    # Local attention: `sliding_layers` layers see only part of the context. A sliding window sees the last
+    # `sliding_window` tokens and caches only those; chunked attention (Llama 4's attention_chunk_size) sees the
+    # tokens of its own chunk of `sliding_window` (context mod chunk), while the cache keeps every token.
     sliding_window: int = 0
     sliding_layers: int = 0
+    chunked: bool = False
     source: str = ""
     notes: str = ""
     published_params: float = 0.0
@@ -150,6 +155,50 @@ class Model:
     @property
     def full_attn_layers(self) -> int:
         return self.layers - self.sliding_layers
+
+    def local_seen(self, ctx: np.ndarray) -> np.ndarray:
+        """Cached tokens a local layer's next query attends to, for sequences holding `ctx` tokens each."""
+        x = np.asarray(ctx, dtype=np.float64)
+        if not self.sliding_layers:
+            return np.zeros_like(x)
+        w = float(self.sliding_window)
+        return np.mod(x, w) if self.chunked else np.minimum(x, w)
+
+    def local_seen_sum(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Sum of local_seen(p) over integer contexts a <= p < b: the query-key pairs of the tokens at
+        positions a..b-1 in a local layer, less their half-pair on themselves (closed form, no loop)."""
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        if not self.sliding_layers:
+            return np.zeros(np.broadcast(a, b).shape)
+        w = float(self.sliding_window)
+
+        def upto(p: np.ndarray) -> np.ndarray:
+            """Sum of local_seen(q) for 0 <= q < p."""
+            if self.chunked:  # whole chunks of 0..w-1, then a partial one of 0..r-1
+                r = np.mod(p, w)
+                return np.floor(p / w) * w * (w - 1) / 2 + r * (r - 1) / 2
+            q = np.minimum(p, w)
+            return q * (q - 1) / 2 + np.maximum(p - w, 0.0) * w
+        return upto(b) - upto(a)
+
+    def local_pairs(self, ctx: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """Query-key pairs of `new` tokens appended to `ctx` cached ones, in one local layer."""
+        x = np.asarray(ctx, dtype=np.float64)
+        n = np.asarray(new, dtype=np.float64)
+        if not self.sliding_layers:
+            return np.zeros(np.broadcast(x, n).shape)
+        # Each new token sees local_seen of the tokens before it, plus half a pair on itself (the full layers'
+        # n * (x + n/2) counts the same way).
+        return self.local_seen_sum(x, x + n) + n / 2
+
+    def local_cached(self, ctx: np.ndarray) -> np.ndarray:
+        """Tokens a local layer keeps in the KV cache for sequences of `ctx` tokens: a sliding window's cache is
+        cyclic (the last `sliding_window`); a chunked layer's keeps them all, as its global layers' does."""
+        x = np.asarray(ctx, dtype=np.float64)
+        if not self.sliding_layers:
+            return np.zeros_like(x)
+        return x if self.chunked else np.minimum(x, float(self.sliding_window))
 
     @property
     def qk_dim(self) -> int:
@@ -207,7 +256,7 @@ def count_params(m: Model) -> dict[str, float]:
             attn += qd + 2 * kvd
         if m.o_bias:
             attn += h
-        if m.sliding_layers:  # gpt-oss keeps one learned attention-sink logit per head
+        if m.sliding_layers and not m.chunked:  # gpt-oss keeps one learned attention-sink logit per head
             attn += m.heads
     norms = 2 * h + (2 * m.head_dim if m.qk_norm else 0)
     dense_mlp = 3 * h * m.intermediate
@@ -317,6 +366,15 @@ def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -
         sliding = sum(1 for t in layer_types if "sliding" in str(t))
     elif window and d.get("use_sliding_window", True) is not False:
         sliding = int(d.get("sliding_layers", layers if d.get("use_sliding_window") else 0) or 0)
+    chunk = int(d.get("attention_chunk_size") or 0)
+    if chunk:
+        # Llama 4: RoPE layers attend within chunks, every nope_layer_interval-th layer (NoPE) globally;
+        # no_rope_layers lists 1 for a RoPE layer when the config spells it out.
+        window = chunk
+        nrl = d.get("no_rope_layers")
+        interval = int(d.get("nope_layer_interval") or 4)
+        sliding = int(d.get("sliding_layers") or (sum(1 for v in nrl if v) if isinstance(nrl, list) and nrl
+                                                 else layers - layers // interval))
     if sliding and window >= int(d.get("max_position_embeddings", 0) or 0) > 0:
         sliding = 0  # a window as long as the context is no window at all
     wd = str(d.get("weight_dtype", _torch_dtype(d)))
@@ -339,6 +397,7 @@ def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -
         kv_lora_rank=kv_lora, q_lora_rank=int(d.get("q_lora_rank") or 0),
         qk_rope_head_dim=int(d.get("qk_rope_head_dim") or 0), qk_nope_head_dim=int(d.get("qk_nope_head_dim") or 0),
         v_head_dim=int(d.get("v_head_dim") or 0), sliding_window=window if sliding else 0, sliding_layers=sliding,
+        chunked=bool(chunk and sliding),
         source=str(d.get("source", "")), notes=str(d.get("notes", "")),
         published_params=float(d.get("published_params", 0) or 0),
     )

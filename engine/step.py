@@ -167,6 +167,8 @@ class StepModel:
 
         def gemm_peak(dtype: str) -> float:
             """Sustained GEMM FLOP/s at a weight dtype's tensor-core rate (FP4 GEMMs have their own efficiency)."""
+            if dtype == "mxfp4" and rt.mxfp4_fp8_act and hw.rate_dtype(dtype) == "fp4" and not o.ideal:
+                dtype = "fp8"  # FP8 activations: the MMA runs at the FP8 rate
             fp4 = hw.rate_dtype(dtype) == "fp4" and rt.fp4_flops_eff is not None and not o.ideal
             return hw.peak_flops(dtype) * o.compute_mult * (rt.fp4_flops_eff if fp4 else eff_fl)
         pair = 2.0 * m.full_attn_layers * m.heads / tp  # FLOPs per query-key pair per unit of head width
@@ -201,8 +203,10 @@ class StepModel:
                           and "fp8-block" in (self.wdtype, self.edtype) else 1.0),
             # Attention runs in the KV cache's precision (bf16, or fp8 with an fp8 cache), not the weights' fp8/fp4,
             # at its own sustained fraction of that peak: softmax, masking and the online rescale between the two
-            # matmuls keep flash-attention kernels further from the tensor-core peak than plain GEMMs.
-            "peak_attn": hw.peak_flops("fp8" if o.kv_dtype == "fp8" else "bf16") * o.compute_mult
+            # matmuls keep flash-attention kernels further from the tensor-core peak than plain GEMMs. TensorRT-LLM
+            # also runs it in FP8 when the output projection is FP8 or FP4 (its attention op then emits quantised
+            # output and picks FP8 context FMHA: thop attentionOp, mFP8ContextFMHA = is_fp8_out || is_fp4_out || ...).
+            "peak_attn": hw.peak_flops("fp8" if self._fp8_attention() else "bf16") * o.compute_mult
             * (1.0 if o.ideal else (rt.attn_flops_eff if rt.attn_flops_eff is not None else rt.flops_eff)),
             # Eager transformers (runtime attention = "eager") concatenates the cache into new tensors every
             # step (read + write) and copies each KV head to its heads/kv_heads query heads before attention
@@ -237,6 +241,12 @@ class StepModel:
     @property
     def reserve_bytes(self) -> float:
         return RESERVE_FRACTION * self.hw.memory_bytes
+
+    def _fp8_attention(self) -> bool:
+        """Whether the attention kernels run at the FP8 tensor rate: with an fp8 KV cache, or on a runtime that
+        switches to FP8 attention when the attention's output projection is quantised to FP8 or FP4."""
+        return self.opts.kv_dtype == "fp8" or (self.runtime.fp8_attn_if_quantised
+                                              and self.wdtype in ("fp8", "fp8-block", "nvfp4", "fp4"))
 
     @property
     def kv_capacity_bytes(self) -> float:
@@ -277,7 +287,7 @@ class StepModel:
         ctx = np.asarray(contexts, dtype=np.float64)
         total = c["kv_full"] * float(ctx.sum())
         if c["kv_win"]:
-            total += c["kv_win"] * float(np.minimum(ctx, self.model.sliding_window).sum())
+            total += c["kv_win"] * float(self.model.local_cached(ctx).sum())
         return total
 
     # ---- pricing ----------------------------------------------------------------------------
@@ -289,14 +299,9 @@ class StepModel:
             raise InputError("new and ctx must have one entry per sequence")
         if n.size and (n.min() < 0 or x.min() < 0):
             raise InputError("token counts must be >= 0")
-        w = self.model.sliding_window
         attn_full = float((n * (x + n / 2)).sum())
-        if self.model.sliding_layers:
-            xw = np.minimum(x, w)
-            sum_win = float(xw.sum())
-            attn_win = float((n * (xw + np.minimum(n, w) / 2)).sum())
-        else:
-            sum_win = attn_win = 0.0
+        sum_win = float(self.model.local_seen(x).sum())
+        attn_win = float(self.model.local_pairs(x, n).sum())
         seqs = int((n > 0).sum())
         dec = n == 1  # one new token: a decode row
         attn_dec = float((x[dec] + 0.5).sum())

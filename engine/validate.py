@@ -276,35 +276,36 @@ def step_model(case: Case, runtime: Runtime | str | None = None) -> StepModel:
 def decode_run_time(sm: StepModel, batch: int, ctx0: int, steps: int) -> float:
     """Total time of `steps` decode steps of `batch` sequences whose context grows from ctx0 by one a step.
 
-    A step's bytes and FLOPs are affine in the context (piecewise, split at a sliding window's edge), so two
-    priced steps per piece give every step's memory and compute time; the sum of max(memory, compute) plus
-    the fixed terms is then taken over all steps at once, without pricing each step in Python.
+    A step's bytes and FLOPs are affine in the context between the edges of local attention (a sliding window's
+    edge; every chunk boundary, where a chunked layer's context drops to zero), so two priced steps per piece
+    give every step's memory and compute time; the sum of max(memory, compute) plus the fixed terms is then
+    taken over all steps at once, without pricing each step in Python.
     """
     if steps <= 0:
         return 0.0
-    ctx = np.arange(ctx0, ctx0 + steps, dtype=np.float64)
-    w = sm.model.sliding_window
-    edges = [float(ctx0), float(ctx0 + steps - 1)]
-    if sm.model.sliding_layers and edges[0] < w < edges[1]:
-        edges.insert(1, float(w))
+    m = sm.model
+    first, last = ctx0, ctx0 + steps - 1
+    w = m.sliding_window
+    starts = [first]
+    if m.sliding_layers and m.chunked:
+        starts += range((first // w + 1) * w, last + 1, w)
+    elif m.sliding_layers and first < w <= last:
+        starts.append(w)
     total = 0.0
-    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
-        sel = ctx[(ctx >= a) & ((ctx < b) if i < len(edges) - 2 else (ctx <= b))]
-        if not sel.size:
-            continue
-        pa, fixed = _decode_step(sm, batch, a)
-        pb, _ = _decode_step(sm, batch, b)
-        u = (sel - a) / (b - a) if b > a else np.zeros_like(sel)
+    for a, nxt in zip(starts, starts[1:] + [last + 1], strict=True):
+        b = nxt - 1  # the piece's last context: a chunked layer's sawtooth is affine up to, not across, an edge
+        pa, fixed = _decode_step(sm, batch, float(a))
+        pb, _ = _decode_step(sm, batch, float(b))
+        u = np.arange(b - a + 1, dtype=np.float64) / (b - a) if b > a else np.zeros(1)
         t_mem, t_cmp, t_am, t_ac = (x + u * (y - x) for x, y in zip(pa, pb, strict=True))
-        total += float(roofline_time(t_mem, t_cmp, t_am, t_ac, sm.opts.ideal).sum()) + sel.size * fixed
+        total += float(roofline_time(t_mem, t_cmp, t_am, t_ac, sm.opts.ideal).sum()) + (b - a + 1) * fixed
     return total
 
 
 def _decode_step(sm: StepModel, batch: int, ctx: float) -> tuple[tuple[float, float, float, float], float]:
     """((t_memory, t_compute, attention's t_memory, attention's t_compute), fixed time) of one decode step at
-    context `ctx` (may be fractional)."""
-    w = sm.model.sliding_window
-    cw = min(ctx, w) if sm.model.sliding_layers else 0.0
+    context `ctx`."""
+    cw = float(sm.model.local_seen(np.array(ctx)))
     c = sm.cost_agg(batch, batch, batch * ctx, batch * cw, batch * (ctx + 0.5), batch * (cw + 0.5), batch,
                     attn_decode=batch * (ctx + 0.5))
     return (c.t_memory_s, c.t_compute_s, c.t_attn_memory_s, c.t_attn_compute_s), c.t_comm_s + c.t_overhead_s
@@ -379,16 +380,17 @@ def trt_steady_step(sm: StepModel, batch: int, isl: int, osl: int) -> float:
     Each step finishes batch/osl requests on average and as many new ones start, so a step carries
     batch*isl/osl prompt tokens beside the decodes (trtllm-bench sizes max_num_tokens to hold exactly that),
     whose contexts are spread evenly over isl..isl+osl (mean isl + osl/2). Prompt tokens attend over their
-    own causal prefix: a whole prompt is isl^2/2 query-key pairs.
+    own causal prefix: a whole prompt is isl^2/2 query-key pairs in a full layer, fewer in a local one.
     """
     m = sm.model
-    w = m.sliding_window
     ctx = isl + osl / 2
-    cw = min(ctx, w) if m.sliding_layers else 0.0
+    # A local layer's mean context over the decodes' positions isl..isl+osl-1 (a chunk's sawtooth averages
+    # far below the full context's mean).
+    cw = float(m.local_seen_sum(np.array(isl), np.array(isl + osl))) / osl
     starts = batch / osl  # requests admitted (and finished) per step
     pre_tokens = starts * isl
     pre_full = starts * isl * isl / 2
-    pre_win = starts * (isl * min(isl, w) - min(isl, w) ** 2 / 2) if m.sliding_layers else 0.0
+    pre_win = starts * float(m.local_pairs(np.array(0.0), np.array(float(isl))))
     c = sm.cost_agg(int(round(batch + pre_tokens)), batch, batch * ctx, batch * cw,
                     batch * (ctx + 0.5) + pre_full, batch * (cw + 0.5) + pre_win, batch,
                     attn_decode=batch * (ctx + 0.5))

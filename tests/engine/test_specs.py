@@ -97,6 +97,24 @@ def test_hf_config_mixtral_num_local_experts(tmp_path: Path) -> None:
     assert m.params_total == PUBLISHED["mixtral-8x7b"]
 
 
+def test_hf_config_llama4_chunked_attention(tmp_path: Path) -> None:
+    """attention_chunk_size makes the RoPE layers chunked: every 4th layer (nope_layer_interval) is global, or
+    no_rope_layers says which when the config lists them."""
+    cfg = {"num_hidden_layers": 8, "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "head_dim": 64, "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 65536,
+           "attention_chunk_size": 1024}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    m = load_model(str(f))
+    assert m.chunked and m.sliding_window == 1024 and m.sliding_layers == 6
+    listed = tmp_path / "listed.json"  # load_model caches by path: one file per variant
+    listed.write_text(json.dumps({**cfg, "no_rope_layers": [1, 1, 1, 0, 1, 0, 1, 0]}))
+    assert load_model(str(listed)).sliding_layers == 5
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps({**cfg, "attention_chunk_size": 65536}))
+    assert load_model(str(whole)).sliding_layers == 0  # a chunk as long as the context is no chunking at all
+
+
 def test_count_params_components_add_up() -> None:
     m = load_model("qwen3-235b-a22b")
     c = count_params(m)

@@ -156,6 +156,50 @@ def test_sliding_window_caps_kv_reads() -> None:
     assert c.bytes["kv_read"] == per_layer * (18 * 10_000 + 18 * 128)
 
 
+def test_chunked_attention_reads_only_the_current_chunk_but_caches_every_token() -> None:
+    """Llama 4's 36 RoPE layers attend within 8,192-token chunks: just past a chunk edge they read almost
+    nothing, while the cache (and so the KV pool) keeps every token of every layer."""
+    m = load_model("llama-4-maverick")
+    assert m.chunked and m.sliding_layers == 36 and m.sliding_window == 8192
+    s = sm("llama-4-maverick", hw="h200")
+    per_layer = 2 * 8 * 128 * 2
+    assert s.decode(1, 8192 + 100).bytes["kv_read"] == per_layer * (12 * 8292 + 36 * 100)
+    assert s.decode(1, 8000).bytes["kv_read"] == per_layer * 48 * 8000
+    assert s.kv_bytes_for(np.array([20_000])) == per_layer * 48 * 20_000
+    # Closed forms against brute force: visible tokens, and a 9,000-token prefill's query-key pairs.
+    assert m.local_seen_sum(np.array(8000), np.array(17_000)) == sum(p % 8192 for p in range(8000, 17_000))
+    pairs = sum(p % 8192 + 0.5 for p in range(9000))
+    assert float(m.local_pairs(np.array(0), np.array(9000))) == pytest.approx(pairs)
+    g = load_model("gpt-oss-20b")  # a sliding window caps what it sees and what it caches
+    assert not g.chunked and list(g.local_seen(np.array([5, 500]))) == [5, 128]
+    assert list(g.local_cached(np.array([5, 500]))) == [5, 128]
+
+
+def test_trtllm_runs_attention_in_fp8_behind_a_quantised_output_projection() -> None:
+    """With FP8 weights and a 16-bit KV cache, TensorRT-LLM's context attention runs at the FP8 rate (its
+    attention op emits FP8 for o_proj); vLLM's stays at BF16."""
+    def attn_time(runtime: str, wd: str) -> float:
+        s = StepModel(load_hardware("h200"), load_model("llama-3.3-70b"),
+                      StepOptions(weight_dtype=wd, kv_dtype="bf16", runtime=runtime))
+        return s.prefill(16_384).t_attn_compute_s
+    trt, vllm = runtimes()["trtllm"], runtimes()["vllm"]
+    assert trt.fp8_attn_if_quantised and not vllm.fp8_attn_if_quantised
+    ratio_trt = attn_time("trtllm", "bf16") / attn_time("trtllm", "fp8")
+    assert ratio_trt == pytest.approx(1978.9 / 989.4, rel=1e-6)
+    assert attn_time("vllm", "bf16") == pytest.approx(attn_time("vllm", "fp8"))
+
+
+def test_trtllm_mxfp4_experts_run_at_the_fp8_rate_on_blackwell_and_bf16_on_hopper() -> None:
+    """gpt-oss's MXFP4 experts: W4A8 (FP8 activations) on Blackwell, W4A16 (BF16) on Hopper."""
+    def expert_rate(hw: str) -> float:
+        s = StepModel(load_hardware(hw), load_model("gpt-oss-20b"), StepOptions(runtime="trtllm"))
+        return s._c["peak_expert"]
+    rt = runtimes()["trtllm"]
+    assert rt.mxfp4_fp8_act
+    assert expert_rate("b200") == pytest.approx(4500e12 * rt.flops_eff * rt.expert_flops_factor)
+    assert expert_rate("h200") == pytest.approx(989.4e12 * rt.flops_eff * rt.expert_flops_factor)
+
+
 def test_compute_x2_leaves_decode_and_halves_long_prefill() -> None:
     base, fast = sm(), sm(compute_mult=2.0)
     assert fast.decode(1, 0).time_s == pytest.approx(base.decode(1, 0).time_s, rel=0.01)

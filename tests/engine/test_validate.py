@@ -78,8 +78,9 @@ def test_held_out_error_is_reported_and_bounded(rep: dict) -> None:
 
 def test_rows_beyond_35_percent_do_not_grow(rep: dict) -> None:
     """Regression guard on the TensorRT-LLM rows the per-row target is not met for yet (see the xfail below)."""
-    over = sum(abs(r["err_pct"]) > 35 for r in rep["trtllm"]["rows"])
-    assert over <= 5 and rep["trtllm"]["max_abs_err_pct"] < 60
+    over = {r["model"] + " " + r["gpu"] for r in rep["trtllm"]["rows"] if abs(r["err_pct"]) > 35}
+    assert over <= {"gpt-oss-120b H100", "gpt-oss-120b GB200"} and rep["trtllm"]["max_abs_err_pct"] < 60
+    assert sum(abs(r["err_pct"]) > 35 for r in rep["trtllm"]["rows"]) <= 3
 
 
 def test_every_qwen_row_within_35_percent(rep: dict) -> None:
@@ -182,7 +183,7 @@ def test_calibrated_step_is_two_rooflines_in_sequence() -> None:
 
 @pytest.mark.xfail(strict=True, reason="issue 6 target 'no represented row worse than 35 %' is not met on the "
                    "TensorRT-LLM table: gpt-oss-120b H100 DEP4 1000/1000 and 1024/1024, gpt-oss-120b GB200 "
-                   "1024/8192, Llama 4 Maverick H200 8192/1024, Qwen3-235B-A22B H200 32768/1024")
+                   "TP1 1024/8192")
 def test_no_represented_trtllm_row_worse_than_35_percent(rep: dict) -> None:
     assert all(abs(r["err_pct"]) <= 35 for r in rep["trtllm"]["rows"])
 
@@ -238,6 +239,10 @@ def test_request_time_is_the_sum_of_the_steps() -> None:
     g = StepModel(load_hardware("b200"), load_model("gpt-oss-20b"))  # sliding window inside the run
     assert decode_run_time(g, 4, 100, 60) == pytest.approx(sum(g.decode(4, 100 + i).time_s for i in range(60)),
                                                            rel=1e-9)
+    # Chunked attention: the run crosses two chunk edges, where the chunked layers' context drops to zero.
+    mv = StepModel(load_hardware("b200"), load_model("llama-4-maverick"), StepOptions(ep=4, runtime="trtllm"))
+    loop = sum(mv.decode(8, 8000 + i).time_s for i in range(8500))
+    assert decode_run_time(mv, 8, 8000, 8500) == pytest.approx(loop, rel=1e-9)
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen3-30b-a3b", "gpt-oss-20b",
