@@ -48,6 +48,9 @@ def test_list_tables(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and round(rows["h100-sxm"]["ridge_bf16"]) == 295
     code, out, _ = run_cli(["list", "models"], capsys)
     assert code == 0 and "generic-14b" in out and "deepseek-v3" in out
+    code, out, _ = run_cli(["list", "models", "--json"], capsys)
+    kinds = {r["name"]: r["kind"] for r in json.loads(out)}
+    assert kinds["llama-4-maverick"] == "MoE+chunked" and kinds["gpt-oss-20b"] == "MoE+SWA"
 
 
 def test_claims_json_rows(capsys: pytest.CaptureFixture[str]) -> None:

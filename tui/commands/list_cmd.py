@@ -37,7 +37,7 @@ def model_rows() -> list[dict[str, object]]:
         if m.is_mla:
             kind += "+MLA"
         if m.sliding_layers:
-            kind += "+SWA"
+            kind += "+chunked" if m.chunked else "+SWA"
         rows.append({"name": n, "display": m.display, "kind": kind, "layers": m.layers,
                      "params_total": m.params_total, "params_active": m.params_active,
                      "kv_bytes_per_token": m.kv_bytes_per_token("bf16"),
