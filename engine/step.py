@@ -10,7 +10,7 @@ All figures are per GPU: under tensor parallelism every GPU moves its share at t
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,6 +49,25 @@ class StepOptions:
     # The checkpoint's quantisation format ("gptq", "awq"; None: none): which kernel a runtime runs it with.
     quant_format: str | None = None
 
+
+
+class _Parts(NamedTuple):
+    """A step's bytes, FLOPs and times from cost_agg's aggregates (floats, or arrays for many steps)."""
+
+    weights: Any
+    kv_read: Any
+    kv_write: Any
+    act: Any
+    fl_mm: Any
+    fl_attn: Any
+    fl_lm: Any
+    touched: Any
+    t_mem: Any
+    t_cmp: Any
+    t_attn_mem: Any
+    t_attn_cmp: Any
+    t_comm: Any
+    over: Any
 
 @dataclass(frozen=True, slots=True)
 class StepCost:
@@ -315,17 +334,41 @@ class StepModel:
         attn_full and attn_win count query-key pairs in full and sliding-window layers; attn_decode is the part
         of attn_full that comes from decode rows (one new token each), which MLA prices at its absorbed width.
         """
+        p = self._agg(float(tokens), logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
+        return StepCost(
+            time_s=float(roofline_time(p.t_mem, p.t_cmp, p.t_attn_mem, p.t_attn_cmp, self.opts.ideal)) + p.t_comm
+            + p.over,
+            t_memory_s=p.t_mem, t_compute_s=p.t_cmp, t_comm_s=p.t_comm,
+            t_overhead_s=p.over,
+            bytes={"weights": p.weights, "kv_read": p.kv_read, "kv_write": p.kv_write, "activations": p.act},
+            flops={"matmul": p.fl_mm, "attention": p.fl_attn, "lm_head": p.fl_lm},
+            tokens=int(tokens), seqs=seqs, experts_touched=p.touched, ridge=self._c["ridge"],
+            l2_bytes=self.hw.l2_bytes, layers=self.model.layers, t_attn_memory_s=p.t_attn_mem,
+            t_attn_compute_s=p.t_attn_cmp,
+        )
+
+    def times_agg(self, tokens: np.ndarray, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray, attn_full: np.ndarray,
+                  attn_win: np.ndarray, logits: np.ndarray, attn_decode: np.ndarray) -> np.ndarray:
+        """Step times (s) of many steps at once, each given by cost_agg's aggregates: the same physics over
+        arrays, for replays that price thousands of steps (engine.validate's trtllm-bench runs)."""
+        p = self._agg(np.asarray(tokens, dtype=np.float64), np.asarray(logits), sum_ctx, sum_ctx_win, attn_full,
+                      attn_win, attn_decode)
+        return roofline_time(p.t_mem, p.t_cmp, p.t_attn_mem, p.t_attn_cmp, self.opts.ideal) + p.t_comm + p.over
+
+    def _agg(self, T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any, attn_win: Any,
+             attn_decode: Any) -> _Parts:
+        """cost_agg's bytes, FLOPs and times, written so that floats and numpy arrays both go through."""
         c, m = self._c, self.model
-        T = float(tokens)
-        if m.is_moe and T > 0:
+        busy = T > 0  # an empty step moves nothing and pays no fixed cost
+        if m.is_moe:
             e, k = m.experts, m.experts_per_token
             # Uniform routing: each of T tokens picks k of E experts; expected distinct experts touched.
             # Under expert parallel this GPU's E/ep experts see the tokens of all ep GPUs (T each).
             ep = self.opts.ep
             touched = e * (1.0 - (1.0 - k / e) ** (T * ep)) / ep
         else:
-            touched = 0.0
-        head = c["w_lm_head"] if logits > 0 else 0.0
+            touched = 0.0 * T
+        head = c["w_lm_head"] * (logits > 0)
         weights = c["w_always"] + head + T * c["w_row"] + m.moe_layers * touched * c["w_expert"]
         kv_read = (c["kv_full"] * sum_ctx + c["kv_win"] * sum_ctx_win) * c["kv_passes"]
         kv_write = T * (c["kv_full"] + c["kv_win"])
@@ -340,32 +383,28 @@ class StepModel:
         t_attn_cmp = fl_attn / c["peak_attn"]
         # A grouped GEMM fills its tiles' token rows only as far as each expert's tokens go: with n tokens per
         # expert it runs at n / (n + expert_half_tokens) of its full rate (runtime constant; 0: always full).
-        n_exp = T * m.experts_per_token * self.opts.ep / m.experts if m.is_moe else 0.0
-        fill = n_exp / (n_exp + c["expert_half"]) if n_exp > 0 and c["expert_half"] > 0 else 1.0
-        t_gemm = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp / (c["peak_expert"] * fill)
+        # With n = T k ep / E, the expert FLOPs over that fill are those of T + half E / (k ep) tokens.
+        if m.is_moe and c["expert_half"] > 0:
+            fl_exp_eff = (fl_exp + busy * c["fl_expert"] * c["expert_half"] * m.experts
+                          / (m.experts_per_token * self.opts.ep))
+        else:
+            fl_exp_eff = fl_exp
+        t_gemm = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
         t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
         tp = self.opts.tp
-        t_comm = 0.0
-        if tp > 1 and T > 0:
+        t_comm = 0.0 * T
+        if tp > 1:
             # Two ring all-reduces of the residual stream per layer: each GPU sends 2(tp-1)/tp of it.
             msg = T * m.hidden * _ACT_BYTES
-            t_comm = 2 * m.layers * (2 * (tp - 1) / tp * msg / c["comm_bw"] + c["ar_lat"])
+            t_comm = 2 * m.layers * (2 * (tp - 1) / tp * msg / c["comm_bw"] + busy * c["ar_lat"])
         ep = self.opts.ep
-        if ep > 1 and T > 0:
+        if ep > 1:
             # Expert parallel: per MoE layer an all-to-all sends each token's hidden state to its k experts and
             # back (dispatch + combine); (ep-1)/ep of those experts live on other GPUs.
             msg = T * m.experts_per_token * m.hidden * _ACT_BYTES * (ep - 1) / ep
-            t_comm += 2 * m.moe_layers * (msg / c["comm_bw"] + c["ar_lat"])
-        over = c["overhead"] if T > 0 else 0.0
-        return StepCost(
-            time_s=float(roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, self.opts.ideal)) + t_comm + over,
-            t_memory_s=t_mem, t_compute_s=t_cmp, t_comm_s=t_comm,
-            t_overhead_s=over,
-            bytes={"weights": weights, "kv_read": kv_read, "kv_write": kv_write, "activations": act},
-            flops={"matmul": fl_mm, "attention": fl_attn, "lm_head": fl_lm},
-            tokens=int(T), seqs=seqs, experts_touched=touched, ridge=c["ridge"], l2_bytes=self.hw.l2_bytes,
-            layers=m.layers, t_attn_memory_s=t_attn_mem, t_attn_compute_s=t_attn_cmp,
-        )
+            t_comm = t_comm + 2 * m.moe_layers * (msg / c["comm_bw"] + busy * c["ar_lat"])
+        return _Parts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
+                      t_attn_cmp, t_comm, busy * c["overhead"])
 
     def decode(self, batch: int, context: int) -> StepCost:
         """One decode step: `batch` sequences each adding one token on top of `context` cached tokens."""

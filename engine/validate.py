@@ -73,6 +73,14 @@ BENCH_MAX_BATCH, BENCH_MAX_TOKENS = 4096, 32768  # the heuristic's caps before r
 # The perf overview: "In many cases, we also use a higher KV cache percentage by setting
 # --kv_cache_free_gpu_mem_fraction 0.95"; trtllm-bench passes the same fraction to the heuristic.
 BENCH_KV_FRACTION = 0.95
+# trtllm-bench reports output throughput as all output tokens over the whole run's wall time, for a dataset of
+# identical requests whose size the perf overview gives per isl/osl ("Number of Requests"). 1000/1000 is not in
+# that table: it is taken as 1024/1024's 3,000, the nearest listed.
+BENCH_REQUESTS = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500, (32768, 1024): 1000,
+                  (1024, 32768): 1000}
+BENCH_REQUESTS_DEFAULT = 3000
+# A replay merges up to this many consecutive steps that admit and finish nothing into one priced record.
+BENCH_MERGE_STEPS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,39 +370,115 @@ def bench_round(raw_bs: float, raw_tokens: float) -> tuple[int, int]:
     return max_bs, max(2048, step * math.ceil(raw_tokens / step))
 
 
-def trt_batch(case: Case, sm: StepModel) -> int:
-    """Sequences per GPU (per attention-DP rank) at offline max throughput: the KV pool holding each request's
-    whole length, trtllm-bench's max batch size, and its token budget, which must hold the batch's decodes
-    plus the prompts of the requests that replace the finished ones (batch x (1 + isl/osl) tokens a step)."""
-    isl, osl = case.isl, case.osl
-    max_bs, max_tokens = trt_bench_limits(case, sm)
-    per_seq = sm.kv_bytes_for(np.array([isl + osl]))
-    kv_bound = int(sm.kv_capacity_bytes // per_seq) if per_seq > 0 else max_bs
-    token_bound = int(max_tokens * osl // (isl + osl))
-    return max(1, min(kv_bound, max_bs, token_bound))
+@dataclass(frozen=True, slots=True)
+class BenchRun:
+    """One rank's replay of a trtllm-bench run: every distinct step's aggregates (cost_agg's arguments, as
+    arrays) with how many steps ran like it and the tokens each yields, the requests it served and the most
+    it ran at once."""
+
+    tokens: np.ndarray
+    sum_ctx: np.ndarray
+    sum_win: np.ndarray
+    attn_full: np.ndarray
+    attn_win: np.ndarray
+    logits: np.ndarray
+    attn_decode: np.ndarray
+    reps: np.ndarray
+    emitted: np.ndarray  # output tokens a step yields: one per real request (the padding's are thrown away)
+    requests: int
+    peak_batch: int
+
+    @property
+    def steps(self) -> int:
+        """Engine iterations the rank ran."""
+        return int(self.reps.sum())
 
 
-def trt_steady_step(sm: StepModel, batch: int, isl: int, osl: int) -> float:
-    """Time of the average steady-state step: `batch` decodes plus the prompts of the requests that replace them.
+def bench_requests(isl: int, osl: int) -> int:
+    """The dataset size the perf overview used for this isl/osl (its 'Number of Requests' table)."""
+    return BENCH_REQUESTS.get((isl, osl), BENCH_REQUESTS_DEFAULT)
 
-    Each step finishes batch/osl requests on average and as many new ones start, so a step carries
-    batch*isl/osl prompt tokens beside the decodes (trtllm-bench sizes max_num_tokens to hold exactly that),
-    whose contexts are spread evenly over isl..isl+osl (mean isl + osl/2). Prompt tokens attend over their
-    own causal prefix: a whole prompt is isl^2/2 query-key pairs in a full layer, fewer in a local one.
+
+_RUNS: dict[tuple[Any, ...], BenchRun] = {}
+
+
+def bench_run(case: Case, sm: StepModel) -> BenchRun:
+    """Replay trtllm-bench's offline run on one rank, step by step, as its scheduler admits the requests.
+
+    Every request is queued at t = 0. A step first decodes the running requests (one token each), then admits
+    queued ones FCFS while the rank runs fewer than max_batch_size, the KV pool can hold one more request's
+    whole isl+osl tokens (guaranteed no evict) and the step's tokens (a decode's 1, a prompt's isl: chunked
+    prefill is off) stay within max_num_tokens. An admitted prompt is prefilled whole and yields its first
+    token in that step; it then decodes osl-1 more. So the run has a ramp, a steady middle and a tail, and
+    its speed is total output over the whole run, as trtllm-bench reports it. Steps in which nothing is
+    admitted and nothing finishes are merged into one record of their mean aggregates (contexts grow by one a
+    step; local layers' sums are exact). The schedule depends on counts only, not on the runtime constants,
+    so it is built once per case and reused by every pricing (the fit prices it thousands of times).
     """
-    m = sm.model
-    ctx = isl + osl / 2
-    # A local layer's mean context over the decodes' positions isl..isl+osl-1 (a chunk's sawtooth averages
-    # far below the full context's mean).
-    cw = float(m.local_seen_sum(np.array(isl), np.array(isl + osl))) / osl
-    starts = batch / osl  # requests admitted (and finished) per step
-    pre_tokens = starts * isl
-    pre_full = starts * isl * isl / 2
-    pre_win = starts * float(m.local_pairs(np.array(0.0), np.array(float(isl))))
-    c = sm.cost_agg(int(round(batch + pre_tokens)), batch, batch * ctx, batch * cw,
-                    batch * (ctx + 0.5) + pre_full, batch * (cw + 0.5) + pre_win, batch,
-                    attn_decode=batch * (ctx + 0.5))
-    return c.time_s
+    isl, osl, m = case.isl, case.osl, sm.model
+    ranks = case.gpus if case.opts.ep > 1 else 1  # attention DP: each rank schedules its share of the requests
+    n_req = math.ceil(bench_requests(isl, osl) / ranks)
+    max_bs, max_tokens = trt_bench_limits(case, sm)
+    per_seq = float(sm.kv_bytes_for(np.array([isl + osl])))
+    slots = max(1, int(sm.kv_capacity_bytes // per_seq)) if per_seq > 0 else max_bs
+    key = (case.key, n_req, max_bs, max_tokens, slots, BENCH_MERGE_STEPS)
+    if key in _RUNS:
+        return _RUNS[key]
+    cap = min(max_bs, slots)
+    # A local layer's context is its full one capped (window) or wrapped (chunk); past a window it is constant.
+    flat_win = not m.sliding_layers or (not m.chunked and isl >= m.sliding_window)
+    win_const = float(m.local_seen(np.array(float(isl)))) if m.sliding_layers else 0.0
+    pre_win = float(m.local_pairs(np.array(0.0), np.array(float(isl))))
+    adm: list[int] = []  # cohorts, oldest first: the step each was admitted in, and its size
+    cnt: list[int] = []
+    front = 0
+    run = 0  # requests decoding
+    sum_adm = 0  # sum over running requests of their admission step
+    queued, t, peak = n_req, 0, 0
+    rec: list[tuple[float, ...]] = []
+    while queued > 0 or run > 0:
+        while front < len(adm) and adm[front] + osl - 1 < t:  # cohorts past their last token leave
+            run -= cnt[front]
+            sum_adm -= cnt[front] * adm[front]
+            front += 1
+        if queued == 0 and run == 0:
+            break
+        new = max(0, min(queued, cap - run, (max_tokens - run) // isl))
+        if new == 0 and run == 0:
+            raise InputError(f"{case.key}: no request fits a step ({isl} prompt tokens, {max_tokens} a step)")
+        # Contexts of the decoding requests at this step: isl + (t - a - 1) cached tokens for admission step a.
+        span = 1 if new or run == 0 else min(adm[front] + osl - t, BENCH_MERGE_STEPS)
+        mid = (span - 1) / 2  # a merged record's mean context is its middle step's
+        sum_ctx = run * (isl - 1 + t + mid) - sum_adm
+        if not m.sliding_layers:
+            sum_win = 0.0
+        elif flat_win:
+            sum_win = run * win_const
+        else:
+            ctx = isl - 1 + t - np.array(adm[front:], dtype=np.float64)
+            sum_win = float((np.array(cnt[front:]) * m.local_seen_sum(ctx, ctx + span)).sum()) / span
+        dec = run
+        rec.append((dec + new * isl, sum_ctx, sum_win, sum_ctx + 0.5 * dec + new * isl * isl / 2,
+                    sum_win + 0.5 * dec + new * pre_win, dec + new, sum_ctx + 0.5 * dec, span, run + new))
+        if new:
+            adm.append(t)
+            cnt.append(new)
+            run += new
+            sum_adm += new * t
+            queued -= new
+            peak = max(peak, run)
+        t += span
+    a = np.array(rec, dtype=np.float64)
+    out = BenchRun(*(a[:, i] for i in range(9)), requests=n_req, peak_batch=peak)
+    _RUNS[key] = out
+    return out
+
+
+def bench_run_time(sm: StepModel, run: BenchRun) -> float:
+    """Wall time of a replayed run: every step priced by the step model at once."""
+    t = sm.times_agg(run.tokens, run.sum_ctx, run.sum_win, run.attn_full, run.attn_win, run.logits,
+                     run.attn_decode)
+    return float((t * run.reps).sum())
 
 
 def predict(case: Case, runtime: Runtime | str | None = None) -> float:
@@ -402,10 +486,11 @@ def predict(case: Case, runtime: Runtime | str | None = None) -> float:
     sm = step_model(case, runtime)
     if case.table == "qwen25":
         return case.osl / qwen_request_time(sm, case.isl, case.osl)
-    b = trt_batch(case, sm)
-    t = trt_steady_step(sm, b, case.isl, case.osl)
-    # Every GPU of a TP group works on the same batch; a DEP rank has its own batch of b.
-    return b / t / (case.opts.tp if case.opts.ep == 1 else 1)
+    run = bench_run(case, sm)
+    # Output tokens per GPU: a TP group's GPUs share each request; attention-DP ranks each serve their share
+    # in lockstep (the one with the most requests sets the run's length).
+    ranks = case.gpus if case.opts.ep > 1 else 1
+    return bench_requests(case.isl, case.osl) * case.osl / bench_run_time(sm, run) / (ranks * case.opts.tp)
 
 
 def err_pct(predicted: float, measured: float) -> float:
@@ -434,7 +519,11 @@ def case_row(case: Case, runtime: str | None = None) -> dict[str, Any]:
         "isl": case.isl, "osl": case.osl,
     }
     if case.table == "trtllm":
-        sim["batch_per_gpu"] = trt_batch(case, sm)
+        run = bench_run(case, sm)
+        # The replay's most requests running at once on a GPU (on an attention-DP rank), of the requests it got.
+        sim["batch_per_gpu"] = run.peak_batch
+        sim["requests_per_gpu"] = run.requests
+        sim["steps"] = run.steps
         sim["bench_limits"] = dict(zip(("max_batch_size", "max_num_tokens"), trt_bench_limits(case, sm), strict=True))
     else:
         sim["request_time_s"] = case.osl / pred
