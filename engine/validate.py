@@ -79,6 +79,11 @@ BENCH_KV_FRACTION = 0.95
 BENCH_REQUESTS = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500, (32768, 1024): 1000,
                   (1024, 32768): 1000}
 BENCH_REQUESTS_DEFAULT = 3000
+# Every row's llm_options (perf overview, "Running the Benchmark") capture CUDA graphs for these decode batch
+# sizes with enable_padding: a step that only decodes runs the smallest captured graph that holds its batch,
+# the rest filled with dummy requests. TensorRT-LLM keeps the sizes up to min(max_batch_size, max_num_tokens)
+# and, with padding on, adds that bound itself as the last one (_filter_cuda_graph_batch_sizes).
+BENCH_CUDA_GRAPH_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 # A replay merges up to this many consecutive steps that admit and finish nothing into one priced record.
 BENCH_MERGE_STEPS = 64
 
@@ -394,6 +399,14 @@ class BenchRun:
         return int(self.reps.sum())
 
 
+def graph_batch(batch: int, max_bs: int, max_tokens: int) -> int:
+    """The CUDA graph a decode-only step of `batch` requests runs: its captured batch size, dummies included.
+    The dummies add no context to attend over, but run every GEMM (and the LM head) as real rows do."""
+    top = min(max_bs, max_tokens)
+    sizes = [b for b in BENCH_CUDA_GRAPH_BATCHES if b < top] + [top]
+    return next((b for b in sizes if b >= batch), batch)
+
+
 def bench_requests(isl: int, osl: int) -> int:
     """The dataset size the perf overview used for this isl/osl (its 'Number of Requests' table)."""
     return BENCH_REQUESTS.get((isl, osl), BENCH_REQUESTS_DEFAULT)
@@ -410,7 +423,8 @@ def bench_run(case: Case, sm: StepModel) -> BenchRun:
     whole isl+osl tokens (guaranteed no evict) and the step's tokens (a decode's 1, a prompt's isl: chunked
     prefill is off) stay within max_num_tokens. An admitted prompt is prefilled whole and yields its first
     token in that step; it then decodes osl-1 more. So the run has a ramp, a steady middle and a tail, and
-    its speed is total output over the whole run, as trtllm-bench reports it. Steps in which nothing is
+    its speed is total output over the whole run, as trtllm-bench reports it. A step that only decodes runs
+    as a CUDA graph padded up to its captured batch size (graph_batch). Steps in which nothing is
     admitted and nothing finishes are merged into one record of their mean aggregates (contexts grow by one a
     step; local layers' sums are exact). The schedule depends on counts only, not on the runtime constants,
     so it is built once per case and reused by every pricing (the fit prices it thousands of times).
@@ -457,7 +471,8 @@ def bench_run(case: Case, sm: StepModel) -> BenchRun:
         else:
             ctx = isl - 1 + t - np.array(adm[front:], dtype=np.float64)
             sum_win = float((np.array(cnt[front:]) * m.local_seen_sum(ctx, ctx + span)).sum()) / span
-        dec = run
+        # A decode-only step runs a padded CUDA graph: its dummies decode one token each on an empty context.
+        dec = run if new else graph_batch(run, max_bs, max_tokens)
         rec.append((dec + new * isl, sum_ctx, sum_win, sum_ctx + 0.5 * dec + new * isl * isl / 2,
                     sum_win + 0.5 * dec + new * pre_win, dec + new, sum_ctx + 0.5 * dec, span, run + new))
         if new:

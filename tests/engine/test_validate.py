@@ -30,6 +30,7 @@ from engine.validate import (
     cases,
     claim_c24,
     decode_run_time,
+    graph_batch,
     predict,
     qwen_request_time,
     report,
@@ -81,8 +82,8 @@ def test_held_out_error_is_reported_and_bounded(rep: dict) -> None:
 def test_rows_beyond_35_percent_do_not_grow(rep: dict) -> None:
     """Regression guard on the TensorRT-LLM rows the per-row target is not met for yet (see the xfail below)."""
     over = {r["model"] + " " + r["gpu"] for r in rep["trtllm"]["rows"] if abs(r["err_pct"]) > 35}
-    assert over <= {"gpt-oss-120b H100", "gpt-oss-120b H200"} and rep["trtllm"]["max_abs_err_pct"] < 42
-    assert sum(abs(r["err_pct"]) > 35 for r in rep["trtllm"]["rows"]) <= 3
+    assert over <= {"gpt-oss-120b H200"} and rep["trtllm"]["max_abs_err_pct"] < 40
+    assert sum(abs(r["err_pct"]) > 35 for r in rep["trtllm"]["rows"]) <= 1
 
 
 def test_every_qwen_row_within_35_percent(rep: dict) -> None:
@@ -121,15 +122,18 @@ def test_trtllm_bench_caps_deepseek_by_its_uncompressed_kv_estimate() -> None:
 
 def _brute_bench(case: object, sm: StepModel, n_req: int) -> tuple[float, int]:
     """trtllm-bench's run priced one step at a time over per-request arrays, through StepModel.cost: the
-    independent reference for bench_run's merged cohorts. Returns (wall time, output tokens)."""
+    independent reference for bench_run's merged cohorts. A decode-only step is padded with dummy decodes on
+    an empty context up to the next CUDA graph size. Returns (wall time, output tokens)."""
     isl, osl = case.isl, case.osl
     max_bs, max_tokens = trt_bench_limits(case, sm)
     cap = min(max_bs, int(sm.kv_capacity_bytes // sm.kv_bytes_for(np.array([isl + osl]))))
+    graphs = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+              if b < min(max_bs, max_tokens)] + [min(max_bs, max_tokens)]
     gen = np.zeros(0)  # tokens each running request has emitted
     queued, total, out = n_req, 0.0, 0
     while queued or gen.size:
         new = min(queued, cap - gen.size, (max_tokens - gen.size) // isl)
-        pad = 0
+        pad = 0 if new else min(b for b in graphs if b >= gen.size) - gen.size  # CUDA graph dummies
         c = sm.cost(np.r_[np.ones(gen.size + pad), np.full(new, isl)],
                     np.r_[isl + gen - 1, np.zeros(pad + new)])
         total += c.time_s
@@ -147,7 +151,8 @@ def _brute_bench(case: object, sm: StepModel, n_req: int) -> tuple[float, int]:
 ])
 def test_bench_replay_equals_pricing_every_step(key: str, isl: int, osl: int, waves: float,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cohort replay, merged or not, prices the same steps as a per-request loop, and every request it admits ends with all its osl tokens."""
+    """The cohort replay, merged or not, prices the same steps as a per-request loop, CUDA graph padding
+    included, and every request it admits ends with all its osl tokens."""
     c = replace(_trt(key), isl=isl, osl=osl, key=f"{key}~{isl}/{osl}")
     sm = step_model(c)
     max_bs, _ = trt_bench_limits(c, sm)
@@ -167,6 +172,14 @@ def test_bench_replay_equals_pricing_every_step(key: str, isl: int, osl: int, wa
     assert len(merged.reps) < len(one.reps) and merged.steps == one.steps
     assert float((merged.emitted * merged.reps).sum()) == n_req * osl
     assert bench_run_time(sm, merged) == pytest.approx(ref, rel=2e-3)
+
+
+def test_decode_only_steps_run_the_next_captured_cuda_graph() -> None:
+    """The perf overview's graph sizes, cut at min(max_batch_size, max_num_tokens), which is added as the last."""
+    assert graph_batch(654, 2048, 8192) == 1024  # gpt-oss-120b H100 DEP4: 370 dummy decodes a step
+    assert graph_batch(2048, 2048, 8192) == 2048 and graph_batch(5, 384, 2048) == 8
+    assert graph_batch(300, 352, 2048) == 352  # between 256 and the batch cap
+    assert graph_batch(1500, 4096, 1200) == 1500  # beyond every graph: runs eagerly, unpadded
 
 
 def test_a_partial_last_wave_costs_throughput(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,8 +261,7 @@ def test_calibrated_step_is_two_rooflines_in_sequence() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="issue 6 target 'no represented row worse than 35 %' is not met on the "
-                   "TensorRT-LLM table: gpt-oss-120b H100 DEP4 1000/1000 and 1024/1024, gpt-oss-120b H200 "
-                   "TP1 32768/1024")
+                   "TensorRT-LLM table: gpt-oss-120b H200 TP1 32768/1024")
 def test_no_represented_trtllm_row_worse_than_35_percent(rep: dict) -> None:
     assert all(abs(r["err_pct"]) <= 35 for r in rep["trtllm"]["rows"])
 
