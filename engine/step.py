@@ -336,8 +336,7 @@ class StepModel:
         """
         p = self._agg(float(tokens), logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
         return StepCost(
-            time_s=float(roofline_time(p.t_mem, p.t_cmp, p.t_attn_mem, p.t_attn_cmp, self.opts.ideal)) + p.t_comm
-            + p.over,
+            time_s=float(self._time(p)),
             t_memory_s=p.t_mem, t_compute_s=p.t_cmp, t_comm_s=p.t_comm,
             t_overhead_s=p.over,
             bytes={"weights": p.weights, "kv_read": p.kv_read, "kv_write": p.kv_write, "activations": p.act},
@@ -353,6 +352,10 @@ class StepModel:
         arrays, for replays that price thousands of steps (engine.validate's trtllm-bench runs)."""
         p = self._agg(np.asarray(tokens, dtype=np.float64), np.asarray(logits), sum_ctx, sum_ctx_win, attn_full,
                       attn_win, attn_decode)
+        return self._time(p)
+
+    def _time(self, p: _Parts) -> Any:
+        """A step's wall time: its kernels' rooflines, then communication and the fixed cost."""
         return roofline_time(p.t_mem, p.t_cmp, p.t_attn_mem, p.t_attn_cmp, self.opts.ideal) + p.t_comm + p.over
 
     def _agg(self, T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any, attn_win: Any,

@@ -464,9 +464,7 @@ def bench_run(case: Case, sm: StepModel) -> BenchRun:
         span = 1 if new or run == 0 else min(adm[front] + osl - t, BENCH_MERGE_STEPS)
         mid = (span - 1) / 2  # a merged record's mean context is its middle step's
         sum_ctx = run * (isl - 1 + t + mid) - sum_adm
-        if not m.sliding_layers:
-            sum_win = 0.0
-        elif flat_win:
+        if flat_win:
             sum_win = run * win_const
         else:
             ctx = isl - 1 + t - np.array(adm[front:], dtype=np.float64)
@@ -501,11 +499,9 @@ def predict(case: Case, runtime: Runtime | str | None = None) -> float:
     sm = step_model(case, runtime)
     if case.table == "qwen25":
         return case.osl / qwen_request_time(sm, case.isl, case.osl)
-    run = bench_run(case, sm)
-    # Output tokens per GPU: a TP group's GPUs share each request; attention-DP ranks each serve their share
-    # in lockstep (the one with the most requests sets the run's length).
-    ranks = case.gpus if case.opts.ep > 1 else 1
-    return bench_requests(case.isl, case.osl) * case.osl / bench_run_time(sm, run) / (ranks * case.opts.tp)
+    # Output tokens per GPU, over the run's wall time: a TP group's GPUs share each request; attention-DP ranks
+    # each serve their share in lockstep (the one with the most requests sets the run's length).
+    return bench_requests(case.isl, case.osl) * case.osl / bench_run_time(sm, bench_run(case, sm)) / case.gpus
 
 
 def err_pct(predicted: float, measured: float) -> float:
