@@ -31,7 +31,7 @@ import numpy as np
 from engine.calibration import Runtime
 from engine.errors import InputError, suggest
 from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions, roofline_time
+from engine.step import StepModel, StepOptions
 
 TABLE_FILES: dict[str, str] = {
     "qwen25": "measured_qwen25_speed_a100.csv",
@@ -287,41 +287,15 @@ def step_model(case: Case, runtime: Runtime | str | None = None) -> StepModel:
 # ---- predictions ------------------------------------------------------------------------------------------
 
 def decode_run_time(sm: StepModel, batch: int, ctx0: int, steps: int) -> float:
-    """Total time of `steps` decode steps of `batch` sequences whose context grows from ctx0 by one a step.
-
-    A step's bytes and FLOPs are affine in the context between the edges of local attention (a sliding window's
-    edge; every chunk boundary, where a chunked layer's context drops to zero), so two priced steps per piece
-    give every step's memory and compute time; the sum of max(memory, compute) plus the fixed terms is then
-    taken over all steps at once, without pricing each step in Python.
-    """
+    """Total time of `steps` decode steps of `batch` sequences whose context grows from ctx0 by one a step,
+    every step priced at once (StepModel.times_agg), local layers' sawtooth or window edge included."""
     if steps <= 0:
         return 0.0
-    m = sm.model
-    first, last = ctx0, ctx0 + steps - 1
-    w = m.sliding_window
-    starts = [first]
-    if m.sliding_layers and m.chunked:
-        starts += range((first // w + 1) * w, last + 1, w)
-    elif m.sliding_layers and first < w <= last:
-        starts.append(w)
-    total = 0.0
-    for a, nxt in zip(starts, starts[1:] + [last + 1], strict=True):
-        b = nxt - 1  # the piece's last context: a chunked layer's sawtooth is affine up to, not across, an edge
-        pa, fixed = _decode_step(sm, batch, float(a))
-        pb, _ = _decode_step(sm, batch, float(b))
-        u = np.arange(b - a + 1, dtype=np.float64) / (b - a) if b > a else np.zeros(1)
-        t_mem, t_cmp, t_am, t_ac = (x + u * (y - x) for x, y in zip(pa, pb, strict=True))
-        total += float(roofline_time(t_mem, t_cmp, t_am, t_ac, sm.opts.ideal).sum()) + (b - a + 1) * fixed
-    return total
-
-
-def _decode_step(sm: StepModel, batch: int, ctx: float) -> tuple[tuple[float, float, float, float], float]:
-    """((t_memory, t_compute, attention's t_memory, attention's t_compute), fixed time) of one decode step at
-    context `ctx`."""
-    cw = float(sm.model.local_seen(np.array(ctx)))
-    c = sm.cost_agg(batch, batch, batch * ctx, batch * cw, batch * (ctx + 0.5), batch * (cw + 0.5), batch,
-                    attn_decode=batch * (ctx + 0.5))
-    return (c.t_memory_s, c.t_compute_s, c.t_attn_memory_s, c.t_attn_compute_s), c.t_comm_s + c.t_overhead_s
+    ctx = np.arange(ctx0, ctx0 + steps, dtype=np.float64)
+    cw = sm.model.local_seen(ctx)
+    rows = np.full(steps, float(batch))
+    return float(sm.times_agg(rows, batch * ctx, batch * cw, batch * (ctx + 0.5), batch * (cw + 0.5), rows,
+                              batch * (ctx + 0.5)).sum())
 
 
 def qwen_request_time(sm: StepModel, isl: int, osl: int) -> float:
