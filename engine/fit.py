@@ -5,8 +5,10 @@
 
 Method: for each profile, a deterministic pattern search (coordinate steps up and down, halved whenever no
 step improves) from four fixed starts, keeping the best, over its physical constants inside plausible bounds,
-minimising the mean absolute log error |ln(predicted / measured)| over that profile's train rows (the rows
-whose key hashes to 'train', see engine.validate.Case.split). The test rows never enter the fit; their error
+minimising the root-mean-square log error, sqrt(mean ln(predicted / measured)^2), over that profile's train rows
+(the rows whose key hashes to 'train', see engine.validate.Case.split). The targets bound the worst row as well
+as the median, and a squared loss weighs one large miss more than several small ones, where a mean absolute
+loss would trade a worse worst row for a better median. The test rows never enter the fit; their error
 is the held-out figure. The same StepModel the rest of the engine uses prices every row.
 """
 
@@ -95,8 +97,10 @@ def rows_for(profile: str) -> list[Case]:
 
 
 def _loss(rt: Runtime, rows: list[Case]) -> float:
-    """Mean |ln(predicted / measured)| over the rows."""
-    return float(np.mean([abs(np.log(predict(c, rt) / c.measured)) for c in rows]))
+    """Root-mean-square ln(predicted / measured) over the rows: squared, so one large miss outweighs several small
+    ones (the targets bound the worst row, not only the median)."""
+    r = np.log([predict(c, rt) / c.measured for c in rows])
+    return float(np.sqrt(np.mean(r * r)))
 
 
 def fit_profile(profile: str) -> Runtime:
@@ -118,7 +122,7 @@ def fit_profile(profile: str) -> Runtime:
     starts = [np.array([START[p] for p in names], dtype=float)] + [lo + f * (hi - lo) for f in STARTS_ACROSS]
     found = [_search(make, train, x, names) for x in starts]
     best = min(found, key=lambda t: t[1])[0]
-    return make(_round(best))
+    return make(_round(best, np.array([LAST_STEP[p] for p in names])))
 
 
 def _search(make: Callable[[np.ndarray], Runtime], train: list[Case], x: np.ndarray,
@@ -141,9 +145,10 @@ def _search(make: Callable[[np.ndarray], Runtime], train: list[Case], x: np.ndar
     return x, best
 
 
-def _round(x: np.ndarray) -> np.ndarray:
-    """Constants to the precision they were searched at (3 significant figures)."""
-    return np.array([float(f"{v:.3g}") for v in x])
+def _round(x: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Constants to the precision they were searched at: 3 significant figures, and 0 below the search's last
+    step (a bound of 0 approached by halving steps never lands on it exactly)."""
+    return np.array([0.0 if abs(v) < s else float(f"{v:.3g}") for v, s in zip(x, last, strict=True)])
 
 
 def errors(profile: str, rt: Runtime) -> dict[str, Any]:
@@ -181,8 +186,8 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
         "# (step.py roofline_time).",
         "#",
         "# Fitted by engine/fit.py (python -m engine.fit --write): a deterministic pattern search inside physically",
-        "# plausible bounds (fit.py _SEARCH) from four fixed starts, keeping the lowest loss: the mean",
-        "# |ln(predicted/measured)| over the profile's TRAIN rows only (stable hash of the row key, about half); the",
+        "# plausible bounds (fit.py _SEARCH) from four fixed starts, keeping the lowest loss: the root-mean-square",
+        "# ln(predicted/measured) over the profile's TRAIN rows only (stable hash of the row key, about half); the",
         "# held-out (test) rows never enter the fit. Errors below are |predicted - measured| / measured of the",
         "# table's own speed definition; `tokensim validate` reprints them row by row.",
         "",
