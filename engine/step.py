@@ -386,10 +386,10 @@ class StepModel:
         t_attn_cmp = fl_attn / c["peak_attn"]
         # A grouped GEMM fills its tiles' token rows only as far as each expert's tokens go: with n tokens per
         # expert it runs at n / (n + expert_half_tokens) of its full rate (runtime constant; 0: always full).
-        # With n = T k ep / E, the expert FLOPs over that fill are those of T + half E / (k ep) tokens.
+        # Summed over the experts that run, each costs the FLOPs of n + half tokens: the step's expert FLOPs
+        # plus half tokens' worth for every expert touched (an expert no token picked launches no tile).
         if m.is_moe and c["expert_half"] > 0:
-            fl_exp_eff = (fl_exp + busy * c["fl_expert"] * c["expert_half"] * m.experts
-                          / (m.experts_per_token * self.opts.ep))
+            fl_exp_eff = fl_exp + c["fl_expert"] / m.experts_per_token * c["expert_half"] * touched
         else:
             fl_exp_eff = fl_exp
         t_gemm = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]

@@ -79,16 +79,11 @@ def test_held_out_error_is_reported_and_bounded(rep: dict) -> None:
         assert t["heldout"]["max_abs_err_pct"] == pytest.approx(max(abs(r["err_pct"]) for r in test_rows))
 
 
-def test_rows_beyond_35_percent_do_not_grow(rep: dict) -> None:
-    """Regression guard on the TensorRT-LLM rows the per-row target is not met for yet (see the xfail below)."""
-    over = {r["model"] + " " + r["gpu"] for r in rep["trtllm"]["rows"] if abs(r["err_pct"]) > 35}
-    assert over <= {"gpt-oss-120b H200"} and rep["trtllm"]["max_abs_err_pct"] < 40
-    assert sum(abs(r["err_pct"]) > 35 for r in rep["trtllm"]["rows"]) <= 1
-
-
-def test_every_qwen_row_within_35_percent(rep: dict) -> None:
-    """The issue's per-row target holds on the whole Qwen2.5 table, train and held-out rows alike."""
-    assert all(abs(r["err_pct"]) <= 35 for r in rep["qwen25"]["rows"])
+@pytest.mark.parametrize("table", ["qwen25", "trtllm"])
+def test_every_represented_row_within_35_percent(rep: dict, table: str) -> None:
+    """The issue's per-row target holds on both tables, train and held-out rows alike."""
+    worst = max(rep[table]["rows"], key=lambda r: abs(r["err_pct"]))
+    assert abs(worst["err_pct"]) <= 35, {k: v for k, v in worst.items() if k not in ("sim", "source")}
 
 
 def _trt(key: str) -> object:
@@ -184,8 +179,9 @@ def test_decode_only_steps_run_the_next_captured_cuda_graph() -> None:
 
 def test_a_partial_last_wave_costs_throughput(monkeypatch: pytest.MonkeyPatch) -> None:
     """trtllm-bench divides all output by the whole run: one request past a full batch runs its osl steps
-    alone, so the per-GPU speed drops, though the engine did more work: each lone step still reads every
-    weight, a quarter of a full step's bytes here (12.6 of 46 GB)."""
+    alone, so the per-GPU speed drops, though the engine did more work: each lone step still reads the
+    attention weights and its token's 4 experts, and pays the fixed cost (3.0 ms against 32 ms a full step
+    here), for 8,192 steps after a wave of as many."""
     c = _trt("gpt-oss-20b|H100|TP1|FP8|1024|8192")
     sm = step_model(c)
     cap = bench_run(c, sm).peak_batch
@@ -193,7 +189,7 @@ def test_a_partial_last_wave_costs_throughput(monkeypatch: pytest.MonkeyPatch) -
     for n in (cap, cap + 1):
         monkeypatch.setitem(validate.BENCH_REQUESTS, (c.isl, c.osl), n)
         speeds.append(predict(c))
-    assert speeds[1] < 0.9 * speeds[0]
+    assert speeds[1] < 0.95 * speeds[0]
 
 
 def test_llama_fp8_kv_cache_follows_from_the_h200_row() -> None:
@@ -210,17 +206,21 @@ def test_llama_fp8_kv_cache_follows_from_the_h200_row() -> None:
 
 
 def test_routed_expert_gemms_slow_down_with_few_tokens_per_expert() -> None:
-    """trtllm's expert GEMMs run at n / (n + expert_half_tokens) of full rate with n tokens per expert."""
+    """trtllm's expert GEMMs run at n / (n + expert_half_tokens) of full rate with n tokens per expert, each
+    expert that runs: half tokens' worth of extra FLOPs per expert touched, none for the untouched."""
     rt = runtimes()["trtllm"]
     assert 0 < rt.expert_half_tokens < 1024
     m = load_model("qwen3-30b-a3b")
     sm = StepModel(load_hardware("b200"), m, StepOptions(runtime="trtllm"))
     full = StepModel(load_hardware("b200"), m, StepOptions(runtime=replace(rt, expert_half_tokens=0.0)))
-    T = 64
-    n = T * m.experts_per_token / m.experts
-    a, b = sm.decode(T, 100), full.decode(T, 100)
-    fl_exp = 2.0 * m.moe_layers * m.experts_per_token * m.counts["expert"] * T
-    assert a.t_compute_s - b.t_compute_s == pytest.approx(fl_exp / sm._c["peak_expert"] * rt.expert_half_tokens / n)
+    per_expert = 2.0 * m.moe_layers * m.counts["expert"]  # one expert's FLOPs for one token, all MoE layers
+    for T in (1, 4, 64):
+        touched = m.experts * (1 - (1 - m.experts_per_token / m.experts) ** T)
+        a, b = sm.decode(T, 100), full.decode(T, 100)
+        assert a.t_compute_s - b.t_compute_s == pytest.approx(
+            per_expert * rt.expert_half_tokens * touched / sm._c["peak_expert"])
+    # One token runs k experts: its penalty is k experts' worth, not all 128.
+    assert sm.decode(1, 100).experts_touched == pytest.approx(m.experts_per_token)
 
 
 def test_only_self_contradictory_rows_are_left_out(rep: dict) -> None:
@@ -258,12 +258,6 @@ def test_calibrated_step_is_two_rooflines_in_sequence() -> None:
     assert c.time_s > max(c.t_memory_s, c.t_compute_s) + c.t_comm_s + c.t_overhead_s
     ideal = sm.with_options(ideal=True).cost(np.ones(1500), np.full(1500, 1500))
     assert ideal.time_s == pytest.approx(max(ideal.t_memory_s, ideal.t_compute_s) + ideal.t_comm_s)
-
-
-@pytest.mark.xfail(strict=True, reason="issue 6 target 'no represented row worse than 35 %' is not met on the "
-                   "TensorRT-LLM table: gpt-oss-120b H200 TP1 32768/1024")
-def test_no_represented_trtllm_row_worse_than_35_percent(rep: dict) -> None:
-    assert all(abs(r["err_pct"]) <= 35 for r in rep["trtllm"]["rows"])
 
 
 def test_report_json_shape(rep: dict) -> None:
