@@ -13,8 +13,8 @@ A scene file (scenes/data/NN-<id>.toml, played in NN order):
     speed = 0.05
 
     [[steps]]
-    highlight = "sm-grid"                               # warehouse traffic l2 sm-grid users kvqueue metrics roofline
-    actions = [{ run_ticks = 3 }, { mark = "before" }]  # applied on entering the step (see schema.ACTIONS)
+    highlight = "sm-grid"                               # a floor part (schema.FLOOR_PARTS): warehouse traffic l2 ...
+    actions = [{ run_ticks = 3 }, { mark = "before" }]  # applied on entering the step (scenes.actions)
     key = true                                          # the scene's key moment (default: the last step)
     narration.en = '''Busy {sm_busy_pct:.1f} % ... {step_ms@before:.2f} ... {prefill_ms/before:.2f}x'''
     narration.zh = '''...'''

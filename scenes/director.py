@@ -16,17 +16,13 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.lang import LANGS, bound_word
 from engine.snapshot import Snapshot
 from engine.step import StepModel
-from scenes.metrics import METRICS
-from scenes.schema import Action, Checkpoint, Probe, Scene, placeholder_names
-
-# Actions that change the configuration in a way the engine can only take by a reset.
-_CONFIG_ACTIONS: dict[str, str] = {
-    "kv_dtype": "kv_dtype", "set_model": "model", "set_hardware": "hardware", "set_scheduler": "scheduler",
-    "set_prompt": "prompt", "set_output": "output", "set_think": "think", "set_think_time": "think_time",
-    "set_fast_share": "fast_share", "set_ideal": "ideal", "set_tp": "tp", "set_max_batch": "max_batch",
-}
+from scenes.actions import ACTIONS
+from scenes.metrics import METRICS, Probe
+from scenes.placeholders import AT, OVER, Ref, parse_ref, refs
+from scenes.schema import Action, Checkpoint, Scene
 
 
 def _default_engine(config: EngineConfig) -> Any:
@@ -91,10 +87,6 @@ def check(cp: Checkpoint, actual: float | str) -> bool:
     return {">": actual > exp, ">=": actual >= exp, "<": actual < exp, "<=": actual <= exp}[cp.op]
 
 
-# How the text metrics ("memory", "compute") read in Chinese narration.
-_TEXT_ZH = {"memory": "带宽", "compute": "算力", "idle": "空闲"}
-
-
 class _Figures(Mapping[str, Any]):
     """Lazily computed metric values for str.format_map: 'm', 'm@mark' (value at a mark), 'm/mark' (ratio)."""
 
@@ -103,9 +95,7 @@ class _Figures(Mapping[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         v = self._d.value(key)
-        if isinstance(v, str) and self._d.lang == "zh":
-            return _TEXT_ZH.get(v, v)
-        return v
+        return bound_word(self._d.lang, v) if isinstance(v, str) else v
 
     def __iter__(self) -> Iterator[str]:
         return iter(METRICS)
@@ -136,12 +126,10 @@ class Director:
             for cp in step.checkpoints:
                 if cp.vs_mark:
                     need.setdefault(cp.vs_mark, set()).add(cp.metric)
-            for lang in ("en", "zh"):
-                for name in placeholder_names(step.narration.get(lang)):
-                    for sep in ("@", "/"):
-                        metric, _, mark = name.partition(sep)
-                        if mark:
-                            need.setdefault(mark, set()).add(metric)
+            for lang in LANGS:
+                for ref in refs(step.narration.get(lang)):
+                    if ref.mark:
+                        need.setdefault(ref.mark, set()).add(ref.metric)
         return need
 
     def _build(self) -> None:
@@ -232,45 +220,43 @@ class Director:
         self.config = self.engine.config
 
     def apply(self, action: Action) -> None:
-        """Apply one action of the vocabulary (see scenes.schema.ACTIONS)."""
-        name, v = action.name, action.value
-        e = self.engine
-        if name in ("set_users", "add_users"):
-            n = v if name == "set_users" else max(0, self.config.users + v)
-            self.config = replace(self.config, users=n)
-            if not self._dirty:
-                e.set_users(n)
-        elif name == "compute_mult":
-            self.config = replace(self.config, compute_mult=float(v))
-            if not self._dirty:
-                e.set_compute_mult(float(v))
-        elif name == "bandwidth_mult":
-            self.config = replace(self.config, bandwidth_mult=float(v))
-            if not self._dirty:
-                e.set_bandwidth_mult(float(v))
-        elif name == "weight_dtype":
-            self.config = replace(self.config, weight_dtype=v)
-            if not self._dirty:
-                e.set_weight_dtype(v)
-        elif name in _CONFIG_ACTIONS:
-            self.config = replace(self.config, **{_CONFIG_ACTIONS[name]: v})
-            self._dirty = True
-        elif name == "reset":
-            self._dirty = True
-        elif name.startswith("probe_"):
-            self.probe = replace(self.probe, **{name.removeprefix("probe_"): int(v)})
-        elif name == "run_seconds":
-            self._sync()
-            e.advance(float(v))
-        elif name == "run_ticks":
-            self._sync()
-            for _ in range(int(v)):
-                e.step()
-        elif name == "mark":
-            with self._pass():
-                self.marks[v] = {m: METRICS[m].fn(self) for m in sorted(self._marks_needed.get(v, ()))}
-        else:  # the schema rejects unknown actions; this guards the vocabulary staying in sync
-            raise InputError(f"{self.scene.path}: action '{name}' is not implemented by the director")
+        """Apply one action of the vocabulary (scenes.actions.ACTIONS)."""
+        kind = ACTIONS.get(action.name)
+        if kind is None:  # the schema rejects unknown actions; this guards a scene built in code
+            raise InputError(f"{self.scene.path}: unknown action '{action.name}'")
+        kind.apply(self, action.value)
+
+    # What actions do (scenes.actions.Player).
+    def live(self, field: str, value: Any) -> None:
+        """Set a field the running engine takes between ticks through its set_<field> (unless a reset is due)."""
+        self.config = replace(self.config, **{field: value})
+        if not self._dirty:
+            getattr(self.engine, f"set_{field}")(value)
+
+    def reconfigure(self, **changes: Any) -> None:
+        """Change fields the engine takes only by a reset (none: just reset); the reset comes before the next look."""
+        self.config = replace(self.config, **changes)
+        self._dirty = True
+
+    def set_probe(self, field: str, value: int) -> None:
+        """Move the probe step the step-model metrics price."""
+        self.probe = replace(self.probe, **{field: value})
+
+    def run_seconds(self, seconds: float) -> None:
+        """Run the engine for `seconds` of simulated time."""
+        self._sync()
+        self.engine.advance(seconds)
+
+    def run_ticks(self, ticks: int) -> None:
+        """Run the engine `ticks` steps."""
+        self._sync()
+        for _ in range(ticks):
+            self.engine.step()
+
+    def mark(self, name: str) -> None:
+        """Remember, now, every figure a later checkpoint or placeholder compares against mark `name`."""
+        with self._pass():
+            self.marks[name] = {m: METRICS[m].fn(self) for m in sorted(self._marks_needed.get(name, ()))}
 
     def _enter(self, i: int) -> None:
         for a in self.steps[i].actions:
@@ -306,19 +292,18 @@ class Director:
         self.goto(0)
 
     # ---- figures --------------------------------------------------------------------------
-    def value(self, key: str) -> float | str:
+    def value(self, key: str | Ref) -> float | str:
         """A metric now ('step_ms'), at a mark ('step_ms@before') or now over the mark ('step_ms/before')."""
-        for sep in ("@", "/"):
-            metric, _, mark = key.partition(sep)
-            if mark:
-                then = self.marks.get(mark, {}).get(metric)
-                if then is None:
-                    raise KeyError(f"mark '{mark}' has no value for '{metric}' yet")
-                if sep == "@":
-                    return then
-                now = METRICS[metric].fn(self)
-                return float(now) / float(then) if float(then) else math.inf
-        return METRICS[key].fn(self)
+        ref = parse_ref(key) if isinstance(key, str) else key
+        if not ref.sep:
+            return METRICS[ref.metric].fn(self)
+        then = self.marks.get(ref.mark, {}).get(ref.metric)
+        if then is None:
+            raise KeyError(f"mark '{ref.mark}' has no value for '{ref.metric}' yet")
+        if ref.sep == AT:
+            return then
+        now = METRICS[ref.metric].fn(self)
+        return float(now) / float(then) if float(then) else math.inf
 
     def current_narration(self) -> str:
         """The current step's narration in the director's language, numbers from the live engine."""
@@ -327,7 +312,7 @@ class Director:
             return text.format_map(_Figures(self))
 
     def current_highlight(self) -> str | None:
-        """The widget id the current step talks about (None: nothing in particular)."""
+        """The floor part the current step talks about (schema.FLOOR_PARTS; None: nothing in particular)."""
         return self.steps[self.index].highlight
 
     def step_label(self) -> str:
@@ -339,7 +324,7 @@ class Director:
         out = []
         with self._pass():
             for cp in self.steps[self.index].checkpoints:
-                key = f"{cp.metric}/{cp.vs_mark}" if cp.vs_mark else cp.metric
+                key = Ref(cp.metric, OVER, cp.vs_mark) if cp.vs_mark else Ref(cp.metric)
                 unit = METRICS[cp.metric].unit
                 try:
                     actual = self.value(key)

@@ -15,7 +15,15 @@ if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.snapshot import Snapshot
     from engine.step import StepCost, StepModel
-    from scenes.schema import Probe
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The step the step-model metrics price: `batch` sequences on `context` cached tokens; a `prompt` prefill."""
+
+    batch: int = 1
+    context: int = 0
+    prompt: int = 4096
 
 
 class Stage(Protocol):

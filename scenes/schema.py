@@ -2,17 +2,14 @@
 
 A bad file raises engine.errors.InputError naming the file and the field, e.g.
 "scenes/data/04-compute-x2.toml: steps[2].actions[0]: unknown action 'foo' (did you mean ...)".
-The action vocabulary, the metric names and the widget ids are checked here, so a scene that loads
-is a scene the director can play.
+The actions (scenes.actions), the metric names and the floor parts are checked here, so a scene that
+loads is a scene the director can play.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import string
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -20,13 +17,18 @@ from typing import Any
 
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError, suggest
+from engine.lang import LANGS
 from engine.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names
-from scenes.metrics import METRICS
+from scenes.actions import ACTIONS
+from scenes.checks import Ctx, dist, flag, is_num, mark_name, positive, share, whole, word
+from scenes.metrics import METRICS, Probe
+from scenes.placeholders import OVER, parse_ref, placeholders
 
-LANGS = ("en", "zh")
 CLAIM_IDS = tuple(f"C{i:02d}" for i in range(1, 26))
-# Widget ids of the app a step may point at (the app highlights the one a step talks about).
-HIGHLIGHTS = ("warehouse", "traffic", "l2", "sm-grid", "users", "kvqueue", "metrics", "roofline")
+# The parts of the factory floor a step may point at (the app outlines the one a step talks about): the HBM
+# warehouse, the HBM -> L2 -> SM traffic, the L2 shelf, the SM grid, the users, the KV pool and queue, the
+# metrics and the roofline. The app maps each to its widget (tui.widgets.PART_WIDGETS).
+FLOOR_PARTS = ("warehouse", "traffic", "l2", "sm-grid", "users", "kvqueue", "metrics", "roofline")
 OPS = ("approx", ">", ">=", "<", "<=", "==")
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _TOP_KEYS = ("id", "title", "summary", "setup", "steps")
@@ -49,17 +51,8 @@ class Text:
 
 
 @dataclass(frozen=True, slots=True)
-class Probe:
-    """The step the step-model metrics price: `batch` sequences on `context` cached tokens; a `prompt` prefill."""
-
-    batch: int = 1
-    context: int = 0
-    prompt: int = 4096
-
-
-@dataclass(frozen=True, slots=True)
 class Action:
-    """One thing a step does to the engine, e.g. Action('compute_mult', 2.0)."""
+    """One thing a step does to the engine, e.g. Action('compute_mult', 2.0) (the vocabulary: scenes.actions)."""
 
     name: str
     value: Any
@@ -129,104 +122,7 @@ class Scene:
         return next((i for i, s in enumerate(self.steps) if s.key), len(self.steps) - 1)
 
 
-# ---- small validators -------------------------------------------------------------------------
-
-class _Ctx:
-    """Where we are in the file, for error messages."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def fail(self, where: str, msg: str) -> InputError:
-        return InputError(f"{self.path}: {where}: {msg}" if where else f"{self.path}: {msg}")
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _int(c: _Ctx, where: str, v: Any, lo: int = 0) -> int:
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise c.fail(where, f"expected a whole number, got {v!r}")
-    if v < lo:
-        raise c.fail(where, f"must be >= {lo}, got {v}")
-    return v
-
-
-def _pos(c: _Ctx, where: str, v: Any) -> float:
-    if not _is_num(v) or v <= 0:
-        raise c.fail(where, f"expected a number > 0, got {v!r}")
-    return float(v)
-
-
-def _str(c: _Ctx, where: str, v: Any, choices: tuple[str, ...] | list[str] | None = None, what: str = "") -> str:
-    if not isinstance(v, str) or not v:
-        raise c.fail(where, f"expected a non-empty string, got {v!r}")
-    if choices is not None and v not in choices:
-        raise c.fail(where, f"unknown {what or 'value'} '{v}'{suggest(v, list(choices))}")
-    return v
-
-
-def _dist(c: _Ctx, where: str, v: Any) -> str:
-    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-        raise c.fail(where, f"expected a length spec like \"200\" or \"uniform:100,300\", got {v!r}")
-    from engine.workload import parse_dist
-
-    try:
-        parse_dist(v, where.rsplit(".", 1)[-1])
-    except InputError as e:
-        raise c.fail(where, str(e)) from None
-    return str(v).strip()
-
-
-def _share(c: _Ctx, where: str, v: Any) -> float:
-    if not _is_num(v) or not 0 <= v <= 1:
-        raise c.fail(where, f"expected a fraction between 0 and 1, got {v!r}")
-    return float(v)
-
-
-def _bool(c: _Ctx, where: str, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise c.fail(where, f"expected true or false, got {v!r}")
-    return v
-
-
-def _mark_name(c: _Ctx, where: str, v: Any) -> str:
-    if not isinstance(v, str) or not re.match(r"^[a-z][a-z0-9_]*$", v):
-        raise c.fail(where, f"expected a mark name like 'before' (lowercase, digits, _), got {v!r}")
-    return v
-
-
-# The action vocabulary: name -> value validator. The director implements exactly these.
-ACTIONS: dict[str, Callable[[_Ctx, str, Any], Any]] = {
-    "set_users": lambda c, w, v: _int(c, w, v, 0),
-    "add_users": lambda c, w, v: _int(c, w, v, -100_000),
-    "compute_mult": _pos,
-    "bandwidth_mult": _pos,
-    "weight_dtype": lambda c, w, v: _str(c, w, v, WEIGHT_DTYPES, "weight dtype"),
-    "kv_dtype": lambda c, w, v: _str(c, w, v, KV_DTYPES, "KV dtype"),
-    "set_model": lambda c, w, v: _str(c, w, v, model_names(), "model preset"),
-    "set_hardware": lambda c, w, v: _str(c, w, v, hardware_names(), "hardware preset"),
-    "set_scheduler": lambda c, w, v: _str(c, w, v, SCHEDULERS, "scheduler"),
-    "set_prompt": _dist,
-    "set_output": _dist,
-    "set_think": _dist,
-    "set_think_time": _dist,
-    "set_fast_share": _share,
-    "set_ideal": _bool,
-    "set_tp": lambda c, w, v: _int(c, w, v, 1),
-    "set_max_batch": lambda c, w, v: _int(c, w, v, 1),
-    "probe_batch": lambda c, w, v: _int(c, w, v, 1),
-    "probe_context": lambda c, w, v: _int(c, w, v, 0),
-    "probe_prompt": lambda c, w, v: _int(c, w, v, 1),
-    "run_seconds": _pos,
-    "run_ticks": lambda c, w, v: _int(c, w, v, 1),
-    "mark": _mark_name,
-    "reset": _bool,
-}
-
-
-def _text(c: _Ctx, where: str, v: Any) -> Text:
+def _text(c: Ctx, where: str, v: Any) -> Text:
     if isinstance(v, str):
         raise c.fail(where, "needs both languages: a table with 'en' and 'zh'")
     if not isinstance(v, dict):
@@ -243,43 +139,32 @@ def _text(c: _Ctx, where: str, v: Any) -> Text:
     return Text(**out)
 
 
-def placeholder_names(text: str) -> list[str]:
-    """Field names of the {placeholders} in a narration text (no validation)."""
-    try:
-        return [name for _, name, _, _ in string.Formatter().parse(text) if name]
-    except ValueError:
-        return []
-
-
-def _placeholders(c: _Ctx, where: str, text: str, marks: set[str]) -> None:
+def _placeholders(c: Ctx, where: str, text: str, marks: set[str]) -> None:
     """Every {metric}, {metric@mark} (value at a mark) or {metric/mark} (now over then) names a known metric."""
     try:
-        parsed = list(string.Formatter().parse(text))
+        parsed = placeholders(text)
     except ValueError as e:
         raise c.fail(where, f"bad placeholder: {e}") from None
-    for _, name, spec, conv in parsed:
-        if name is None:
-            continue
+    for name, spec, conv in parsed:
         if not name:
             raise c.fail(where, "empty placeholder {}: name a metric, e.g. {step_ms:.1f}")
-        sep = "@" if "@" in name else "/" if "/" in name else ""
-        metric, _, mark = name.partition(sep) if sep else (name, "", "")
-        if metric not in METRICS:
-            raise c.fail(where, f"unknown metric '{metric}' in placeholder{suggest(metric, list(METRICS))}")
-        if sep and mark not in marks:
-            raise c.fail(where, f"placeholder '{{{name}}}' uses mark '{mark}' before a step sets it")
-        if sep == "/" and METRICS[metric].unit == "text":
+        ref = parse_ref(name)
+        if ref.metric not in METRICS:
+            raise c.fail(where, f"unknown metric '{ref.metric}' in placeholder{suggest(ref.metric, list(METRICS))}")
+        if ref.sep and ref.mark not in marks:
+            raise c.fail(where, f"placeholder '{{{name}}}' uses mark '{ref.mark}' before a step sets it")
+        if ref.sep == OVER and METRICS[ref.metric].unit == "text":
             raise c.fail(where, f"placeholder '{{{name}}}': a text metric has no ratio")
         if conv:
             raise c.fail(where, f"placeholder '{{{name}}}': conversions (!{conv}) are not allowed")
-        text_metric = METRICS[metric].unit == "text" and sep != "/"
+        text_metric = METRICS[ref.metric].unit == "text" and ref.sep != OVER
         try:
-            format("x" if text_metric else 1.0, spec or "")
+            format("x" if text_metric else 1.0, spec)
         except ValueError:
             raise c.fail(where, f"placeholder '{{{name}:{spec}}}': bad format spec") from None
 
 
-def _setup(c: _Ctx, v: Any) -> Setup:
+def _setup(c: Ctx, v: Any) -> Setup:
     if not isinstance(v, dict):
         raise c.fail("setup", "missing table [setup]")
     cfg_fields = {f.name: f for f in fields(EngineConfig)}
@@ -292,53 +177,53 @@ def _setup(c: _Ctx, v: Any) -> Setup:
         if k not in known:
             raise c.fail(w, f"unknown setup field '{k}'{suggest(k, known)}")
         if k == "speed":
-            speed = _pos(c, w, val)
+            speed = positive(c, w, val)
         elif k == "probe_batch":
-            probe = replace(probe, batch=_int(c, w, val, 1))
+            probe = replace(probe, batch=whole(c, w, val, 1))
         elif k == "probe_context":
-            probe = replace(probe, context=_int(c, w, val, 0))
+            probe = replace(probe, context=whole(c, w, val, 0))
         elif k == "probe_prompt":
-            probe = replace(probe, prompt=_int(c, w, val, 1))
+            probe = replace(probe, prompt=whole(c, w, val, 1))
         elif k == "hardware":
-            kw[k] = _str(c, w, val, hardware_names(), "hardware preset")
+            kw[k] = word(c, w, val, hardware_names(), "hardware preset")
         elif k == "model":
-            kw[k] = _str(c, w, val, model_names(), "model preset")
+            kw[k] = word(c, w, val, model_names(), "model preset")
         elif k == "scheduler":
-            kw[k] = _str(c, w, val, SCHEDULERS, "scheduler")
+            kw[k] = word(c, w, val, SCHEDULERS, "scheduler")
         elif k == "weight_dtype":
-            kw[k] = _str(c, w, val, WEIGHT_DTYPES, "weight dtype")
+            kw[k] = word(c, w, val, WEIGHT_DTYPES, "weight dtype")
         elif k == "kv_dtype":
-            kw[k] = _str(c, w, val, KV_DTYPES, "KV dtype")
+            kw[k] = word(c, w, val, KV_DTYPES, "KV dtype")
         elif k in ("prompt", "output", "think", "think_time"):
-            kw[k] = _dist(c, w, val)
+            kw[k] = dist(c, w, val)
         elif k in ("ideal", "debug"):
-            kw[k] = _bool(c, w, val)
+            kw[k] = flag(c, w, val)
         elif k == "fast_share":
-            kw[k] = _share(c, w, val)
+            kw[k] = share(c, w, val)
         elif k in ("tp", "max_batch", "max_batched_tokens", "fast_max_batch"):
-            kw[k] = _int(c, w, val, 1)
+            kw[k] = whole(c, w, val, 1)
         elif k in ("users", "seed"):
-            kw[k] = _int(c, w, val, 0)
+            kw[k] = whole(c, w, val, 0)
         elif k == "requests":
-            kw[k] = _int(c, w, val, 1)
+            kw[k] = whole(c, w, val, 1)
         elif k == "runtime":
             from engine.calibration import runtimes
 
-            kw[k] = _str(c, w, val, sorted(runtimes()), "runtime")
+            kw[k] = word(c, w, val, sorted(runtimes()), "runtime")
         else:  # rate, duration, price_per_hour, slo_*, compute_mult, bandwidth_mult
-            kw[k] = _pos(c, w, val) if k != "rate" or val != 0 else 0.0
+            kw[k] = positive(c, w, val) if k != "rate" or val != 0 else 0.0
     return Setup(config=EngineConfig(**kw), speed=speed, probe=probe)
 
 
-def _checkpoint(c: _Ctx, where: str, v: Any, marks: set[str]) -> Checkpoint:
+def _checkpoint(c: Ctx, where: str, v: Any, marks: set[str]) -> Checkpoint:
     if not isinstance(v, dict):
         raise c.fail(where, "expected a table {claim, metric, expected, tolerance}")
     for k in v:
         if k not in _CHECK_KEYS:
             raise c.fail(f"{where}.{k}", f"unknown field '{k}'{suggest(k, list(_CHECK_KEYS))}")
-    claim = _str(c, f"{where}.claim", v.get("claim"), CLAIM_IDS, "claim id")
-    metric = _str(c, f"{where}.metric", v.get("metric"), list(METRICS), "metric")
-    op = _str(c, f"{where}.op", v.get("op", "approx"), OPS, "op")
+    claim = word(c, f"{where}.claim", v.get("claim"), CLAIM_IDS, "claim id")
+    metric = word(c, f"{where}.metric", v.get("metric"), list(METRICS), "metric")
+    op = word(c, f"{where}.op", v.get("op", "approx"), OPS, "op")
     text_metric = METRICS[metric].unit == "text"
     exp = v.get("expected")
     if text_metric:
@@ -346,7 +231,7 @@ def _checkpoint(c: _Ctx, where: str, v: Any, marks: set[str]) -> Checkpoint:
             raise c.fail(f"{where}.expected", f"metric '{metric}' is text: expected a string, got {exp!r}")
         if op != "==":
             raise c.fail(f"{where}.op", f"metric '{metric}' is text: only '==' applies, got '{op}'")
-    elif not _is_num(exp):
+    elif not is_num(exp):
         raise c.fail(f"{where}.expected", f"expected a number, got {exp!r}")
     if op == "==" and not text_metric:
         raise c.fail(f"{where}.op", "'==' is for text metrics; use 'approx' with a tolerance for numbers")
@@ -356,14 +241,14 @@ def _checkpoint(c: _Ctx, where: str, v: Any, marks: set[str]) -> Checkpoint:
         if not isinstance(tol, dict) or len(tol) != 1 or next(iter(tol)) not in ("rel", "abs"):
             raise c.fail(f"{where}.tolerance", "'approx' needs tolerance = { rel = 0.05 } (relative) or { abs = 0.5 }")
         kind, amount = next(iter(tol.items()))
-        if not _is_num(amount) or amount < 0:
+        if not is_num(amount) or amount < 0:
             raise c.fail(f"{where}.tolerance.{kind}", f"expected a number >= 0, got {amount!r}")
         rel, ab = (float(amount), None) if kind == "rel" else (None, float(amount))
     elif tol is not None:
         raise c.fail(f"{where}.tolerance", f"op '{op}' takes no tolerance")
     mark = v.get("vs_mark")
     if mark is not None:
-        mark = _mark_name(c, f"{where}.vs_mark", mark)
+        mark = mark_name(c, f"{where}.vs_mark", mark)
         if mark not in marks:
             raise c.fail(f"{where}.vs_mark", f"mark '{mark}' is not set by this or an earlier step")
         if text_metric:
@@ -372,7 +257,7 @@ def _checkpoint(c: _Ctx, where: str, v: Any, marks: set[str]) -> Checkpoint:
                       abs=ab, vs_mark=mark)
 
 
-def _step(c: _Ctx, i: int, v: Any, marks: set[str]) -> Step:
+def _step(c: Ctx, i: int, v: Any, marks: set[str]) -> Step:
     where = f"steps[{i}]"
     if not isinstance(v, dict):
         raise c.fail(where, "expected a table ([[steps]])")
@@ -383,7 +268,7 @@ def _step(c: _Ctx, i: int, v: Any, marks: set[str]) -> Step:
         raise c.fail(f"{where}.narration", "missing (a table with 'en' and 'zh')")
     hl = v.get("highlight")
     if hl is not None:
-        hl = _str(c, f"{where}.highlight", hl, HIGHLIGHTS, "widget id")
+        hl = word(c, f"{where}.highlight", hl, FLOOR_PARTS, "floor part")
     raw_actions = v.get("actions", [])
     if not isinstance(raw_actions, list):
         raise c.fail(f"{where}.actions", "expected a list of one-key tables, e.g. [{ compute_mult = 2 }]")
@@ -395,7 +280,7 @@ def _step(c: _Ctx, i: int, v: Any, marks: set[str]) -> Step:
         name, val = next(iter(a.items()))
         if name not in ACTIONS:
             raise c.fail(w, f"unknown action '{name}'{suggest(name, list(ACTIONS))}")
-        actions.append(Action(name, ACTIONS[name](c, f"{w}.{name}", val)))
+        actions.append(Action(name, ACTIONS[name].check(c, f"{w}.{name}", val)))
         if name == "mark":
             marks.add(val)
     narration = _text(c, f"{where}.narration", v["narration"])
@@ -405,13 +290,13 @@ def _step(c: _Ctx, i: int, v: Any, marks: set[str]) -> Step:
     if not isinstance(raw_checks, list):
         raise c.fail(f"{where}.checkpoints", "expected a list of tables ([[steps.checkpoints]])")
     checks = tuple(_checkpoint(c, f"{where}.checkpoints[{j}]", x, marks) for j, x in enumerate(raw_checks))
-    key = _bool(c, f"{where}.key", v.get("key", False))
+    key = flag(c, f"{where}.key", v.get("key", False))
     return Step(narration=narration, highlight=hl, actions=tuple(actions), checkpoints=checks, key=key)
 
 
 def parse_scene(data: dict[str, Any], path: str, number: int = 0) -> Scene:
     """Validate a parsed TOML table as a scene; `path` is what error messages call the file."""
-    c = _Ctx(path)
+    c = Ctx(path)
     for k in data:
         if k not in _TOP_KEYS:
             raise c.fail(k, f"unknown field '{k}'{suggest(k, list(_TOP_KEYS))}")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-LANGS = ("en", "zh")
+from engine.lang import BOUND_WORDS, LANGS
+
+__all__ = ["LANGS", "EN", "ZH", "TABLES", "t", "default_lang"]
 
 EN: dict[str, str] = {
     # header
@@ -70,8 +72,8 @@ EN: dict[str, str] = {
     "m_cost_out": "$/Mtok out",
     "m_queue": "queue",
     "m_preempt": "preemptions",
-    "memory": "memory",
-    "compute": "compute",
+    "memory": BOUND_WORDS["en"]["memory"],  # the roofline terms: the same words as the scenes' narration
+    "compute": BOUND_WORDS["en"]["compute"],
     # kv + queue
     "kvqueue": "KV pool and queue over time",
     "kv_pool": "KV pool",
@@ -206,8 +208,8 @@ ZH: dict[str, str] = {
     "m_cost_out": "输出 $/百万",
     "m_queue": "排队",
     "m_preempt": "抢占次数",
-    "memory": "内存",
-    "compute": "算力",
+    "memory": BOUND_WORDS["zh"]["memory"],
+    "compute": BOUND_WORDS["zh"]["compute"],
     "kvqueue": "KV 池与队列（随时间）",
     "kv_pool": "KV 池",
     "queue": "队列",

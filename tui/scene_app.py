@@ -17,6 +17,7 @@ from textual.binding import Binding, BindingType
 from scenes.director import Director
 from scenes.schema import Scene
 from tui.app import TokensimApp
+from tui.widgets import part_widget
 
 NARRATION_REFRESH_S = 0.5  # wall seconds between refreshes of the narration's live figures while playing
 # The few labels the scene player adds (the floor's own labels live in tui.i18n).
@@ -78,7 +79,7 @@ class SceneApp(TokensimApp):
             self.director.goto(step)
         super().__init__(config=self.director.config, lang=lang, autoplay=autoplay, speed=self.director.speed,
                          engine=self.director.engine, narration=self._lines(),
-                         highlight=self.director.current_highlight(), **kw)
+                         highlight=part_widget(self.director.current_highlight()), **kw)
         self._cost = self.engine.snapshot().last_step  # start on the step the director ran last
         self.frame = self._build_frame()
 
@@ -92,7 +93,7 @@ class SceneApp(TokensimApp):
             self.speed = self.director.speed
         self.show_engine()
         self.narration = self._lines()
-        self.highlight = self.director.current_highlight()
+        self.highlight = part_widget(self.director.current_highlight())
 
     def _load_scene(self, pos: int, last_step: bool = False) -> None:
         self.scene_pos = pos

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import InputError
-from scenes.schema import CLAIM_IDS, HIGHLIGHTS, find_scene, load_file, load_shipped, parse_text, shipped_files
+from scenes.schema import CLAIM_IDS, FLOOR_PARTS, find_scene, load_file, load_shipped, parse_text, shipped_files
 
 GOOD = '''
 id = "tiny"
@@ -66,7 +66,7 @@ def test_every_shipped_scene_file_validates(name: str) -> None:
     assert set(scene.claims) <= set(CLAIM_IDS)
     assert 0 <= scene.key_step < len(scene.steps)
     for step in scene.steps:
-        assert step.highlight is None or step.highlight in HIGHLIGHTS
+        assert step.highlight is None or step.highlight in FLOOR_PARTS
         assert step.narration.en.strip() and step.narration.zh.strip()
         # Chinese narration is Chinese, English narration is not.
         assert re.search(r"[\u4e00-\u9fff]", step.narration.zh)

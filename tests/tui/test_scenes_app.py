@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from scenes.director import Director
-from scenes.schema import find_scene, load_shipped
+from scenes.schema import FLOOR_PARTS, find_scene, load_shipped
 from tui.scene_app import SceneApp
+from tui.widgets import PART_WIDGETS, part_widget
 
 SIZE = (120, 40)
 SCENES = load_shipped()
@@ -34,11 +35,11 @@ async def test_next_and_previous_walk_the_steps_and_keep_the_floor_consistent() 
     while straight.next():
         expected.append(_engine_state(straight.engine))
     async with app.run_test(size=SIZE) as pilot:
-        assert app.director.index == 0 and app.highlight == scene.steps[0].highlight
+        assert app.director.index == 0 and app.highlight == part_widget(scene.steps[0].highlight)
         assert app.narration is not None and "1/4" in app.narration[0]
         await pilot.press("right")
         assert app.director.index == 1 and "2/4" in app.narration[0]
-        assert app.highlight == scene.steps[1].highlight
+        assert app.highlight == part_widget(scene.steps[1].highlight)
         assert app.engine is app.director.engine
         assert _engine_state(app.engine) == expected[1]
         assert app.frame.snapshot.tick == expected[1][0], "the floor shows the director's engine"
@@ -48,9 +49,17 @@ async def test_next_and_previous_walk_the_steps_and_keep_the_floor_consistent() 
         assert app.director.index == 3
         await pilot.press("left", "left")
         assert app.director.index == 1 and _engine_state(app.engine) == expected[1]
-        assert app.highlight == scene.steps[1].highlight
+        assert app.highlight == part_widget(scene.steps[1].highlight)
         await pilot.press("left", "left")  # before the first step: stays
         assert app.director.index == 0 and _engine_state(app.engine) == expected[0]
+
+
+async def test_every_floor_part_a_scene_may_name_is_drawn_by_one_widget_of_the_app() -> None:
+    assert set(PART_WIDGETS) == set(FLOOR_PARTS)
+    app = make_app([SCENES[0]])
+    async with app.run_test(size=SIZE):
+        for part in FLOOR_PARTS:
+            assert len(app.screen.query(f"#{part_widget(part)}")) == 1, part
 
 
 async def test_the_tour_crosses_from_one_scene_to_the_next_and_back() -> None:

@@ -14,10 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from engine.lang import LANGS
 from scenes.schema import Scene, find_scene, load_shipped
 from tui.commands.options import console, print_json
-
-LANGS = ("en", "zh")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from engine.lang import LANGS
 from scenes.schema import find_scene, load_shipped
 from tui.commands.options import console, print_json
-from tui.commands.scene_cmd import LANGS, pick_lang, play_headless
+from tui.commands.scene_cmd import pick_lang, play_headless
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
