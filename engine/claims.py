@@ -1,4 +1,4 @@
-"""The articles' claims (CLAIMS.md C01..C25), each recomputed by the engine and compared.
+"""The articles' claims (CLAIMS.md C01..C26), each recomputed by the engine and compared.
 
 Every claim is a function returning one row: the article's figure, the simulated figure, the unit,
 whether they agree, and a one-line note where the article simplifies. Physics-only claims live here;
@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from engine import economics
 from engine.specs import load_hardware, load_model
 from engine.step import StepModel, StepOptions, crossover_batch
 
 Row = dict[str, Any]
-CLAIM_IDS = tuple(f"C{i:02d}" for i in range(1, 26))
+CLAIM_IDS = tuple(f"C{i:02d}" for i in range(1, 27))
 
 # One line each, for the table (the full wording is in CLAIMS.md).
 TITLES: dict[str, str] = {
@@ -49,6 +50,7 @@ TITLES: dict[str, str] = {
     "C23": "hidden thinking tokens delay the first visible token",
     "C24": "published A100 speeds: small model < 1 min, 72B ~2 min for 2,048 tokens",
     "C25": "a bigger model or a longer conversation each add time per token",
+    "C26": "equal spend on serving and training: ~100x Chinchilla's tokens per param",
 }
 
 
@@ -237,9 +239,31 @@ def c19() -> Row:
                " the article's 90 % understates it", simulated_text=f"{idle:.1f} % idle")
 
 
+def c26() -> Row:
+    ref = reference()["training"]
+    sm, batch, ctx, a = economics.stated(ref)
+    t = economics.training_equivalence(sm, batch, ctx, a)
+    calls = economics.training_equivalence(sm, batch, ctx, economics.assumptions(ref, calls=True))
+    # "Far past Chinchilla" within an order of magnitude of the article's ~100x: the inputs are loose
+    # (GPT-5's size is not public), so the row checks the order of magnitude, not the figure.
+    ok = 10 <= t.chinchilla_x <= 1000
+    row_ = row("C26", 100, t.chinchilla_x, "x Chinchilla", ok,
+               f"{t.model} on {t.gpus} x {sm.hw.display}, batch {batch} at {ctx:,} cached tokens: the engine's decode"
+               f" step costs {t.serve_gpu_s_per_token * 1e3:.2f} GPU-ms per token (MFU {t.serve_mfu:.1%}); training"
+               f" costs 6 x {t.params_active / 1e9:.1f}B / ({a.train_mfu:.0%} of the {a.train_dtype} peak) ="
+               f" {t.train_gpu_s_per_token * 1e3:.2f} GPU-ms per token; {a.served:.0e} served tokens buy"
+               f" {t.train_tokens:.2e} training tokens = {t.tokens_per_param:,.0f} per active param. Read as"
+               f" calls x {ref['tokens_per_call']:g} tokens: {calls.chinchilla_x:,.0f}x. Against total params:"
+               f" {t.chinchilla_x_total:.0f}x. `tokensim claims C26` shows the sensitivity table",
+               article_text="~100x", simulated_text=f"{t.chinchilla_x:,.0f}x (calls reading {calls.chinchilla_x:.2g}x)")
+    row_["assumptions"] = {**ref, "result": t.as_dict(), "calls_reading": calls.as_dict()}
+    row_["sensitivity"] = economics.sensitivity(ref)
+    return row_
+
+
 PHYSICS_CLAIMS: dict[str, Callable[[], Row]] = {
     "C01": c01, "C02": c02, "C03": c03, "C04": c04, "C05": c05, "C06": c06, "C07": c07, "C08": c08,
-    "C09": c09, "C10": c10, "C11": c11, "C12": c12, "C15": c15, "C16": c16, "C19": c19,
+    "C09": c09, "C10": c10, "C11": c11, "C12": c12, "C15": c15, "C16": c16, "C19": c19, "C26": c26,
 }
 
 

@@ -797,3 +797,80 @@ def _q72_predicted(s: Stage) -> float:
 
     c = _qwen_case("qwen2.5-72b", 2)
     return c.osl / predict(c)
+
+
+# ---- token economics (C26) ------------------------------------------------------------------
+
+def _training(s: Stage, calls: bool = False) -> Any:
+    """C26's equal-spend figures for the scene's model and probe (batch, context) under the stated assumptions
+    of reference.toml's [training] table; `calls` reads the lifetime volume as calls, not tokens."""
+    from engine.economics import assumptions, training_equivalence
+
+    a = assumptions(_reference()["training"], calls=calls)
+    return training_equivalence(s.step_model(), s.probe.batch, s.probe.context, a)
+
+
+@metric("serve_gpu_ms_per_tok", "GPU-ms", "GPU-milliseconds one served token costs: decode step x GPUs / batch")
+def _serve_gpu_ms(s: Stage) -> float:
+    return _training(s).serve_gpu_s_per_token * 1e3
+
+
+@metric("serve_mfu_pct", "%", "the probe decode step's model FLOPs utilisation")
+def _serve_mfu(s: Stage) -> float:
+    return _training(s).serve_mfu * 100
+
+
+@metric("train_gpu_ms_per_tok", "GPU-ms", "GPU-milliseconds one training token costs: 6 x active params / (peak x MFU)")
+def _train_gpu_ms(s: Stage) -> float:
+    return _training(s).train_gpu_s_per_token * 1e3
+
+
+@metric("train_mfu_pct", "%", "the stated training MFU (reference.toml [training])")
+def _train_mfu(s: Stage) -> float:
+    return float(_reference()["training"]["train_mfu"]) * 100
+
+
+@metric("lifetime_tokens_t", "trillion", "the stated lifetime served tokens, in trillions")
+def _lifetime(s: Stage) -> float:
+    return float(_reference()["training"]["served"]) / 1e12
+
+
+@metric("tokens_per_call", "tokens", "output tokens per call in the 'calls' reading of the lifetime volume")
+def _per_call(s: Stage) -> float:
+    return float(_reference()["training"]["tokens_per_call"])
+
+
+@metric("train_tokens_t", "trillion", "training tokens that cost as much as the lifetime of serving, in trillions")
+def _train_tokens(s: Stage) -> float:
+    return _training(s).train_tokens / 1e12
+
+
+@metric("train_tokens_per_param", "tokens", "those training tokens per active parameter")
+def _train_per_param(s: Stage) -> float:
+    return _training(s).tokens_per_param
+
+
+@metric("chinchilla_x", "x", "training tokens per active parameter over Chinchilla's ~20")
+def _chinchilla_x(s: Stage) -> float:
+    return _training(s).chinchilla_x
+
+
+@metric("chinchilla_x_calls", "x", "the same, reading the lifetime volume as calls x tokens per call")
+def _chinchilla_x_calls(s: Stage) -> float:
+    return _training(s, calls=True).chinchilla_x
+
+
+@metric("chinchilla_x_total", "x", "training tokens per total parameter over Chinchilla's ~20")
+def _chinchilla_x_total(s: Stage) -> float:
+    return _training(s).chinchilla_x_total
+
+
+@metric("kv_fit_batch", "sequences", "the largest batch whose KV cache fits the pool at the probe context")
+def _kv_fit_batch(s: Stage) -> float:
+    return float(_training(s).max_batch_fits)
+
+
+@metric("serve_vs_train_x", "x", "GPU-seconds per served token over GPU-seconds per training token")
+def _serve_vs_train(s: Stage) -> float:
+    t = _training(s)
+    return t.serve_gpu_s_per_token / t.train_gpu_s_per_token

@@ -90,7 +90,7 @@ BROKEN = [
      "unknown metric 'step_mss'"),
     (('"Step {step_ms_ideal:.2f} ms."', '"Step {step_ms_ideal:.2q} ms."'), "steps[0].narration.en", "format spec"),
     (('"Step {step_ms_ideal:.2f} ms."', '"Step {step_ms@later} ms."'), "steps[0].narration.en", "mark 'later'"),
-    (('claim = "C02"', 'claim = "C26"'), "steps[0].checkpoints[0].claim", "unknown claim id 'C26'"),
+    (('claim = "C02"', 'claim = "C27"'), "steps[0].checkpoints[0].claim", "unknown claim id 'C27'"),
     (('metric = "step_ms_ideal"', 'metric = "step_time"'), "steps[0].checkpoints[0].metric", "unknown metric"),
     (('tolerance = { rel = 0.01 }', 'tolerance = 0.01'), "steps[0].checkpoints[0].tolerance", "rel"),
     (('tolerance = { rel = 0.01 }', 'tolerance = { rel = -1 }'), "steps[0].checkpoints[0].tolerance.rel", ">= 0"),

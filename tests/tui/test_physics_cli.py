@@ -56,7 +56,7 @@ def test_list_tables(capsys: pytest.CaptureFixture[str]) -> None:
 def test_claims_json_rows(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["claims", "--json"], capsys)
     rows = json.loads(out)
-    assert code == 0 and [r["id"] for r in rows] == [f"C{i:02d}" for i in range(1, 26)]
+    assert code == 0 and [r["id"] for r in rows] == [f"C{i:02d}" for i in range(1, 27)]
     for r in rows:
         assert {"id", "article", "simulated", "unit", "agrees"} <= set(r)
     by = {r["id"]: r for r in rows}

@@ -13,7 +13,7 @@ from tui.commands.options import console, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ids", nargs="*", metavar="ID", help="claim ids to check (default: all, C01..C25)")
+    p.add_argument("ids", nargs="*", metavar="ID", help="claim ids to check (default: all, C01..C26)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -42,7 +42,34 @@ def run(args: argparse.Namespace) -> int:
         mark = "[yellow]pending[/]" if r["pending"] else ("[green]agrees[/]" if r["agrees"] else "[red]differs[/]")
         t.add_row(r["id"], r["claim"], r["article_text"], r["simulated_text"], mark, r.get("note", ""))
     console().print(t)
+    if args.ids:
+        for r in rows:
+            if r.get("sensitivity"):
+                _sensitivity(r)
     n_ok = sum(1 for r in rows if r["agrees"])
     n_pending = sum(1 for r in rows if r["pending"])
     console().print(f"{n_ok} agree, {len(rows) - n_ok - n_pending} differ, {n_pending} pending")
     return 0
+
+
+def _sensitivity(r: dict[str, object]) -> None:
+    """A claim's sensitivity table (C26): the ratio as one assumption moves at a time."""
+    t = Table(title=f"{r['id']}: one assumption at a time", header_style="bold")
+    for col in ("varied", "value", "active params", "GPU-ms / served token", "serving MFU", "training tokens",
+                "x Chinchilla"):
+        t.add_column(col, justify="left" if col in ("varied", "value") else "right")
+    sens = r["sensitivity"]
+    assert isinstance(sens, dict)
+    for axis, rows in sens.items():
+        for x in rows:
+            if axis == "volume":
+                value = f"{x['served']:.0e} {x['reading']}"
+            elif axis == "model":
+                value = f"{x['model']} on {x['gpus']} GPUs"
+            else:
+                value = f"{x[axis]}"
+            if not x["kv_fits"]:
+                value += " (KV does not fit)"
+            t.add_row(axis, value, f"{x['params_active'] / 1e9:.1f}B", f"{x['serve_gpu_s_per_token'] * 1e3:.3f}",
+                      f"{x['serve_mfu']:.1%}", f"{x['train_tokens']:.2e}", f"{x['chinchilla_x']:,.0f}")
+    console().print(t)
