@@ -1093,7 +1093,7 @@ class Engine:
         sm = self._sm
         hbm = main.bytes
         return Snapshot(
-            tick=self._tick, time_s=self._clock, hardware=sm.hw, model=sm.model, opts=sm.opts,
+            tick=self._tick, time_s=self._clock, hardware=sm.hw, model=sm.model, opts=sm.opts, roof=sm.roof,
             scheduler=self._cfg.scheduler, users=self._shared.users, requests=view, last_step=main.last_cost,
             batch_size=main.last_batch, kv_blocks_used=main.blocks_used, kv_blocks_total=main.blocks_total,
             weights_bytes=sm.weight_bytes_per_gpu, kv_capacity_bytes=sm.kv_capacity_bytes,
@@ -1177,10 +1177,9 @@ def _price_per_s(eng: Engine) -> float:
 
 
 def _peaks(eng: Engine) -> tuple[float, float]:
-    """Nominal per-GPU peak FLOP/s (at the dtype the matmuls run in) and HBM bytes/s, with the what-if knobs."""
-    sm = eng._sm
-    dtype = sm.edtype if sm.model.is_moe else sm.wdtype
-    return sm.hw.peak_flops(dtype) * sm.opts.compute_mult, sm.hw.bandwidth * sm.opts.bandwidth_mult
+    """Nominal per-GPU peak FLOP/s and HBM bytes/s, with the what-if knobs: the step model's roof."""
+    roof = eng._sm.roof
+    return roof.peak_flops, roof.bandwidth
 
 
 def _per_mtok(dollars_s: float, seconds: float, tokens: float) -> float | None:

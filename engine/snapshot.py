@@ -8,7 +8,7 @@ from enum import IntEnum
 import numpy as np
 
 from engine.specs import Hardware, Model
-from engine.step import StepCost, StepOptions
+from engine.step import Roof, StepCost, StepOptions
 
 KV_BLOCK_TOKENS = 16
 
@@ -53,6 +53,7 @@ class Snapshot:
     hardware: Hardware
     model: Model
     opts: StepOptions
+    roof: Roof  # peak FLOP/s and HBM bytes/s per GPU, knobs applied (the step model's: never re-derive them)
     scheduler: str
     users: int
     requests: RequestView

@@ -51,6 +51,24 @@ class StepOptions:
 
 
 
+@dataclass(frozen=True, slots=True)
+class Roof:
+    """The roofline of one (hardware, model, options), per GPU: nominal peak FLOP/s at the dtype the matmuls run in
+    (a MoE model's routed experts, which do most of its FLOPs, set it) and nominal HBM bytes/s, what-if knobs applied.
+
+    The one place these are derived: the step model prices with them, and MFU, bandwidth use, the scenes'
+    figures and the app's roofline, warehouse and traffic panels read them here.
+    """
+
+    peak_flops: float
+    bandwidth: float
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte at which the two roofs meet: below it a step waits on memory."""
+        return self.peak_flops / self.bandwidth
+
+
 class _Parts(NamedTuple):
     """A step's bytes, FLOPs and times from cost_agg's aggregates (floats, or arrays for many steps)."""
 
@@ -142,6 +160,7 @@ class StepModel:
     runtime: Runtime = field(init=False)
     wdtype: str = field(init=False)
     edtype: str = field(init=False)
+    roof: Roof = field(init=False)
     _c: dict[str, float] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -179,8 +198,8 @@ class StepModel:
         ffn_active = (m.dense_layers * m.intermediate + m.moe_layers * (m.experts_per_token + m.shared_experts)
                       * m.expert_intermediate) / m.layers
         compute_dtype = self.edtype if m.is_moe else self.wdtype
-        peak = hw.peak_flops(compute_dtype) * o.compute_mult
-        bw = hw.bandwidth * o.bandwidth_mult
+        self.roof = Roof(hw.peak_flops(compute_dtype) * o.compute_mult, hw.bandwidth * o.bandwidth_mult)
+        bw = self.roof.bandwidth
         rt = self.runtime
         eff_bw, eff_fl = (1.0, 1.0) if o.ideal else (rt.bw_eff, rt.flops_eff)
 
@@ -209,7 +228,7 @@ class StepModel:
             "fl_attn_dec": pair * ((2 * m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else (m.qk_dim + m.v_dim)),
             "fl_attn_win": 2.0 * m.sliding_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
             "fl_lm": 2.0 * c["lm_head_matrix"] / tp,
-            "bw": bw * eff_bw, "ridge": peak / bw,
+            "bw": bw * eff_bw, "ridge": self.roof.ridge,
             # Paged attention gathers each sequence's KV blocks from scattered pages, a few KB per request per
             # layer, and sustains less of the peak bandwidth than GEMMs streaming whole weight matrices.
             "bw_attn": bw * (1.0 if o.ideal else (rt.attn_bw_eff if rt.attn_bw_eff is not None else rt.bw_eff)),
@@ -236,6 +255,11 @@ class StepModel:
             "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
             "ar_lat": 0.0 if o.ideal else _ALLREDUCE_LATENCY_S,
         }
+
+    @property
+    def sustained_bandwidth(self) -> float:
+        """HBM bytes/s the weight-streaming matmuls sustain: the roof's bandwidth x the runtime's bw_eff (x1 ideal)."""
+        return self._c["bw"]
 
     def _quant_layer_overhead(self) -> float:
         """Extra fixed time per layer when the runtime runs this checkpoint's quantised linears with a kernel

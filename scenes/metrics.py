@@ -93,7 +93,7 @@ def _hbm_gb(s: Stage) -> float:
 
 @metric("hbm_gbps", "GB/s", "HBM bandwidth (the conveyor) with the bandwidth knob applied")
 def _hbm_gbps(s: Stage) -> float:
-    return s.step_model().hw.memory_bandwidth_gbps * s.config.bandwidth_mult
+    return s.step_model().roof.bandwidth / 1e9
 
 
 @metric("ssd_gbps", "GB/s", "a fast NVMe SSD's read speed (engine reference figure)")
@@ -106,10 +106,9 @@ def _hbm_vs_ssd(s: Stage) -> float:
     return _hbm_gbps(s) / _ssd_gbps(s)
 
 
-@metric("tflops", "TFLOP/s", "dense tensor-core peak at the weights' compute dtype, compute knob applied")
+@metric("tflops", "TFLOP/s", "dense tensor-core peak at the dtype the matmuls run in, compute knob applied")
 def _tflops(s: Stage) -> float:
-    sm = s.step_model()
-    return sm.hw.peak_flops(sm.wdtype) * s.config.compute_mult / 1e12
+    return s.step_model().roof.peak_flops / 1e12
 
 
 @metric("l2_mb", "MB", "L2 cache (the shelf) size")
@@ -200,7 +199,7 @@ def _kv_pool_gb(s: Stage) -> float:
 
 @metric("ridge", "FLOP/B", "the hardware constant: peak FLOP/s / bytes/s at the weights' dtype")
 def _ridge(s: Stage) -> float:
-    return _decode(s).ridge
+    return s.step_model().roof.ridge
 
 
 @metric("ridge_bf16", "FLOP/B", "peak bf16 FLOP/s / HBM bytes/s of the current GPU (no knobs)")
@@ -210,7 +209,8 @@ def _ridge_bf16(s: Stage) -> float:
 
 @metric("drain_ms", "ms", "time to read the whole HBM once at peak bandwidth ('a train every N ms')")
 def _drain_ms(s: Stage) -> float:
-    return s.step_model().hw.drain_time_s() * 1e3 / s.config.bandwidth_mult
+    sm = s.step_model()
+    return sm.hw.memory_bytes / sm.roof.bandwidth * 1e3
 
 
 @metric("drain_ms_calibrated", "ms", "the same at the runtime's calibrated bandwidth efficiency")

@@ -37,7 +37,7 @@ def make_snapshot(users: int = 6, *, hardware: str = "h100-sxm", model: str = "g
         kv_blocks=blocks, fast=np.zeros(n, dtype=bool), arrival_s=np.linspace(0, 1, n))
     hist_t = tuple(i * 0.01 for i in range(history))
     return Snapshot(
-        tick=tick, time_s=1.204, hardware=hw, model=m, opts=sm.opts, scheduler="continuous", users=0 if open_loop else n,
+        tick=tick, time_s=1.204, hardware=hw, model=m, opts=sm.opts, roof=sm.roof, scheduler="continuous", users=0 if open_loop else n,
         requests=req, last_step=cost, batch_size=int(running.sum()), kv_blocks_used=used,
         kv_blocks_total=total_blocks, weights_bytes=sm.weight_bytes_per_gpu, kv_capacity_bytes=sm.kv_capacity_bytes,
         reserve_bytes=sm.reserve_bytes, queued=int((ph == Phase.QUEUED).sum()), running=int(running.sum()),

@@ -17,12 +17,8 @@ _YLAB = 6  # cells for the y-axis labels
 
 def roof(frame: Frame) -> tuple[float, float]:
     """(peak FLOP/s, bytes/s) of the roof, what-if multipliers included; the ridge is their ratio."""
-    s = frame.snapshot
-    bw = s.hardware.bandwidth * s.opts.bandwidth_mult
-    if frame.step is not None:
-        return frame.step.ridge * bw, bw
-    dtype = s.opts.weight_dtype or s.model.weight_dtype
-    return s.hardware.peak_flops(dtype) * s.opts.compute_mult, bw
+    r = frame.snapshot.roof
+    return r.peak_flops, r.bandwidth
 
 
 def point(frame: Frame) -> tuple[float, float] | None:

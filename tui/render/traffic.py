@@ -21,8 +21,7 @@ def rate(frame: Frame) -> float:
 
 def density(frame: Frame) -> float:
     """Share of belt cells carrying a packet: the achieved bytes/s over the peak."""
-    s = frame.snapshot
-    peak = s.hardware.bandwidth * s.opts.bandwidth_mult
+    peak = frame.snapshot.roof.bandwidth
     return min(1.0, rate(frame) / peak) if peak > 0 else 0.0
 
 

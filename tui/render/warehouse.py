@@ -69,7 +69,7 @@ def legend(frame: Frame, width: int) -> Text:
 def bandwidth_gauge(frame: Frame, width: int) -> Text:
     """One row: peak bandwidth (with the what-if multiplier) and the share of the step spent moving bytes."""
     s, lang = frame.snapshot, frame.lang
-    bw = s.hardware.bandwidth * s.opts.bandwidth_mult
+    bw = s.roof.bandwidth
     busy = frame.step.bw_busy if frame.step is not None and frame.step.tokens > 0 else 0.0
     head = f"{t(lang, 'bandwidth')} {si(bw, 'B/s')}"
     if s.opts.bandwidth_mult != 1:
