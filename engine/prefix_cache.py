@@ -1,0 +1,322 @@
+"""KV blocks with automatic prefix caching, as vLLM does it: full blocks keyed by their content, shared, kept.
+
+A full 16-token block's key is a hash of its parent block's key and its own tokens, so equal keys mean
+equal token histories. We have no token ids: a request's content is modelled by *streams*. Positions
+[0, prefix_len) come from its group's stream (a shared system prompt), [prefix_len, prompt_len) from its
+body stream (the prompt; equal prompt ids share it, a chat session keeps extending it) and generated
+positions from its generation stream (request-unique, or the session's own so the next turn reads them
+back). Block b's tokens are identified by (stream, b), so identical prompts share every full block and
+same-group prompts share the blocks wholly inside their prefix.
+
+Keys chain as a polynomial hash, key_b = key_(b-1) * M + h(stream, b) mod 2^64, which numpy computes for
+many blocks of many requests at once (a segment cumsum against powers of M^-1) instead of block by block.
+
+The pool (`BlockPool`) counts blocks in three states: *used* (held by at least one request: shared
+keyed blocks carry a reference count, a request's partial tail block is private), *cached* (keyed, no
+request holds it; kept in an LRU and reclaimed only when an allocation finds no free block) and *free*.
+Invariant: used + cached + free = pool. A request's keyed blocks are not stored per request: they are
+the first `full` keys of its content, recomputed when it releases them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.snapshot import KV_BLOCK_TOKENS
+
+BLOCK = KV_BLOCK_TOKENS
+
+# Stream namespaces (top bits of a stream id): a group's shared prefix, a prompt id, a chat session,
+# one request's own tokens. Ids of different kinds never collide.
+TAG_GROUP, TAG_PROMPT, TAG_SESSION, TAG_REQUEST = 1, 2, 3, 4
+_TAG_SHIFT = 56
+NO_GROUP = -1  # group stream of a request without a shared prefix (prefix_len is 0 then)
+
+_M = 0x9E3779B97F4A7C15  # odd, so invertible mod 2^64
+_M_INV = pow(_M, -1, 1 << 64)
+_ROOT = 0x243F6A8885A308D3  # the parent key of block 0
+_U64 = np.uint64
+
+
+def stream_id(tag: int, ids: np.ndarray | int) -> np.ndarray:
+    """Stream ids of kind `tag` for the given non-negative ids (int64)."""
+    return (np.int64(tag) << _TAG_SHIFT) | np.asarray(ids, dtype=np.int64)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a well-spread uint64 per input (wrapping arithmetic)."""
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+_pow_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """M^j and M^-j mod 2^64 for j < n (at least), as uint64 arrays."""
+    size = 1 << max(10, (n - 1).bit_length())
+    got = _pow_cache.get(size)
+    if got is None:
+        p = np.empty(size, dtype=np.uint64)
+        q = np.empty(size, dtype=np.uint64)
+        a = b = 1
+        for j in range(size):  # once per power-of-two size; Python ints keep it exact
+            p[j], q[j] = a, b
+            a = a * _M & 0xFFFFFFFFFFFFFFFF
+            b = b * _M_INV & 0xFFFFFFFFFFFFFFFF
+        got = _pow_cache[size] = (p, q)
+    return got
+
+
+def chain_keys(parent: np.ndarray, first: np.ndarray, count: np.ndarray, group: np.ndarray,
+               prefix_len: np.ndarray, body: np.ndarray, prompt_len: np.ndarray, gen: np.ndarray) -> np.ndarray:
+    """Keys of blocks first[r] .. first[r]+count[r]-1 of each request r, flattened in request order.
+
+    parent[r] is the key of block first[r]-1 (ignored where first is 0: the root). A block whose 16
+    tokens all lie in the prefix belongs to the group stream, else to the body while it ends inside
+    the prompt, else to the generation stream.
+    """
+    count = np.asarray(count, dtype=np.int64)
+    total = int(count.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.uint64)
+    seg = np.repeat(np.arange(count.size), count)
+    starts = np.cumsum(count) - count
+    j = np.arange(total, dtype=np.int64) - starts[seg]
+    b = np.asarray(first, dtype=np.int64)[seg] + j
+    end = (b + 1) * BLOCK
+    stream = np.where(end <= np.asarray(prefix_len)[seg], np.asarray(group)[seg],
+                      np.where(end <= np.asarray(prompt_len)[seg], np.asarray(body)[seg], np.asarray(gen)[seg]))
+    with np.errstate(over="ignore"):
+        h = _mix(stream.astype(np.uint64) * _U64(0xD6E8FEB86659FD93) ^ _mix(b.astype(np.uint64)))
+        pw, pinv = _powers(int(count.max()) + 1)
+        par = np.where(np.asarray(first)[seg] == 0, _U64(_ROOT), np.asarray(parent, dtype=np.uint64)[seg])
+        c = np.cumsum(h * pinv[j], dtype=np.uint64)
+        before = np.where(starts > 0, c[starts - 1], _U64(0))[seg]
+        # key_j = M^j (P M + sum_{i<=j} h_i M^-i): the chained hash in closed form.
+        return pw[j] * (par * _U64(_M) + (c - before))
+
+
+class BlockPool:
+    """A KV pool of `total` blocks: private (unkeyed) and shared keyed blocks with reference counts, an LRU
+    of cached blocks, and free ones. With caching off every block is private and nothing is kept."""
+
+    __slots__ = ("total", "caching", "private", "keyed_used", "cached", "_slot", "_key", "_ref", "_stamp",
+                 "_spare", "_n_spare", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted")
+
+    def __init__(self, total: int, caching: bool = True) -> None:
+        self.total = int(total)
+        self.caching = caching
+        self.private = 0  # used blocks without a key: partial tails, or every block with caching off
+        self.keyed_used = 0  # keyed blocks some request holds
+        self.cached = 0  # keyed blocks no request holds (in the LRU)
+        self.evicted = 0  # cached blocks reclaimed so far
+        n = self.total if caching else 0
+        self._slot: dict[int, int] = {}  # key -> slot of a keyed block
+        self._key = np.zeros(n, dtype=np.uint64)
+        self._ref = np.zeros(n, dtype=np.int64)
+        self._stamp = np.full(n, -1, dtype=np.int64)  # LRU stamp while cached, -1 otherwise
+        self._spare = np.arange(n, dtype=np.int64)[::-1].copy()  # slots holding no keyed block (a stack)
+        self._n_spare = n
+        # The LRU: (slot, stamp) in release order; an entry is stale once the slot's stamp changed.
+        self._lru = np.zeros(max(64, n), dtype=np.int64)
+        self._lru_stamp = np.zeros(max(64, n), dtype=np.int64)
+        self._head = self._tail = 0
+        self._clock = 0
+
+    # ---- counts -------------------------------------------------------------------------------
+    @property
+    def used(self) -> int:
+        """Blocks some request holds."""
+        return self.private + self.keyed_used
+
+    @property
+    def free(self) -> int:
+        """Blocks holding nothing."""
+        return self.total - self.private - self.keyed_used - self.cached
+
+    @property
+    def available(self) -> int:
+        """Blocks an allocation can get: free ones, then cached ones reclaimed in LRU order."""
+        return self.total - self.private - self.keyed_used
+
+    # ---- lookups ------------------------------------------------------------------------------
+    def match(self, keys: np.ndarray) -> int:
+        """How many leading keys are present (held or cached): the blocks a request can reuse."""
+        if not self.caching or not len(keys):
+            return 0
+        get = self._slot.get
+        n = 0
+        for k in keys.tolist():
+            if get(k) is None:
+                break
+            n += 1
+        return n
+
+    def holders(self, keys: np.ndarray) -> np.ndarray:
+        """Reference counts of these keys (0 for cached or absent ones); for checks and tests."""
+        get = self._slot.get
+        s = [get(k, -1) for k in keys.tolist()]
+        a = np.array(s, dtype=np.int64)
+        return np.where(a >= 0, self._ref[np.maximum(a, 0)] if len(a) else a, 0)
+
+    # ---- changes ------------------------------------------------------------------------------
+    def take(self, keys: np.ndarray) -> None:
+        """A request starts holding these present keys (its cache hits): counts go up, cached ones leave the LRU."""
+        if not len(keys):
+            return
+        slots = self._slots_of(keys)
+        ref = self._ref
+        revived = int(np.count_nonzero(ref[slots] == 0))
+        ref[slots] += 1
+        self._stamp[slots] = -1
+        self.cached -= revived
+        self.keyed_used += revived
+
+    def admit(self, hits: np.ndarray, n: int) -> bool:
+        """A request starts holding its cache hits and n private blocks, or (False) nothing changes.
+
+        The hits are taken before anything is reclaimed, so an allocation never evicts the very blocks
+        the request is about to reuse; cached hits count as no longer reclaimable.
+        """
+        if len(hits):
+            revivable = int(np.count_nonzero(self._ref[self._slots_of(hits)] == 0))
+            if n > self.available - revivable:
+                return False
+            self.take(hits)
+        return self.alloc(n)
+
+    def alloc(self, n: int) -> bool:
+        """n private blocks for a request, reclaiming the least recently released cached blocks if no free
+        ones are left; False (nothing changed) if even that is not enough."""
+        if n <= 0:
+            return n == 0
+        if n > self.available:
+            return False
+        short = n - self.free
+        if short > 0:
+            self._evict(short)
+        self.private += n
+        return True
+
+    def fill(self, keys: np.ndarray) -> None:
+        """len(keys) of a request's private blocks are now full with these (distinct) keys: they become shared
+        keyed blocks; where the key is already present the request holds that block and its own copy is freed."""
+        k = len(keys)
+        if not k or not self.caching:
+            return
+        assert self.private >= k, "filling more blocks than are held privately"
+        self.private -= k
+        slot = self._slot
+        ref, stamp = self._ref, self._stamp
+        for key in keys.tolist():
+            s = slot.get(key)
+            if s is None:
+                self._n_spare -= 1
+                s = int(self._spare[self._n_spare])
+                slot[key] = s
+                self._key[s] = key
+                ref[s] = 1
+                self.keyed_used += 1
+            else:
+                if ref[s] == 0:
+                    stamp[s] = -1
+                    self.cached -= 1
+                    self.keyed_used += 1
+                ref[s] += 1
+
+    def release(self, keys: np.ndarray, n_private: int) -> None:
+        """A request lets go of its keyed blocks (in block order) and n_private private ones. Keyed blocks
+        no one else holds become cached; the request's last blocks are released first, so they go first."""
+        assert 0 <= n_private <= self.private, f"releasing {n_private} private blocks of {self.private}"
+        self.private -= n_private
+        if not len(keys):
+            return
+        slots = self._slots_of(keys)
+        ref = self._ref
+        assert (ref[slots] > 0).all(), "released a block no one holds"
+        ref[slots] -= 1
+        dead = slots[ref[slots] == 0][::-1]  # tail first: vLLM frees a request's blocks in reverse
+        m = len(dead)
+        if m:
+            st = np.arange(self._clock, self._clock + m, dtype=np.int64)
+            self._clock += m
+            self._stamp[dead] = st
+            self._push(dead, st)
+            self.keyed_used -= m
+            self.cached += m
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _slots_of(self, keys: np.ndarray) -> np.ndarray:
+        """Slots of present keys (KeyError names a bug: the caller holds a key the pool does not know)."""
+        slot = self._slot
+        return np.fromiter((slot[k] for k in keys.tolist()), dtype=np.int64, count=len(keys))
+
+    def _push(self, slots: np.ndarray, stamps: np.ndarray) -> None:
+        """Append to the LRU's tail, compacting away consumed and stale entries when it is full."""
+        m = len(slots)
+        if self._tail + m > self._lru.size:
+            live = slice(self._head, self._tail)
+            ls, lt = self._lru[live], self._lru_stamp[live]
+            ok = self._stamp[ls] == lt
+            ls, lt = ls[ok], lt[ok]
+            need = len(ls) + m
+            size = self._lru.size
+            while size < 2 * need:
+                size *= 2
+            self._lru = np.zeros(size, dtype=np.int64)
+            self._lru_stamp = np.zeros(size, dtype=np.int64)
+            self._lru[:len(ls)] = ls
+            self._lru_stamp[:len(ls)] = lt
+            self._head, self._tail = 0, len(ls)
+        self._lru[self._tail:self._tail + m] = slots
+        self._lru_stamp[self._tail:self._tail + m] = stamps
+        self._tail += m
+
+    def _evict(self, k: int) -> None:
+        """Reclaim the k least recently released cached blocks: forget their keys, free their slots."""
+        assert k <= self.cached, f"evicting {k} blocks with {self.cached} cached"
+        out: list[np.ndarray] = []
+        got = 0
+        while got < k:
+            w = min(self._tail - self._head, max(2 * (k - got), 64))
+            ls = self._lru[self._head:self._head + w]
+            ok = self._stamp[ls] == self._lru_stamp[self._head:self._head + w]
+            idx = np.flatnonzero(ok)[:k - got]
+            if len(idx) < k - got:
+                self._head += w
+            else:
+                self._head += int(idx[-1]) + 1
+            out.append(ls[idx])
+            got += len(idx)
+        dead = np.concatenate(out) if len(out) > 1 else out[0]
+        slot = self._slot
+        for key in self._key[dead].tolist():
+            del slot[key]
+        self._stamp[dead] = -1
+        self._spare[self._n_spare:self._n_spare + k] = dead
+        self._n_spare += k
+        self.cached -= k
+        self.evicted += k
+
+    def check(self) -> None:
+        """Every invariant of the pool; AssertionError naming the first that fails."""
+        assert self.private >= 0 and self.keyed_used >= 0 and self.cached >= 0, "a negative block count"
+        assert self.used + self.cached + self.free == self.total and self.free >= 0, \
+            f"used {self.used} + cached {self.cached} + free {self.free} != pool {self.total}"
+        if not self.caching:
+            assert self.keyed_used == self.cached == 0, "keyed blocks with caching off"
+            return
+        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+        ref = self._ref[slots]
+        assert (self._ref >= 0).all(), "a negative reference count"
+        assert int(np.count_nonzero(ref > 0)) == self.keyed_used, "held keyed blocks out of count"
+        assert int(np.count_nonzero(ref == 0)) == self.cached, "cached blocks out of count"
+        assert ((self._stamp[slots] >= 0) == (ref == 0)).all(), "a held block sits in the LRU (or a cached one not)"
+        assert self._n_spare + len(slots) == self.total, "slots lost"
+        spare = np.zeros(self.total, dtype=bool)
+        spare[self._spare[:self._n_spare]] = True
+        assert not spare[slots].any(), "a keyed block's slot is also spare"
