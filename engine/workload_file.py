@@ -264,6 +264,8 @@ class Requests:
 
     group / body are stream ids (engine.prefix_cache): positions below prefix_len come from the group's
     stream (NO_GROUP: none), the rest of the prompt from the body's (-1: this request's own tokens).
+    Generated tokens are the request's own, except in a chat session (`session`), whose next turn reads
+    them back: there they continue the body's stream.
     """
 
     prompt: np.ndarray
@@ -272,6 +274,7 @@ class Requests:
     group: np.ndarray
     prefix_len: np.ndarray
     body: np.ndarray
+    session: np.ndarray
     stage: np.ndarray
 
 
@@ -387,7 +390,7 @@ class Plan:
                 body[m] = stream_id(TAG_PROMPT, base + pid)
             else:
                 prompt[m] = self._prompt_s[c].take(n)
-        return Requests(prompt, output, think, group, prefix, body, stage)
+        return Requests(prompt, output, think, group, prefix, body, np.zeros(k, dtype=bool), stage)
 
     def _prompt_lengths(self, c: int) -> np.ndarray:
         """One length per distinct prompt of spec c, drawn once: a repeat sends exactly the same prompt."""

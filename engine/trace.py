@@ -1,0 +1,260 @@
+"""Trace replay (`--trace FILE`): requests arrive when a recorded trace says, with its lengths.
+
+A trace is CSV (with a header) or JSON lines, one request per row: an arrival time, prompt tokens and
+output tokens; optionally a session id (the next turn's prompt extends the session's previous context,
+generated tokens included, so it reads them back from the prefix cache) and a prefix id (requests with
+the same prefix id share their first prefix_tokens tokens, or, without that column, each prompt is the
+start of one shared text). The Azure LLM inference traces load as published (TIMESTAMP, ContextTokens,
+GeneratedTokens). Times are seconds or ISO date-times; replay starts at the first request, and
+`speed` > 1 compresses time. Bad rows are one InputError naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import InputError, suggest
+from engine.prefix_cache import NO_GROUP, TAG_GROUP, TAG_SESSION, stream_id
+from engine.workload_file import Requests
+
+# Accepted column names (lower case) for each field; the first of each is the one the docs use.
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "time": ("arrival_s", "timestamp", "arrival", "time"),
+    "prompt": ("prompt_tokens", "contexttokens", "input_tokens", "prompt"),
+    "output": ("output_tokens", "generatedtokens", "output"),
+    "session": ("session_id", "session", "conversation_id"),
+    "prefix": ("prefix_id", "prefix"),
+    "prefix_tokens": ("prefix_tokens", "prefix_len"),
+}
+_REQUIRED = ("time", "prompt", "output")
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A loaded trace (struct of arrays, one entry per request, in arrival order)."""
+
+    path: str
+    arrival: np.ndarray  # float64 seconds from the first request, divided by the replay speed
+    prompt: np.ndarray  # int64
+    output: np.ndarray  # int64
+    session: np.ndarray  # int64 session number, -1 for none
+    prefix: np.ndarray  # int64 prefix number, -1 for none
+    prefix_len: np.ndarray  # int64 tokens under the prefix id (0 without one)
+    speed: float = 1.0
+
+    def __len__(self) -> int:
+        return int(self.arrival.size)
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the first arrival to the last (at the replay speed)."""
+        return float(self.arrival[-1]) if self.arrival.size else 0.0
+
+    def requests(self, idx: np.ndarray) -> Requests:
+        """What trace rows `idx` send, as the engine takes new requests."""
+        idx = np.asarray(idx, dtype=np.int64)
+        pre = self.prefix[idx]
+        ses = self.session[idx]
+        has_pre = pre >= 0
+        has_ses = ses >= 0
+        return Requests(
+            prompt=self.prompt[idx], output=self.output[idx], think=np.zeros(idx.size, dtype=np.int64),
+            group=np.where(has_pre, stream_id(TAG_GROUP, np.maximum(pre, 0)), NO_GROUP),
+            prefix_len=np.where(has_pre, self.prefix_len[idx], 0),
+            body=np.where(has_ses, stream_id(TAG_SESSION, np.maximum(ses, 0)), -1),
+            session=has_ses, stage=np.zeros(idx.size, dtype=np.int64))
+
+
+def bundled() -> dict[str, Path]:
+    """Traces shipped with tokensim (name -> file), for trying replay without downloading anything."""
+    d = resources.files("engine") / "presets" / "traces"
+    return {Path(str(p)).stem: Path(str(p)) for p in d.iterdir() if str(p).endswith((".csv", ".jsonl"))}
+
+
+def resolve(name: str) -> Path:
+    """A trace file path, or a bundled trace's name (InputError naming what exists otherwise)."""
+    p = Path(name)
+    if p.is_file():
+        return p
+    b = bundled()
+    if name in b:
+        return b[name]
+    raise InputError(f"--trace {name}: no such file or bundled trace{suggest(name, sorted(b))}")
+
+
+def load_trace(name: str | Path, speed: float = 1.0) -> Trace:
+    """Read and check a trace (CSV or JSON lines, by extension or by content)."""
+    if not (isinstance(speed, (int, float)) and speed > 0 and math.isfinite(speed)):
+        raise InputError(f"--trace-speed must be a finite number > 0, got {speed!r}")
+    path = resolve(str(name))
+    label = str(name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{label}: cannot read the trace ({getattr(e, 'strerror', None) or e})") from None
+    jsonl = path.suffix.lower() in (".jsonl", ".ndjson") or text.lstrip().startswith("{")
+    cols, lines, names = _read_jsonl(text, label) if jsonl else _read_csv(text, label)
+    return _build(cols, lines, names, label, speed)
+
+
+def _read_csv(text: str, label: str) -> tuple[dict[str, list[Any]], np.ndarray, dict[str, str]]:
+    """Columns by field, each row's line number, and each field's column name as the file spells it."""
+    rd = csv.reader(io.StringIO(text))
+    try:
+        header = next(rd)
+    except StopIteration:
+        raise InputError(f"{label}: the trace is empty") from None
+    names = [h.strip().lower() for h in header]
+    pick = _pick(names, label)
+    cols: dict[str, list[Any]] = {f: [] for f in pick}
+    lines: list[int] = []
+    for row in rd:
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(names):
+            raise InputError(f"{label}:{rd.line_num}: expected {len(names)} columns, got {len(row)}")
+        for f, j in pick.items():
+            cols[f].append(row[j].strip())
+        lines.append(rd.line_num)
+    return cols, np.array(lines, dtype=np.int64), {f: header[j].strip() for f, j in pick.items()}
+
+
+def _read_jsonl(text: str, label: str) -> tuple[dict[str, list[Any]], np.ndarray, dict[str, str]]:
+    """Columns by field from JSON objects, one per line, their line numbers, and each field's key."""
+    cols: dict[str, list[Any]] = {}
+    pick: dict[str, str] = {}
+    lines: list[int] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{label}:{n}: not valid JSON: {e.msg}") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{label}:{n}: expected a JSON object per line")
+        low = {str(k).strip().lower(): v for k, v in obj.items()}
+        if not pick:
+            names = list(low)
+            pick = {f: names[j] for f, j in _pick(names, label, n).items()}
+            cols = {f: [] for f in pick}
+        for f, k in pick.items():
+            if k not in low:
+                raise InputError(f"{label}:{n}: {k}: missing")
+            cols[f].append(low[k])
+        lines.append(n)
+    if not pick:
+        raise InputError(f"{label}: the trace is empty")
+    return cols, np.array(lines, dtype=np.int64), pick
+
+
+def _pick(names: list[str], label: str, line: int = 1) -> dict[str, int]:
+    """Which column holds each field (InputError when a required one is missing)."""
+    out: dict[str, int] = {}
+    for f, aliases in COLUMNS.items():
+        for a in aliases:
+            if a in names:
+                out[f] = names.index(a)
+                break
+    for f in _REQUIRED:
+        if f not in out:
+            raise InputError(f"{label}:{line}: no {f} column (one of {', '.join(COLUMNS[f])}); columns are "
+                             f"{', '.join(names)}")
+    return out
+
+
+def _numbers(vals: list[Any], lines: np.ndarray, label: str, col: str, whole: bool, minimum: float) -> np.ndarray:
+    """A numeric column; InputError at the first bad row."""
+    try:
+        a = np.array(vals, dtype=np.float64)
+        ok = np.isfinite(a) & (a >= minimum)
+        if whole:
+            ok &= a == np.floor(a)
+    except (ValueError, TypeError):
+        a = None
+        ok = None
+    if ok is None or not ok.all():
+        for j, v in enumerate(vals):
+            try:
+                x = float(v)
+            except (ValueError, TypeError):
+                x = math.nan
+            if not (math.isfinite(x) and x >= minimum and (not whole or x == int(x))):
+                kind = "a whole number" if whole else "a number"
+                raise InputError(f"{label}:{lines[j]}: {col}: must be {kind} >= {minimum:g}, got {v!r}")
+    assert a is not None
+    return a.astype(np.int64) if whole else a
+
+
+def _times(vals: list[Any], lines: np.ndarray, label: str, col: str) -> np.ndarray:
+    """Arrival times in seconds: numbers as they are (none negative), date-times relative to the first."""
+    try:
+        t = _numbers(vals, lines, label, col, False, -math.inf)
+    except InputError:
+        pass
+    else:
+        neg = np.flatnonzero(t < 0)
+        if neg.size:
+            j = int(neg[0])
+            raise InputError(f"{label}:{lines[j]}: {col}: negative arrival time {vals[j]!r}")
+        return t
+    try:
+        ts = np.array(vals, dtype="datetime64[ns]")
+    except (ValueError, TypeError):
+        for j, v in enumerate(vals):
+            try:
+                np.datetime64(v, "ns")
+            except (ValueError, TypeError):
+                raise InputError(f"{label}:{lines[j]}: {col}: expected seconds or an ISO date-time, "
+                                 f"got {v!r}") from None
+        raise
+    return (ts - ts[0]).astype(np.int64) / 1e9
+
+
+def _ids(vals: list[Any]) -> np.ndarray:
+    """Dense numbers for id values (strings or numbers); empty values are -1 (no id)."""
+    keys = np.array(["" if v is None else str(v).strip() for v in vals])
+    uniq, inv = np.unique(keys, return_inverse=True)
+    out = inv.astype(np.int64)
+    if uniq.size and uniq[0] == "":
+        out -= 1  # "" sorts first: it becomes -1 and the rest start at 0
+    return out
+
+
+def _build(cols: dict[str, list[Any]], lines: np.ndarray, names: dict[str, str], label: str,
+           speed: float) -> Trace:
+    """Check the columns and assemble the Trace."""
+    if not lines.size:
+        raise InputError(f"{label}: the trace has no requests")
+    t = _times(cols["time"], lines, label, names["time"])
+    back = np.flatnonzero(np.diff(t) < 0)
+    if back.size:
+        j = int(back[0]) + 1
+        raise InputError(f"{label}:{lines[j]}: {names['time']}: {cols['time'][j]!r} is before the previous "
+                         f"row's {cols['time'][j - 1]!r}; a trace must be sorted by arrival")
+    prompt = _numbers(cols["prompt"], lines, label, names["prompt"], True, 1)
+    output = _numbers(cols["output"], lines, label, names["output"], True, 1)
+    n = lines.size
+    session = _ids(cols["session"]) if "session" in cols else np.full(n, -1, dtype=np.int64)
+    prefix = _ids(cols["prefix"]) if "prefix" in cols else np.full(n, -1, dtype=np.int64)
+    if "prefix_tokens" in cols:
+        plen = _numbers(cols["prefix_tokens"], lines, label, names["prefix_tokens"], True, 0)
+        over = np.flatnonzero(plen > prompt)
+        if over.size:
+            j = int(over[0])
+            raise InputError(f"{label}:{lines[j]}: {names['prefix_tokens']}: {plen[j]} is longer than the prompt's "
+                             f"{prompt[j]}")
+    else:
+        plen = prompt.copy()  # no length given: each prompt is the start of its prefix id's one shared text
+    plen = np.where(prefix >= 0, plen, 0)
+    arrival = (t - t[0]) / speed
+    return Trace(label, arrival, prompt, output, session, prefix, plen, float(speed))
