@@ -46,3 +46,6 @@ class EngineConfig:
     slo_tpot: float | None = None
     debug: bool = False  # check every invariant on every tick
     kv_pool_blocks: int | None = None  # override the KV pool size in 16-token blocks (tests, what-ifs)
+    # vLLM's knobs: the KV pool by its memory rule (with max_batched_tokens and max_batch), the served context
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None

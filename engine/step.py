@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from engine import vllm_memory
 from engine.calibration import Runtime, load_runtime
 from engine.errors import InputError
 from engine.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
@@ -48,6 +49,12 @@ class StepOptions:
     head_dtype: str | None = None
     # The checkpoint's quantisation format ("gptq", "awq"; None: none): which kernel a runtime runs it with.
     quant_format: str | None = None
+    # When given, the KV pool follows vLLM's rule (engine.vllm_memory): this share of memory less weights,
+    # the activation peak of a max_batched_tokens step sampling max_batch sequences, and non-torch memory.
+    gpu_memory_utilization: float | None = None
+    max_batched_tokens: int = 8192
+    max_batch: int = 256
+    max_model_len: int | None = None  # vLLM's --max-model-len: the served context (None: the model's own)
 
 
 
@@ -182,6 +189,16 @@ class StepModel:
             raise InputError("expert parallel (ep > 1) needs a mixture-of-experts model and tp 1")
         if o.head_dtype is not None and o.head_dtype not in WEIGHT_DTYPES:
             raise InputError(f"head dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {o.head_dtype!r}")
+        u = o.gpu_memory_utilization
+        if u is not None and not (isinstance(u, (int, float)) and 0 < u <= 1):
+            raise InputError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {u!r}")
+        if o.max_model_len is not None:
+            if isinstance(o.max_model_len, bool) or int(o.max_model_len) != o.max_model_len or o.max_model_len < 1:
+                raise InputError(f"--max-model-len must be a whole number >= 1, got {o.max_model_len!r}")
+            if o.max_model_len > m.max_context:
+                raise InputError(f"--max-model-len {o.max_model_len:,} is longer than {m.name}'s context of "
+                                 f"{m.max_context:,} tokens")
+            self.model = m = replace(m, max_context=int(o.max_model_len))
         self.runtime = o.runtime if isinstance(o.runtime, Runtime) else load_runtime(o.runtime)
         self.wdtype = o.weight_dtype or m.weight_dtype
         self.edtype = o.weight_dtype or m.expert_dtype or m.weight_dtype
@@ -283,7 +300,11 @@ class StepModel:
 
     @property
     def reserve_bytes(self) -> float:
-        return RESERVE_FRACTION * self.hw.memory_bytes
+        o = self.opts
+        if o.gpu_memory_utilization is None:
+            return RESERVE_FRACTION * self.hw.memory_bytes
+        return vllm_memory.reserve_bytes(self.hw.memory_bytes, self.model, o.tp, o.gpu_memory_utilization,
+                                         o.max_batched_tokens, o.max_batch)
 
     def _fp8_attention(self) -> bool:
         """Whether the attention kernels run at the FP8 tensor rate: with an fp8 KV cache, or on a runtime that

@@ -32,6 +32,14 @@ def nonneg_float(text: str) -> float:
     return v
 
 
+def fraction(text: str) -> float:
+    """argparse type: a fraction in (0, 1]."""
+    v = nonneg_float(text)
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return v
+
+
 def share(text: str) -> float:
     """argparse type: a fraction in [0, 1)."""
     v = nonneg_float(text)
@@ -58,9 +66,15 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     w.add_argument("--seed", type=int, default=0, help="random seed (default 0): the same seed gives the same run")
     s = p.add_argument_group("scheduler")
     s.add_argument("--scheduler", choices=SCHEDULERS, default="continuous", help="batching policy (default continuous)")
-    s.add_argument("--max-batch", type=positive_int, default=256, help="most sequences in a step (default 256)")
-    s.add_argument("--max-batched-tokens", type=positive_int, default=8192,
-                   help="token budget of a step for prefill (default 8192)")
+    s.add_argument("--max-batch", "--max-num-seqs", type=positive_int, default=256,
+                   help="most sequences in a step (vLLM's --max-num-seqs; default 256)")
+    s.add_argument("--max-batched-tokens", "--max-num-batched-tokens", type=positive_int, default=8192,
+                   help="token budget of a step for prefill (vLLM's --max-num-batched-tokens; default 8192)")
+    s.add_argument("--gpu-memory-utilization", type=fraction, default=None,
+                   help="KV pool by vLLM's rule: this share of memory less weights, the activation peak of a "
+                        "max-batched-tokens step and non-torch memory (default: 10%% of memory held back)")
+    s.add_argument("--max-model-len", type=positive_int, default=None,
+                   help="longest request (prompt + output) served, as vLLM's --max-model-len (default: the model's)")
     s.add_argument("--fast-share", type=share, default=0.0,
                    help="fraction of users in a fast lane: a dedicated GPU group at a small batch (default 0)")
     s.add_argument("--fast-max-batch", type=positive_int, default=4, help="batch cap of the fast lane (default 4)")
@@ -97,6 +111,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         prompt=args.prompt, output=args.output, think=args.think, think_time=args.think_time or "0",
         requests=requests, duration=args.duration, seed=args.seed, price_per_hour=args.price_per_hour,
         slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot, debug=args.debug, kv_pool_blocks=args.kv_blocks,
+        gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
     )
 
 
@@ -137,7 +152,8 @@ def report(engine: Engine) -> dict[str, Any]:
         "scheduler": cfg.scheduler, "max_batch": cfg.max_batch, "max_batched_tokens": cfg.max_batched_tokens,
         "fast_share": cfg.fast_share, "users": cfg.users, "rate": cfg.rate, "prompt": cfg.prompt,
         "output": cfg.output, "think": cfg.think, "think_time": cfg.think_time, "requests": cfg.requests,
-        "duration": cfg.duration, "seed": cfg.seed,
+        "duration": cfg.duration, "seed": cfg.seed, "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "max_model_len": sm.model.max_context,
     }
     out.update(m)
     if cfg.fast_share > 0:

@@ -1,0 +1,38 @@
+"""vLLM's own knob names on `tokensim run`, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tui.cli import main
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main(["run", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_vllm_names_are_aliases(capsys: pytest.CaptureFixture[str]) -> None:
+    a = run_json(capsys, "--users", "8", "-n", "20", "--max-num-seqs", "4", "--max-num-batched-tokens", "2048")
+    b = run_json(capsys, "--users", "8", "-n", "20", "--max-batch", "4", "--max-batched-tokens", "2048")
+    assert a["max_batch"] == b["max_batch"] == 4 and a["max_batched_tokens"] == 2048
+    assert a["sim_time_s"] == b["sim_time_s"] and a["batch_p50"] <= 4
+
+
+def test_gpu_memory_utilization_sizes_the_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    hi = run_json(capsys, "-n", "8", "--gpu-memory-utilization", "0.9")
+    lo = run_json(capsys, "-n", "8", "--gpu-memory-utilization", "0.6")
+    assert hi["gpu_memory_utilization"] == 0.9
+    assert hi["kv_capacity_bytes"] - lo["kv_capacity_bytes"] == pytest.approx(0.3 * 80e9)
+
+
+def test_max_model_len_is_reported_and_enforced(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_json(capsys, "-n", "4", "--max-model-len", "4096", "--prompt", "3000")["max_model_len"] == 4096
+    assert main(["run", "-n", "4", "--max-model-len", "4096", "--prompt", "5000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "context of 4,096 tokens" in err
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--gpu-memory-utilization", "1.2"])
+    assert e.value.code == 2
