@@ -94,6 +94,7 @@ class TokensimApp(App[None]):
         Binding("l", "toggle_lang", "language"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
+        Binding("ctrl+l", "redraw", "redraw", show=False),
     ]
 
     narration: reactive[tuple[str, ...] | None] = reactive(None, init=False)
@@ -424,6 +425,10 @@ class TokensimApp(App[None]):
     def action_toggle_lang(self) -> None:
         """l: English <-> 中文."""
         self.set_lang("en" if self.lang == "zh" else "zh")
+
+    def action_redraw(self) -> None:
+        """ctrl+l: repaint every cell of the terminal (as shells do), e.g. after another program wrote on it."""
+        self.refresh()
 
     def action_help(self) -> None:
         """?: the help screen."""

@@ -31,7 +31,10 @@ class FramePanel(Widget):
         self.frame: Frame | None = None  # plain attribute: a Frame holds numpy arrays, never a reactive
         self._strips: list[Strip] = []
         self._keys: list[tuple[object, ...]] = []  # what each strip shows, to skip unchanged rows
-        self._size = Size(0, 0)
+        # The content size the strips were rendered at. Never name this `_size`: that is Textual's own
+        # outer size, and overwriting it made every later repaint cover only the content-sized corner
+        # at the widget's origin, leaving the last rows and columns stale on the terminal.
+        self._drawn_size = Size(0, 0)
 
     def show(self, frame: Frame) -> None:
         """Take a new frame: update the title, render the rows and schedule a repaint (inside app.batch_update)."""
@@ -50,10 +53,10 @@ class FramePanel(Widget):
         rows = self.rows(self.frame, size.width, size.height)
         keys = [row_key(row) for row in rows]
         console = self.app.console
-        if force or len(keys) != len(self._keys) or size != self._size:
+        if force or len(keys) != len(self._keys) or size != self._drawn_size:
             style = self.rich_style
             self._strips = [Strip(row.render(console), size.width).apply_style(style) for row in rows]
-            self._keys, self._size = keys, size
+            self._keys, self._drawn_size = keys, size
             self.refresh()
             return
         style = None
