@@ -1,0 +1,25 @@
+"""The serving loop: a tick-based engine that schedules requests onto GPUs and prices every step.
+
+    tables      request tables, one numpy array per field (struct of arrays, no object per request)
+    kvpool      a lane's KV blocks: capacity, in use, peak
+    scheduler   the batching policies (static, continuous, chunked) behind one interface
+    arrivals    closed-loop users and Poisson arrivals; the request budget the lanes share
+    lane        one GPU group: its tables, pool, arrivals and clock; one step per tick
+    accounting  what a lane counted, and the run / rolling metrics as typed records
+    engine      the Engine facade: builds lanes from an EngineConfig, steps them on one clock, reads out
+
+Every history kept is bounded: finished requests' latencies go to rings and their rows are dropped.
+"""
+
+from engine.config import SCHEDULERS, EngineConfig
+from engine.errors import InputError
+from engine.serving.accounting import HISTORY_POINTS, LATENCY_SAMPLES, RECENT_DONE, ROLLING_SAMPLES
+from engine.serving.engine import SNAPSHOT_QUEUE_ROWS, Engine
+from engine.serving.lane import IDLE_TICK_S, TickResult
+from engine.snapshot import KV_BLOCK_TOKENS, Phase, RequestView, Snapshot
+
+__all__ = [
+    "HISTORY_POINTS", "IDLE_TICK_S", "KV_BLOCK_TOKENS", "LATENCY_SAMPLES", "RECENT_DONE", "ROLLING_SAMPLES",
+    "SCHEDULERS", "SNAPSHOT_QUEUE_ROWS", "Engine", "EngineConfig", "InputError", "Phase", "RequestView", "Snapshot",
+    "TickResult",
+]

@@ -1,0 +1,325 @@
+"""Accounting: what each lane counted, and the run and rolling metrics built from it as typed records.
+
+A lane adds to its `LaneStats` every tick (totals, a bounded per-tick history, a ring of per-request
+latencies); `rolling` and `run_metrics` turn the stats of one or more lanes into `Rolling` and
+`RunMetrics`, whose `as_dict()` is the public `Engine.metrics()` / `tokensim run --json` shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from engine.serving.kvpool import KVPool
+from engine.serving.tables import BLOCK, Ring
+from engine.step import StepCost
+
+HISTORY_POINTS = 512  # per-tick UI history (kv_util, queue, tok/s, step time): the last 512 ticks
+LATENCY_SAMPLES = 65_536  # per-request latencies for percentiles: a ring of the last 65,536 completions
+ROLLING_SAMPLES = 256  # the UI's rolling TTFT/TPOT: the last 256 completions
+RECENT_DONE = 64  # finished requests kept for the snapshot
+
+
+class H(IntEnum):
+    """Columns of the per-tick history ring."""
+
+    TIME = 0  # clock after the tick
+    DT = 1  # how far the tick moved the clock
+    KV = 2  # pool utilisation after the tick
+    QUEUE = 3  # requests waiting (queued + preempted)
+    BATCH = 4  # sequences in the step (0: idle)
+    OUT = 5  # tokens generated
+    IN = 6  # prompt tokens read for the first time
+    CIN = 7  # seconds charged to input tokens
+    COUT = 8  # seconds charged to output tokens
+    FLOPS = 9  # useful FLOPs (recompute excluded)
+    BYTES = 10  # HBM bytes
+
+
+class L(IntEnum):
+    """Columns of the latency ring (one row per finished request)."""
+
+    TTFT = 0  # first visible token - arrival
+    TTFT_RAW = 1  # first token of any kind - arrival
+    TPOT = 2  # per generated token after the first
+    E2E = 3  # last token - arrival
+    QUEUE = 4  # first admission - arrival
+
+
+@dataclass(slots=True)
+class LaneStats:
+    """One lane's running totals (per GPU of its group) and bounded histories."""
+
+    max_batch: int
+    ticks: int = 0
+    accepted: int = 0
+    completed: int = 0
+    preemptions: int = 0
+    out_tokens: int = 0
+    visible_tokens: int = 0
+    in_tokens: int = 0
+    recomputed_tokens: int = 0
+    clipped: int = 0
+    busy_s: float = 0.0
+    charge_in_s: float = 0.0
+    charge_out_s: float = 0.0
+    flops: float = 0.0
+    flops_useful: float = 0.0
+    bytes: float = 0.0
+    slo_ok: int = 0
+    slo_ok_tokens: int = 0
+    last_cost: StepCost | None = None
+    last_batch: int = 0
+    batch_hist: np.ndarray = field(init=False)  # ticks per batch size (sizes above the cap count at the cap)
+    hist: Ring = field(init=False)
+    lat: Ring = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.batch_hist = np.zeros(max(self.max_batch, 1) + 1, dtype=np.int64)
+        self.hist = Ring(HISTORY_POINTS, len(H))
+        self.lat = Ring(LATENCY_SAMPLES, len(L))
+
+    def set_max_batch(self, max_batch: int) -> None:
+        """A new batch cap: the histogram grows to hold it (it never shrinks; bigger batches count at the cap)."""
+        self.max_batch = max_batch
+        if self.batch_hist.size <= max_batch:
+            grown = np.zeros(max_batch + 1, dtype=np.int64)
+            grown[:self.batch_hist.size] = self.batch_hist
+            self.batch_hist = grown
+
+
+class Rates(NamedTuple):
+    """Per-GPU nominal peaks and the price of one lane's GPU group, for utilisation and cost."""
+
+    peak_flops: float  # FLOP/s at the dtype the matmuls run in, what-if knobs applied
+    bandwidth: float  # HBM bytes/s
+    dollars_per_s: float  # one lane's GPU group
+
+
+class Percentiles(NamedTuple):
+    """p50/p90/p99 of the finite values (None where there are none)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+    @staticmethod
+    def of(x: np.ndarray) -> Percentiles:
+        """Percentiles of the finite values of x."""
+        x = x[np.isfinite(x)]
+        if x.size == 0:
+            return Percentiles(None, None, None)
+        v = np.percentile(x, (50, 90, 99))
+        return Percentiles(float(v[0]), float(v[1]), float(v[2]))
+
+
+def _median(x: np.ndarray) -> float:
+    """p50 of the finite values (NaN where there are none)."""
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, (50,))[0]) if x.size else float("nan")
+
+
+class LaneLike(Protocol):
+    """What the metrics read of a lane."""
+
+    stats: LaneStats
+    pool: KVPool
+    clock: float
+
+    @property
+    def waiting(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Rolling:
+    """What the UI shows now: rates over the last HISTORY_POINTS ticks, latencies over the last 256 answers."""
+
+    tok_s_in: float
+    tok_s_out: float
+    tok_s_per_user: float  # a decoding user gets one token per step: the output rate over the mean batch
+    ttft_p50: float
+    tpot_p50: float
+    mfu: float
+    bw_util: float
+    kv_util: float
+    cost_per_mtok_in: float
+    cost_per_mtok_out: float
+    batch: float
+    queue: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The public dict (Engine.rolling_metrics, Snapshot.metrics)."""
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
+
+
+def rolling(lanes: list[LaneLike], rates: Rates) -> Rolling:
+    """Rates over the last HISTORY_POINTS ticks of each lane and latencies over the last ROLLING_SAMPLES answers."""
+    span = out = inp = cin = cout = fl = by = batch = kv = 0.0
+    steps = 0
+    for ln in lanes:
+        h = ln.stats.hist.last()
+        if not len(h):
+            continue
+        d = float(h[:, H.DT].sum())
+        span = max(span, d)
+        out += h[:, H.OUT].sum()
+        inp += h[:, H.IN].sum()
+        cin += h[:, H.CIN].sum()
+        cout += h[:, H.COUT].sum()
+        fl += h[:, H.FLOPS].sum()
+        by += h[:, H.BYTES].sum()
+        busy = h[:, H.BATCH] > 0
+        steps += int(busy.sum())
+        batch += float(h[busy, H.BATCH].sum())
+        kv = max(kv, float(h[-1, H.KV]))
+    lat = np.concatenate([ln.stats.lat.last(ROLLING_SAMPLES) for ln in lanes])
+    ps = rates.dollars_per_s
+    mean_batch = batch / steps if steps else 0.0
+    tok_s_out = out / span if span else 0.0
+    nl = len(lanes)
+    return Rolling(
+        tok_s_in=inp / span if span else 0.0,
+        tok_s_out=tok_s_out,
+        tok_s_per_user=tok_s_out / mean_batch if mean_batch else 0.0,
+        ttft_p50=_median(lat[:, L.TTFT]),
+        tpot_p50=_median(lat[:, L.TPOT]),
+        mfu=fl / (rates.peak_flops * span * nl) if span else 0.0,
+        bw_util=by / (rates.bandwidth * span * nl) if span else 0.0,
+        kv_util=kv,
+        cost_per_mtok_in=float("nan") if not inp else ps * cin / inp * 1e6,
+        cost_per_mtok_out=float("nan") if not out else ps * cout / out * 1e6,
+        batch=mean_batch,
+        queue=float(sum(ln.waiting for ln in lanes)),
+    )
+
+
+def _per_mtok(dollars_s: float, seconds: float, tokens: float) -> float | None:
+    """Dollars per million tokens for `seconds` of GPU time at `dollars_s` (None without tokens)."""
+    return dollars_s * seconds / tokens * 1e6 if tokens else None
+
+
+def batch_p50(stats: list[LaneStats]) -> float:
+    """Median batch over every stepping tick (idle ticks excluded), from the exact histogram."""
+    size = max(s.batch_hist.size for s in stats)
+    h = np.zeros(size, dtype=np.int64)
+    for s in stats:
+        h[:s.batch_hist.size] += s.batch_hist
+    h[0] = 0
+    tot = int(h.sum())
+    if not tot:
+        return 0.0
+    return float(np.searchsorted(np.cumsum(h), (tot + 1) / 2))
+
+
+@dataclass(frozen=True, slots=True)
+class RunMetrics:
+    """The whole run: totals, latency percentiles over the last LATENCY_SAMPLES answers, utilisation, cost."""
+
+    requests_completed: int
+    requests_accepted: int
+    input_tokens: int
+    output_tokens: int
+    visible_tokens: int
+    recomputed_tokens: int
+    sim_time_s: float
+    ticks: int
+    throughput_in_tok_s: float
+    throughput_out_tok_s: float
+    ttft_s: Percentiles
+    ttft_raw_s: Percentiles
+    tpot_s: Percentiles
+    e2e_s: Percentiles
+    queue_delay_s: Percentiles
+    latency_samples: int
+    goodput_req_s: float | None  # None without an SLO
+    goodput_tok_s: float | None
+    slo_attainment: float | None
+    kv_capacity_bytes: float
+    kv_blocks_total: int
+    kv_peak_blocks: int
+    kv_peak_bytes: float
+    kv_util_peak: float
+    preemptions: int
+    mfu: float  # wall (simulated) time, idle included; GPUs of every lane count
+    bw_util: float
+    busy_fraction: float
+    price_per_hour: float
+    cost_per_mtok_in: float | None  # busy time only: prefill time to input tokens, decode time to output
+    cost_per_mtok_out: float | None
+    batch_p50: float
+    clipped_requests: int
+    lanes: int
+    rolling: Rolling
+
+    def as_dict(self) -> dict[str, Any]:
+        """The public dict: the run's keys, then the rolling keys it does not have, then "rolling" itself."""
+        m: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Percentiles):
+                v = v._asdict()
+            if f.name != "rolling":
+                m[f.name] = v
+        r = self.rolling.as_dict()
+        m.update({k: v for k, v in r.items() if k not in m})
+        m["rolling"] = r
+        return m
+
+
+def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_bytes: float,
+                kv_bytes_per_token: float, slo: bool, tp: int) -> RunMetrics:
+    """The run metrics of `lanes` (one lane, or every lane of an engine) after `ticks` engine ticks."""
+    st = [ln.stats for ln in lanes]
+    sim = max(ln.clock for ln in lanes)
+    lat = np.concatenate([s.lat.last() for s in st])
+    ps = rates.dollars_per_s
+    nl = len(lanes)
+    completed = sum(s.completed for s in st)
+    out = sum(s.out_tokens for s in st)
+    inp = sum(s.in_tokens for s in st)
+    peak_blocks = max(ln.pool.peak for ln in lanes)
+    total = lanes[0].pool.total
+    slo_ok = sum(s.slo_ok for s in st)
+    busy = sum(s.busy_s for s in st)
+    return RunMetrics(
+        requests_completed=completed,
+        requests_accepted=sum(s.accepted for s in st),
+        input_tokens=inp,
+        output_tokens=out,
+        visible_tokens=sum(s.visible_tokens for s in st),
+        recomputed_tokens=sum(s.recomputed_tokens for s in st),
+        sim_time_s=sim,
+        ticks=ticks,
+        throughput_in_tok_s=inp / sim if sim else 0.0,
+        throughput_out_tok_s=out / sim if sim else 0.0,
+        ttft_s=Percentiles.of(lat[:, L.TTFT]),
+        ttft_raw_s=Percentiles.of(lat[:, L.TTFT_RAW]),
+        tpot_s=Percentiles.of(lat[:, L.TPOT]),
+        e2e_s=Percentiles.of(lat[:, L.E2E]),
+        queue_delay_s=Percentiles.of(lat[:, L.QUEUE]),
+        latency_samples=len(lat),
+        goodput_req_s=(slo_ok / sim if sim else 0.0) if slo else None,
+        goodput_tok_s=(sum(s.slo_ok_tokens for s in st) / sim if sim else 0.0) if slo else None,
+        slo_attainment=(slo_ok / completed if completed else None) if slo else None,
+        kv_capacity_bytes=kv_capacity_bytes,
+        kv_blocks_total=total,
+        kv_peak_blocks=peak_blocks,
+        kv_peak_bytes=peak_blocks * (kv_bytes_per_token * BLOCK),
+        kv_util_peak=peak_blocks / total if total else 0.0,
+        preemptions=sum(s.preemptions for s in st),
+        mfu=sum(s.flops_useful for s in st) / (rates.peak_flops * sim * nl) if sim else 0.0,
+        bw_util=sum(s.bytes for s in st) / (rates.bandwidth * sim * nl) if sim else 0.0,
+        busy_fraction=busy / (sim * nl) if sim else 0.0,
+        price_per_hour=ps * 3600 / tp,
+        cost_per_mtok_in=_per_mtok(ps, sum(s.charge_in_s for s in st), inp),
+        cost_per_mtok_out=_per_mtok(ps, sum(s.charge_out_s for s in st), out),
+        # Median batch of the first lane given (the main one when both are): mixing lanes' ticks would
+        # mostly count the fast lane's many small steps.
+        batch_p50=batch_p50(st[:1]),
+        clipped_requests=sum(s.clipped for s in st),
+        lanes=nl,
+        rolling=rolling(lanes, rates),
+    )

@@ -1,0 +1,157 @@
+"""Where requests come from: closed-loop users (send, wait for the answer, think, send again) and Poisson arrivals.
+
+A lane owns one `Arrivals` for the users it serves; the lanes of an engine share one `Budget` (request
+ids, the --requests limit, the --duration bound, the live user count). A router for a fleet of lanes
+would own the arrivals and hand each request to a lane; the lane only needs `due` and `think`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.workload import Sampler
+
+
+class Budget:
+    """What the lanes of one engine share: request ids, the request budget, the closed-loop user count."""
+
+    __slots__ = ("next_id", "accepted", "limit", "users", "duration")
+
+    def __init__(self, limit: int | None, users: int, duration: float | None) -> None:
+        self.next_id = 0
+        self.accepted = 0
+        self.limit = limit
+        self.users = users
+        self.duration = duration
+
+    def bound(self, t: float) -> float:
+        """`t` if a request sent then would still be taken, else inf (past --duration or --requests)."""
+        if self.duration is not None and t > self.duration:
+            return math.inf
+        if self.limit is not None and self.accepted >= self.limit:
+            return math.inf
+        return t
+
+
+def is_fast_user(u: np.ndarray, share: float) -> np.ndarray:
+    """Spread fast users evenly over user indices: user u is fast when floor((u+1)f) steps past floor(uf)."""
+    return np.floor((u + 1) * share) > np.floor(u * share)
+
+
+class Arrivals:
+    """One lane's send times: per closed-loop user (inf while its request is out or it is not ours) and the
+    next Poisson arrival at `rate` per second."""
+
+    __slots__ = ("budget", "fast", "fast_share", "think_time", "gap", "u_next", "u_pending", "next_user", "rate",
+                 "next_poisson")
+
+    def __init__(self, budget: Budget, fast: bool, fast_share: float, rate: float, think_time: Sampler,
+                 gap: Sampler) -> None:
+        self.budget = budget
+        self.fast = fast
+        self.fast_share = fast_share
+        self.think_time = think_time
+        self.gap = gap  # exp(1) gaps, scaled by 1/rate
+        self.u_next = np.full(0, np.inf)
+        self.u_pending = np.zeros(0, dtype=bool)  # user waits to send (thinking or about to send)
+        self.next_user = math.inf
+        self.rate = rate
+        self.next_poisson = math.inf
+        if rate > 0:
+            self.next_poisson = float(gap.take(1)[0]) / rate
+
+    @property
+    def next_time(self) -> float:
+        """Time of the next request (inf past the run's bounds)."""
+        return self.budget.bound(min(self.next_user, self.next_poisson))
+
+    def set_users(self, n: int, t: float, outstanding: np.ndarray) -> None:
+        """Users [0, n) are active; ours (by fast flag) start sending at t if idle (not `outstanding`, not
+        already waiting); the rest stop after their answer."""
+        old = self.u_next.size
+        if n > old:
+            grow = n - old
+            self.u_next = np.concatenate([self.u_next, np.full(grow, np.inf)])
+            self.u_pending = np.concatenate([self.u_pending, np.zeros(grow, dtype=bool)])
+        u = np.arange(self.u_next.size)
+        share = self.fast_share
+        if share > 0:
+            mine = (u < n) & (is_fast_user(u, share) == self.fast)
+        else:
+            mine = (u < n) & (not self.fast)
+        # New or re-activated users that are neither waiting nor thinking send now.
+        out = np.zeros(self.u_next.size, dtype=bool)
+        out[outstanding[(outstanding >= 0) & (outstanding < out.size)]] = True
+        start = mine & ~self.u_pending & ~out
+        self.u_next[start] = t
+        self.u_pending[start] = True
+        stop = ~mine & self.u_pending
+        self.u_next[stop] = np.inf
+        self.u_pending[stop] = False
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Recompute the earliest closed-loop send time."""
+        self.next_user = float(self.u_next.min()) if self.u_next.size else math.inf
+
+    def due(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Every send and Poisson arrival at or before t that the budget takes, in time order: (times, users);
+        users whose send falls past the run's bounds never send again."""
+        times: list[np.ndarray] = []
+        users: list[np.ndarray] = []
+        if self.next_user <= t:
+            u = np.flatnonzero(self.u_next <= t)
+            times.append(self.u_next[u])
+            users.append(u)
+            self.u_next[u] = np.inf
+            self.u_pending[u] = False
+            self._refresh()
+        if self.next_poisson <= t:
+            ts = []
+            nxt = self.next_poisson
+            while nxt <= t:
+                ts.append(nxt)
+                nxt += float(self.gap.take(1)[0]) / self.rate
+            self.next_poisson = nxt
+            times.append(np.array(ts))
+            users.append(np.full(len(ts), -1, dtype=np.int64))
+        if not times:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        tt = np.concatenate(times) if len(times) > 1 else times[0]
+        uu = np.concatenate(users) if len(users) > 1 else users[0]
+        if len(tt) > 1:
+            order = np.argsort(tt, kind="stable")
+            tt, uu = tt[order], uu[order]
+        b = self.budget
+        if b.duration is not None:
+            keep = tt <= b.duration
+            if not keep.all():
+                self._drop(uu[~keep])
+                tt, uu = tt[keep], uu[keep]
+        if b.limit is not None:
+            room = b.limit - b.accepted
+            if len(tt) > room:
+                self._drop(uu[room:])
+                tt, uu = tt[:room], uu[:room]
+        return tt, uu
+
+    def _drop(self, uu: np.ndarray) -> None:
+        """Users whose send fell past the run's bounds never send again (they are not requests)."""
+        us = uu[uu >= 0]
+        self.u_next[us] = np.inf
+        self.u_pending[us] = False
+
+    def think(self, users: np.ndarray, t: float) -> None:
+        """Closed-loop users whose answer finished at t think, then send again (if still active)."""
+        us = users[users >= 0]
+        if us.size:
+            us = us[us < self.budget.users]
+            if us.size:
+                tt = t + self.think_time.take(us.size)
+                self.u_next[us] = tt
+                self.u_pending[us] = True
+                m = float(tt.min())
+                if m < self.next_user:
+                    self.next_user = m

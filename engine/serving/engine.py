@@ -1,0 +1,423 @@
+"""The Engine facade: builds the lanes from an EngineConfig, steps them on one clock, reads them out.
+
+The fast lane (fast_share > 0) is modelled as a second, dedicated GPU group of the same kind serving
+only fast users at a batch cap of fast_max_batch. Sharing one GPU cannot make anyone faster: if the
+GPU alternated a small fast batch with the normal batch, every user would get one token per
+alternation, so fast users would gain nothing; strict priority would starve the normal lane. Dedicated
+capacity at a small batch is how such a tier is served, and it shows the claim's trade (C21): the
+small batch is faster per user and costs more per token. Each lane is an independent `Lane` with its
+own KV pool, queue and clock; the Engine steps whichever lane is furthest behind, so time moves
+forward for both (a fleet of replicas is more lanes on the same clock, with a router in front).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+from engine.config import SCHEDULERS, EngineConfig
+from engine.errors import InputError
+from engine.serving.accounting import H, Rates, rolling, run_metrics
+from engine.serving.arrivals import Budget
+from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
+from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
+from engine.serving.tables import BLOCK, Done
+from engine.snapshot import Phase, RequestView, Snapshot
+from engine.specs import WEIGHT_DTYPES, load_hardware, load_model
+from engine.step import StepModel, StepOptions
+from engine.workload import Dist, parse_dist, seeded_rngs
+
+SNAPSHOT_QUEUE_ROWS = 1024  # queued requests shown in a snapshot (the count is always exact)
+assert set(SCHEDULERS) == set(POLICIES), "config.SCHEDULERS and the scheduler classes name the same policies"
+
+
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    """The config's length distributions, parsed once."""
+
+    prompt: Dist
+    output: Dist
+    think: Dist
+    think_time: Dist
+
+
+class Engine:
+    """The serving engine: build from an EngineConfig, then step(), advance(), snapshot(), metrics().
+
+    Live knobs between ticks: set_users, set_compute_mult, set_bandwidth_mult, set_weight_dtype,
+    set_scheduler; reset(config) rebuilds (e.g. another model or GPU) with the same workload.
+    """
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self._build(config or EngineConfig())
+
+    # ---- building -----------------------------------------------------------------------------
+    def _build(self, cfg: EngineConfig) -> None:
+        """Validate the config (InputError, one line) and lay out the lanes."""
+        _validate(cfg)
+        hw = load_hardware(cfg.hardware)
+        model = load_model(cfg.model)
+        # Every step option the config names (tp, dtypes, ideal, runtime, multipliers, ...) is passed through.
+        opts = StepOptions(**{f.name: getattr(cfg, f.name) for f in fields(StepOptions) if hasattr(cfg, f.name)})
+        sm = StepModel(hw, model, opts)
+        sm.check_fits()
+        self._cfg = cfg
+        self._sm = sm
+        self._wl = _Workload(parse_dist(cfg.prompt, "--prompt", 1), parse_dist(cfg.output, "--output", 1),
+                             parse_dist(cfg.think, "--think", 0), parse_dist(cfg.think_time, "--think-time", 0))
+        blocks = self._pool_blocks(sm)
+        self._check_lengths(sm, blocks)
+        self._budget = Budget(cfg.requests, cfg.users, cfg.duration)
+        rngs = seeded_rngs(cfg.seed, 10)
+        self._lanes = [self._lane(False, blocks, rngs[:5])]
+        if cfg.fast_share > 0:
+            self._lanes.append(self._lane(True, blocks, rngs[5:]))
+        self._tick = 0
+        self._clock = 0.0
+
+    def _lane(self, fast: bool, blocks: int, rngs: list[np.random.Generator]) -> Lane:
+        """One lane of this engine: the fast one serves fast_share of the users at fast_max_batch."""
+        cfg, wl = self._cfg, self._wl
+        share = cfg.fast_share if fast else 1.0 - cfg.fast_share
+        spec = LaneSpec(fast=fast, fast_share=cfg.fast_share, rate=cfg.rate * share, prompt=wl.prompt,
+                        output=wl.output, think=wl.think, think_time=wl.think_time, slo_ttft=cfg.slo_ttft,
+                        slo_tpot=cfg.slo_tpot, debug=cfg.debug)
+        return Lane(spec, self._sm, self._scheduler(fast), self._budget, blocks, rngs)
+
+    def _scheduler(self, fast: bool) -> Scheduler:
+        """The config's policy for one lane; the fast lane's batch is capped at fast_max_batch."""
+        cfg = self._cfg
+        mb = min(cfg.max_batch, cfg.fast_max_batch) if fast else cfg.max_batch
+        return make_scheduler(cfg.scheduler, mb, cfg.max_batched_tokens)
+
+    def _pool_blocks(self, sm: StepModel) -> int:
+        """KV pool in 16-token blocks: per-GPU capacity over per-GPU bytes per block (or the config's override)."""
+        if self._cfg.kv_pool_blocks is not None:
+            return int(self._cfg.kv_pool_blocks)
+        return int(sm.kv_capacity_bytes // (BLOCK * sm.kv_bytes_per_token))
+
+    def _check_lengths(self, sm: StepModel, blocks: int) -> None:
+        """Fixed lengths that can never be served are an input error (sampled ones are clipped and reported)."""
+        m = sm.model
+        dp, dt_, do = self._wl.prompt, self._wl.think, self._wl.output
+        if dp.is_fixed and dp.a >= m.max_context:
+            raise InputError(f"--prompt {dp.a:g} is longer than {m.name}'s context of {m.max_context:,} tokens")
+        if dp.is_fixed and dt_.is_fixed and do.is_fixed:
+            total = round(dp.a) + round(dt_.a) + round(do.a)
+            if total > m.max_context:
+                raise InputError(f"--prompt {dp.a:g} plus {round(dt_.a) + round(do.a):,} generated tokens exceed "
+                                 f"{m.name}'s context of {m.max_context:,} tokens")
+            if total > blocks * BLOCK:
+                gb = total * sm.kv_bytes_per_token / 1e9
+                raise InputError(f"one request of {total:,} tokens needs {gb:.1f} GB of KV cache but the pool holds "
+                                 f"{blocks * BLOCK:,} tokens ({blocks * BLOCK * sm.kv_bytes_per_token / 1e9:.1f} GB);"
+                                 " use shorter lengths, --kv-dtype fp8, or more --tp")
+        if blocks < 1:
+            raise InputError("the KV pool has no room for a single 16-token block")
+
+    # ---- properties ---------------------------------------------------------------------------
+    @property
+    def config(self) -> EngineConfig:
+        """The live configuration (setters update it, so reset(replace(engine.config, ...)) keeps the knobs)."""
+        return self._cfg
+
+    @property
+    def clock(self) -> float:
+        """Simulated seconds: the earliest clock among lanes with work (every event before it is final)."""
+        return self._clock
+
+    @property
+    def tick(self) -> int:
+        """Ticks run since the start (idle ticks included)."""
+        return self._tick
+
+    @property
+    def step_model(self) -> StepModel:
+        """The StepModel pricing every step, with the live knobs applied."""
+        return self._sm
+
+    @property
+    def finished(self) -> bool:
+        """The run's bound is reached: --requests all served, or --duration elapsed."""
+        b = self._budget
+        if b.duration is not None and self._clock >= b.duration:
+            return True
+        if b.limit is not None and b.accepted >= b.limit:
+            return all(not lane.has_work for lane in self._lanes)
+        return False
+
+    @property
+    def requests_completed(self) -> int:
+        """Answers finished so far, every lane (cheap: for progress bars)."""
+        return sum(lane.stats.completed for lane in self._lanes)
+
+    @property
+    def kv_blocks_total(self) -> int:
+        """KV pool size in 16-token blocks (per GPU group of the main lane)."""
+        return self._lanes[0].pool.total
+
+    # ---- running ------------------------------------------------------------------------------
+    def step(self) -> TickResult:
+        """Advance one tick: one step of the lane furthest behind, or an idle jump to the next arrival."""
+        return self._step(math.inf)
+
+    def _step(self, limit: float) -> TickResult:
+        """One tick; idle jumps stop at `limit` (advance's target or the run's duration)."""
+        lanes = self._lanes
+        prev = self._clock
+        debug = self._cfg.debug
+        if len(lanes) == 1:
+            # One lane: it idles by itself (jumping to its next arrival), so no bookkeeping across lanes.
+            lane = lanes[0]
+            self._tick += 1
+            res = lane.step(limit, self._tick)
+            self._clock = lane.clock
+            if debug:
+                lane.check(prev)
+                assert lane.stats.accepted == self._budget.accepted, "lane and engine disagree on requests accepted"
+            return res
+        live = [ln for ln in lanes if not ln.dormant]
+        if not live:
+            # Nothing to run and nothing coming: let time pass (bounded by `limit`) so a UI clock runs.
+            t1 = max(prev, min(prev + IDLE_TICK_S, limit))
+            for ln in lanes:
+                ln.clock = max(ln.clock, t1)
+            self._clock = t1
+            self._tick += 1
+            return idle_result(self._tick, t1, t1 - prev, False)
+        lane = live[0] if len(live) == 1 else min(live, key=lambda ln: ln.clock)
+        self._tick += 1
+        lane_prev = lane.clock
+        res = lane.step(limit, self._tick)
+        live = [ln for ln in lanes if not ln.dormant]
+        self._clock = max(prev, min(ln.clock for ln in live) if live else max(ln.clock for ln in lanes))
+        if debug:
+            assert self._clock >= prev, f"engine clock went back from {prev} to {self._clock}"
+            lane.check(lane_prev)
+            acc = sum(ln.stats.accepted for ln in lanes)
+            assert acc == self._budget.accepted, f"lanes accepted {acc} != engine accepted {self._budget.accepted}"
+        return replace(res, time_s=self._clock)
+
+    def advance(self, sim_seconds: float) -> int:
+        """Run ticks until the clock has moved `sim_seconds` (or the run is finished); returns ticks run."""
+        if not sim_seconds > 0:
+            return 0
+        target = self._clock + sim_seconds
+        n = 0
+        while self._clock < target and not self.finished:
+            self._step(target)
+            n += 1
+        return n
+
+    def run(self, max_ticks: int | None = None) -> int:
+        """Run until the run's bound (--requests or --duration) is reached; returns ticks run."""
+        b = self._budget
+        if b.limit is None and b.duration is None:
+            raise InputError("an unbounded workload never finishes: give --requests N or --duration S")
+        n = 0
+        while not self.finished and (max_ticks is None or n < max_ticks):
+            self._step(math.inf if b.duration is None else b.duration)
+            n += 1
+        return n
+
+    # ---- live changes -------------------------------------------------------------------------
+    def set_users(self, n: int) -> None:
+        """Closed-loop users: new ones send now; removed ones finish their current answer and stop."""
+        if isinstance(n, bool) or int(n) != n or n < 0:
+            raise InputError(f"users must be a whole number >= 0, got {n}")
+        n = int(n)
+        self._budget.users = n
+        for lane in self._lanes:
+            was_dormant = lane.dormant
+            if was_dormant:
+                lane.clock = max(lane.clock, self._clock)
+            lane.set_users(n, max(lane.clock, self._clock) if was_dormant else lane.clock)
+        self._cfg = replace(self._cfg, users=n)
+
+    def _set_step_model(self, sm: StepModel) -> list[int]:
+        """Install a new step model in every lane, resizing pools; returns preempted ids."""
+        self._sm = sm
+        out: list[int] = []
+        blocks = self._pool_blocks(sm)
+        for lane in self._lanes:
+            lane.sm = sm
+            if blocks != lane.pool.total:
+                out += lane.set_pool(blocks)
+        return out
+
+    def set_compute_mult(self, x: float) -> None:
+        """What-if: scale peak FLOP/s (x2 doubles compute)."""
+        x = _positive_number(x, "compute multiplier")
+        self._set_step_model(self._sm.with_options(compute_mult=x))
+        self._cfg = replace(self._cfg, compute_mult=x)
+
+    def set_bandwidth_mult(self, x: float) -> None:
+        """What-if: scale HBM bandwidth."""
+        x = _positive_number(x, "bandwidth multiplier")
+        self._set_step_model(self._sm.with_options(bandwidth_mult=x))
+        self._cfg = replace(self._cfg, bandwidth_mult=x)
+
+    def set_weight_dtype(self, dtype: str | None) -> list[int]:
+        """What-if: weights in another dtype. The pool is re-sized; if it shrinks, the newest requests are
+        preempted until it fits. Returns the preempted ids. InputError (nothing changed) if it cannot fit."""
+        if dtype is not None and dtype not in WEIGHT_DTYPES:
+            raise InputError(f"weight dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {dtype!r}")
+        sm = self._sm.with_options(weight_dtype=dtype)
+        sm.check_fits()
+        blocks = self._pool_blocks(sm)
+        self._check_lengths(sm, blocks)
+        biggest = max(lane.max_request_tokens() for lane in self._lanes)
+        if biggest > blocks * BLOCK:
+            raise InputError(f"with {dtype} weights the KV pool holds {blocks * BLOCK:,} tokens, less than a live "
+                             f"request's {biggest:,}")
+        out = self._set_step_model(sm)
+        self._cfg = replace(self._cfg, weight_dtype=dtype)
+        return out
+
+    def set_scheduler(self, name: str, max_batch: int | None = None, max_batched_tokens: int | None = None) -> None:
+        """Switch scheduler or its knobs; running requests carry on under the new rules."""
+        cfg = replace(self._cfg, scheduler=name, max_batch=self._cfg.max_batch if max_batch is None else max_batch,
+                      max_batched_tokens=self._cfg.max_batched_tokens if max_batched_tokens is None
+                      else max_batched_tokens)
+        _validate(cfg)
+        self._cfg = cfg
+        for lane in self._lanes:
+            lane.set_scheduler(self._scheduler(lane.fast))
+
+    def reset(self, config: EngineConfig | None = None) -> None:
+        """Start over at time 0: with `config` (e.g. another model or GPU, same workload) or the live one."""
+        self._build(config or self._cfg)
+
+    # ---- reading ------------------------------------------------------------------------------
+    def _rates(self) -> Rates:
+        """Per-GPU peaks (the step model's roof, what-if knobs applied) and the price of one lane's GPU group."""
+        sm, cfg = self._sm, self._cfg
+        price = cfg.price_per_hour if cfg.price_per_hour is not None else sm.hw.price_per_hour
+        return Rates(sm.roof.peak_flops, sm.roof.bandwidth, price * cfg.tp / 3600.0)
+
+    def snapshot(self) -> Snapshot:
+        """A read-only frame: the rows the view draws (live requests, the first queued, the last finished),
+        pool, queue, rolling metrics.
+
+        The physical panels (pool, last step, bytes moved) describe the main lane's GPU; request rows and
+        counts cover every lane (fast-lane rows have fast=True). Rows come lane by lane (running, preempted,
+        queued, finished), not sorted: the view orders them itself.
+        """
+        main = self._lanes[0]
+        cols: dict[str, list[np.ndarray]] = {f: [] for f in ("id", "user", "prompt", "cached", "think", "total",
+                                                            "gen", "blocks", "fast", "arrival", "phase")}
+        queued = running = preempted = done = pre_total = 0
+        for lane in self._lanes:
+            R, P, Q = lane.R, lane.P, lane.Q
+            qn = min(Q.size, SNAPSHOT_QUEUE_ROWS)
+            d = lane.recent.last()
+            for t, k in ((R, R.size), (P, P.n), (Q, qn)):
+                r = t.rows(k)
+                for f in ("id", "user", "prompt", "cached", "think", "total", "gen", "blocks", "fast", "arrival"):
+                    cols[f].append(getattr(r, f))
+            r = R.rows()
+            cols["phase"] += [np.where(r.cached < r.target, Phase.PREFILL,
+                                       np.where(r.gen < r.think, Phase.THINKING, Phase.DECODING)),
+                              np.full(P.n, Phase.PREEMPTED), np.full(qn, Phase.QUEUED), np.full(len(d), Phase.DONE)]
+            di = d.astype(np.int64)
+            zero = np.zeros(len(d), dtype=np.int64)
+            for f, v in (("id", di[:, Done.ID]), ("user", di[:, Done.USER]), ("prompt", di[:, Done.PROMPT]),
+                         ("cached", di[:, Done.PROMPT]), ("think", di[:, Done.THINK]), ("total", di[:, Done.TOTAL]),
+                         ("gen", di[:, Done.GEN]), ("blocks", zero), ("fast", di[:, Done.FAST]),
+                         ("arrival", d[:, Done.ARRIVAL])):
+                cols[f].append(v)
+            queued += Q.size
+            running += R.n
+            preempted += P.n
+            done += lane.stats.completed
+            pre_total += lane.stats.preemptions
+        c = {f: np.concatenate(v) for f, v in cols.items()}
+        prompt = c["prompt"]
+        view = RequestView(
+            req_id=c["id"], user=c["user"], phase=c["phase"].astype(np.int8), prompt_len=prompt,
+            prefilled=np.minimum(c["cached"], prompt), think_len=c["think"], output_len=c["total"] - c["think"],
+            generated=c["gen"], kv_blocks=c["blocks"], fast=c["fast"].astype(bool), arrival_s=c["arrival"],
+        )
+        h = main.stats.hist.last()
+        dt = h[:, H.DT]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tok_s = np.where(dt > 0, h[:, H.OUT] / dt, 0.0)
+        history = {
+            "time_s": tuple(h[:, H.TIME].tolist()), "kv_util": tuple(h[:, H.KV].tolist()),
+            "queue": tuple(h[:, H.QUEUE].tolist()), "tok_s_out": tuple(tok_s.tolist()),
+            "step_ms": tuple((dt * 1e3).tolist()), "batch": tuple(h[:, H.BATCH].tolist()),
+        }
+        sm = self._sm
+        hbm = main.stats.bytes
+        return Snapshot(
+            tick=self._tick, time_s=self._clock, hardware=sm.hw, model=sm.model, opts=sm.opts, roof=sm.roof,
+            scheduler=self._cfg.scheduler, users=self._budget.users, requests=view, last_step=main.stats.last_cost,
+            batch_size=main.stats.last_batch, kv_blocks_used=main.pool.used, kv_blocks_total=main.pool.total,
+            weights_bytes=sm.weight_bytes_per_gpu, kv_capacity_bytes=sm.kv_capacity_bytes,
+            reserve_bytes=sm.reserve_bytes, queued=queued, running=running, preempted=preempted, done=done,
+            preemptions_total=pre_total,
+            # Every HBM byte passes through L2 and into an SM's tray once (no on-chip reuse is modelled).
+            bytes_moved={"hbm": hbm, "l2": hbm, "smem": hbm},
+            metrics=self.rolling_metrics(), history=history,
+        )
+
+    def rolling_metrics(self) -> dict[str, float]:
+        """What the UI shows now: rates over the last HISTORY_POINTS ticks, latencies over the last 256 answers."""
+        return rolling(self._lanes, self._rates()).as_dict()
+
+    def metrics(self, fast: bool | None = None) -> dict[str, Any]:
+        """Run metrics (the `tokensim run --json` keys) plus the rolling ones; `fast` picks one lane."""
+        lanes = self._lanes if fast is None else [ln for ln in self._lanes if ln.fast == fast]
+        if not lanes:
+            raise InputError("this engine has no fast lane (fast_share is 0)")
+        cfg, sm = self._cfg, self._sm
+        slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
+        return run_metrics(lanes, self._rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
+                           cfg.tp).as_dict()
+
+
+# ---- validation -------------------------------------------------------------------------------------
+
+def _positive_number(x: float, what: str) -> float:
+    """A finite number > 0 for a live knob, or a one-line InputError."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a number > 0, got {x!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise InputError(f"{what} must be a finite number > 0, got {x!r}")
+    return v
+
+
+def _validate(cfg: EngineConfig) -> None:
+    """Contradictory or impossible options: one clear line each."""
+    if cfg.scheduler not in SCHEDULERS:
+        raise InputError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {cfg.scheduler!r}")
+    for name, v in (("--max-batch", cfg.max_batch), ("--max-batched-tokens", cfg.max_batched_tokens),
+                    ("--fast-max-batch", cfg.fast_max_batch)):
+        if isinstance(v, bool) or int(v) != v or v < 1:
+            raise InputError(f"{name} must be a whole number >= 1, got {v}")
+    if not 0.0 <= cfg.fast_share <= 1.0:
+        raise InputError(f"--fast-share must be between 0 and 1, got {cfg.fast_share}")
+    if cfg.fast_share >= 1.0:
+        raise InputError("--fast-share 1 leaves no normal lane; use --max-batch to run everyone in a small batch")
+    if isinstance(cfg.users, bool) or int(cfg.users) != cfg.users or cfg.users < 0:
+        raise InputError(f"--users must be a whole number >= 0, got {cfg.users}")
+    if not (cfg.rate >= 0 and math.isfinite(cfg.rate)):
+        raise InputError(f"--rate must be a finite number >= 0, got {cfg.rate}")
+    # users = rate = 0 is an idle engine (a UI may add users later), and users with a rate run both
+    # arrival streams together; `tokensim run` refuses both forms as contradictory or empty.
+    if cfg.requests is not None and (int(cfg.requests) != cfg.requests or cfg.requests < 1):
+        raise InputError(f"--requests must be a whole number >= 1, got {cfg.requests}")
+    if cfg.duration is not None and not (cfg.duration > 0 and math.isfinite(cfg.duration)):
+        raise InputError(f"--duration must be a finite number of seconds > 0, got {cfg.duration}")
+    if cfg.price_per_hour is not None and not (cfg.price_per_hour >= 0 and math.isfinite(cfg.price_per_hour)):
+        raise InputError(f"--price-per-hour must be a number >= 0, got {cfg.price_per_hour}")
+    for name, v in (("--slo-ttft", cfg.slo_ttft), ("--slo-tpot", cfg.slo_tpot)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise InputError(f"{name} must be a number of seconds > 0, got {v}")
+    if cfg.kv_pool_blocks is not None and (int(cfg.kv_pool_blocks) != cfg.kv_pool_blocks or cfg.kv_pool_blocks < 1):
+        raise InputError(f"--kv-blocks must be a whole number >= 1, got {cfg.kv_pool_blocks}")

@@ -1,0 +1,533 @@
+"""One lane: a GPU group (tp GPUs) with its own KV pool, request tables, arrivals and clock.
+
+Per tick: arrivals join the queue, running requests keep going (the newest are preempted under KV
+pressure), waiting ones are admitted as the scheduler's budget, free blocks and batch slots allow, the
+step model prices the batch from its aggregates, the clock moves by the step time, tokens come out,
+finished requests leave and their users start thinking.
+
+A step is planned as `new` tokens per running row (None: one each, a pure decode step); a row emits a
+token when its cache reaches its target. Speculative decoding plugs in there (K+1 new tokens per decode
+row, accepted ones emitted); the pricing and the accounting take any plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.serving.accounting import RECENT_DONE, L, LaneStats
+from engine.serving.arrivals import Arrivals, Budget
+from engine.serving.kvpool import KVPool
+from engine.serving.scheduler import Scheduler
+from engine.serving.tables import BLOCK, Done, Queue, Ring, Rows, Table, blocks_for, done_rows
+from engine.step import StepCost, StepModel
+from engine.workload import Dist, Sampler
+
+IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY.flags.writeable = False
+_ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
+_ONES[0].flags.writeable = False
+
+
+def _ones(n: int) -> np.ndarray:
+    """n read-only int64 ones (a view of a shared array that doubles when a batch outgrows it)."""
+    a = _ONES[0]
+    if n > a.size:
+        a = np.ones(max(n, 2 * a.size), dtype=np.int64)
+        a.flags.writeable = False
+        _ONES[0] = a
+    return a[:n]
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What one tick did. Id arrays are read-only; `cost` is None for an idle tick (no tokens, clock jumps)."""
+
+    tick: int
+    time_s: float  # the engine clock after the tick
+    dt: float  # how far this lane's clock moved
+    cost: StepCost | None
+    fast_lane: bool  # which lane ran the step
+    emitted_ids: np.ndarray  # int64 request ids that produced a token this tick
+    emitted_counts: np.ndarray  # int64 tokens each produced (1 per sequence per step)
+    admitted: np.ndarray  # request ids admitted into the batch for this step
+    preempted: np.ndarray  # request ids evicted to free KV blocks
+    completed: np.ndarray  # request ids that finished
+
+
+def idle_result(tick: int, t1: float, dt: float, fast: bool, admitted: np.ndarray = _EMPTY,
+                preempted: np.ndarray = _EMPTY) -> TickResult:
+    """A tick that ran no step: the clock moved by dt, no tokens."""
+    return TickResult(tick, t1, dt, None, fast, _EMPTY, _EMPTY, admitted, preempted, _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSpec:
+    """What a lane serves and how it judges answers (built by the Engine from its config)."""
+
+    fast: bool  # the fast lane: serves only fast users, at its own batch cap
+    fast_share: float  # fraction of closed-loop users that are fast (0: no fast lane)
+    rate: float  # this lane's open-loop arrivals per second
+    prompt: Dist
+    output: Dist
+    think: Dist
+    think_time: Dist
+    slo_ttft: float | None
+    slo_tpot: float | None
+    debug: bool
+
+
+class Lane:
+    """One GPU group serving its share of the users: tables R (running), Q (queue), P (preempted)."""
+
+    def __init__(self, spec: LaneSpec, sm: StepModel, sched: Scheduler, budget: Budget, pool_blocks: int,
+                 rngs: list[np.random.Generator]) -> None:
+        self.spec = spec
+        self.fast = spec.fast
+        self.sm = sm
+        self.sched = sched
+        self.budget = budget
+        self.clock = 0.0
+        self.R = Table(64)
+        self.Q = Queue(64)
+        self.P = Table(16)
+        self.pool = KVPool(pool_blocks)
+        self.n_pf = 0  # running rows still prefilling (cached < target)
+        self.seq = 0  # admission order: the newest running request is the last row of R
+        # samplers: independent streams, so lengths never depend on how arrivals interleave
+        self.cap_tokens = min(sm.model.max_context, pool_blocks * BLOCK)
+        self.s_prompt = Sampler(spec.prompt, rngs[0], True, 1, max(1, self.cap_tokens - 1))
+        self.s_output = Sampler(spec.output, rngs[1], True, 1)
+        self.s_think = Sampler(spec.think, rngs[2], True, 0)
+        self.think_zero = spec.think.is_fixed and spec.think.a == 0
+        self.arrivals = Arrivals(budget, spec.fast, spec.fast_share, spec.rate,
+                                 Sampler(spec.think_time, rngs[3], False, 0.0),
+                                 Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
+        self.stats = LaneStats(sched.max_batch)
+        self.recent = Ring(RECENT_DONE, len(Done))  # the last finished requests, Done columns (for the snapshot)
+        self.set_users(budget.users, 0.0)
+
+    # ---- configuration ------------------------------------------------------------------------
+    def set_scheduler(self, sched: Scheduler) -> None:
+        """A new policy or knobs; running requests carry on under the new rules."""
+        self.sched = sched
+        self.stats.set_max_batch(sched.max_batch)
+
+    def set_users(self, n: int, t: float) -> None:
+        """Users [0, n) are active; ours start sending at t if idle; the rest stop after their answer."""
+        outstanding = np.concatenate([self.R.col("user"), self.P.col("user"), self.Q.col("user")])
+        self.arrivals.set_users(n, t, outstanding)
+
+    def set_pool(self, blocks_total: int) -> list[int]:
+        """Resize the KV pool; if it shrank below what is held, preempt the newest until it fits."""
+        self.pool.total = blocks_total
+        self.cap_tokens = min(self.sm.model.max_context, blocks_total * BLOCK)
+        self.s_prompt.hi = max(1, self.cap_tokens - 1)
+        out = []
+        while self.pool.used > self.pool.total and self.R.n:
+            out.append(self._preempt_newest())
+        return out
+
+    # ---- state queries ------------------------------------------------------------------------
+    @property
+    def next_arrival(self) -> float:
+        """Time of the next request this lane will get (inf past the run's bounds)."""
+        return self.arrivals.next_time
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued or preempted."""
+        return self.Q.size + self.P.n
+
+    @property
+    def has_work(self) -> bool:
+        """Some request is queued, preempted or running here."""
+        return self.R.n > 0 or self.Q.size > 0 or self.P.n > 0
+
+    @property
+    def dormant(self) -> bool:
+        """Nothing to run and nothing coming: the lane needs no ticks."""
+        return not self.has_work and self.next_arrival == math.inf
+
+    def max_request_tokens(self) -> int:
+        """Largest prompt + generation of any live request (what the pool must hold for one request alone)."""
+        m = 0
+        for t in (self.R, self.P, self.Q):
+            if t.size:
+                m = max(m, int((t.col("prompt") + t.col("total")).max()))
+        return m
+
+    # ---- arrivals -----------------------------------------------------------------------------
+    def _arrive(self, t: float) -> None:
+        """Turn every send and Poisson arrival at or before t into a queued request."""
+        tt, uu = self.arrivals.due(t)
+        if len(tt):
+            self._create(tt, uu)
+
+    def _create(self, tt: np.ndarray, uu: np.ndarray) -> None:
+        """Append k new requests to the queue, with seeded lengths clipped to what the model and pool allow."""
+        k = len(tt)
+        b = self.budget
+        prompt = self.s_prompt.take(k)
+        think = self.s_think.take(k)
+        output = self.s_output.take(k)
+        # A request's whole cache (prompt + every generated token) must fit the context and the pool.
+        room = self.cap_tokens - prompt
+        over = think + output > room
+        st = self.stats
+        if over.any():
+            st.clipped += int(over.sum())
+            think = np.where(over, np.minimum(think, room - 1), think)
+            output = np.where(over, np.maximum(1, room - think), output)
+        st.clipped += self.s_prompt.clipped
+        self.s_prompt.clipped = 0
+        r = Rows.new(k)
+        r.id[:] = np.arange(b.next_id, b.next_id + k)
+        r.user[:] = uu
+        r.prompt[:] = prompt
+        r.think[:] = think
+        r.total[:] = think + output
+        r.target[:] = prompt
+        if self.fast:
+            r.fast[:] = 1
+        r.arrival[:] = tt
+        b.next_id += k
+        b.accepted += k
+        st.accepted += k
+        self.Q.append(r)
+
+    # ---- scheduling ---------------------------------------------------------------------------
+    def _plan_running(self) -> tuple[np.ndarray | None, np.ndarray | None, int]:
+        """Tokens each running row computes this step (None: one each, pure decode), new-block mask, blocks needed."""
+        n = self.R.n
+        if n == 0:
+            return None, None, 0
+        c = self.R.cols
+        cached = c.cached[:n]
+        if self.n_pf == 0:
+            nb = (cached & (BLOCK - 1)) == 0  # the next token opens a new block
+            return None, nb, int(np.count_nonzero(nb))
+        rem = c.target[:n] - cached
+        pf = rem > 0
+        new = np.where(pf, rem, 1)
+        new[pf] = self.sched.prefill_chunks(rem[pf], int(n - np.count_nonzero(pf)))
+        need = int((blocks_for(cached + new) - c.blocks[:n]).sum())
+        return new, None, need
+
+    def _preempt_newest(self) -> int:
+        """Evict the newest running request: free its blocks; it waits (ahead of fresh arrivals) to be recomputed."""
+        row = self.R.pop_last()
+        self.pool.give(int(row.blocks[0]))
+        if row.cached[0] < row.target[0]:
+            self.n_pf -= 1
+        # Recompute every known token (prompt + generated) before decoding resumes.
+        row.target[0] = row.prompt[0] + row.gen[0]
+        row.cached[0] = 0
+        row.blocks[0] = 0
+        row.preempts[0] += 1
+        self.P.append(row)
+        self.stats.preemptions += 1
+        return int(row.id[0])
+
+    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float) -> np.ndarray:
+        """Admit waiting requests (preempted first, by id, then FIFO) while slots, blocks and the budget allow.
+
+        Returns the tokens each admitted row prefills this step (rows are appended to R in order).
+        """
+        R, P, Q = self.R, self.P, self.Q
+        slots = self.sched.max_batch - R.n
+        if slots <= 0 or (R.n > 0 and not self.sched.admits_while_running()) or (P.n == 0 and Q.size == 0):
+            return _EMPTY
+        if P.n:
+            order = np.argsort(P.col("id"), kind="stable")[:slots]
+            mq = min(slots - len(order), Q.size)
+            cand = Rows.join([P.rows().pick(order), Q.rows(mq)])
+        else:
+            order = _EMPTY
+            cand = Q.rows(min(slots, Q.size))
+        chunk, ok = self.sched.admit_chunks(cand.target, tokens_planned, prefill_planned)
+        ok &= np.cumsum(blocks_for(chunk)) <= free
+        k = len(ok) if ok.all() else int(np.argmin(ok))
+        if k == 0:
+            return _EMPTY
+        chunk = chunk[:k].copy()
+        a = cand.pick(slice(0, k)).copy()
+        a.seq[:] = np.arange(self.seq, self.seq + k)
+        self.seq += k
+        a.blocks[:] = blocks_for(chunk)
+        first = np.isnan(a.admit)
+        a.admit[first] = t
+        R.append(a)
+        kp = min(k, len(order))
+        if kp:
+            keep = np.ones(P.n, dtype=bool)
+            keep[order[:kp]] = False
+            P.keep(keep)
+        if k > kp:
+            Q.pop(k - kp)
+        self.pool.take(int(a.blocks.sum()))
+        self.n_pf += k
+        return chunk
+
+    # ---- one tick -----------------------------------------------------------------------------
+    def step(self, limit: float, tick: int) -> TickResult:
+        """Run one step of this lane (or an idle jump to its next arrival, at most to `limit`)."""
+        t0 = self.clock
+        if self.next_arrival <= t0:
+            self._arrive(t0)
+        R = self.R
+        pool = self.pool
+        # 1. Keep the running batch going; under KV pressure evict the newest until the step fits.
+        new, nb, need = self._plan_running()
+        preempted: list[int] = []
+        while need > pool.free:
+            preempted.append(self._preempt_newest())
+            new, nb, need = self._plan_running()
+        n_run = R.n
+        tokens_planned = n_run if new is None else int(new.sum())
+        # Decode rows add one token each; anything beyond that is prefill already in this step.
+        prefill_planned = new is not None and tokens_planned > n_run - self.n_pf
+        # 2. Admit while blocks, batch slots and the token budget allow.
+        chunks = self._admit(pool.free - need, tokens_planned, prefill_planned, t0)
+        n = R.n
+        k = n - n_run
+        admitted = R.cols.id[n_run:n].copy() if k else _EMPTY
+        pre = np.array(preempted, dtype=np.int64) if preempted else _EMPTY
+        if n == 0:
+            return self._idle(limit, tick, admitted, pre)
+        if k:
+            new = np.concatenate([_ones(n_run) if new is None else new, chunks])
+            nb = None
+        pool.take(need)
+        # 3. Price the step from aggregates, advance the clock, apply, account.
+        if new is None:
+            return self._decode_step(n, nb, tick, admitted, pre)
+        return self._mixed_step(n, new, tick, admitted, pre)
+
+    def _decode_step(self, n: int, nb: np.ndarray, tick: int, admitted: np.ndarray,
+                     pre: np.ndarray) -> TickResult:
+        """A pure decode step: every running row adds one token on top of its cache."""
+        c = self.R.cols
+        cached = c.cached[:n]
+        model = self.sm.model
+        sum_ctx = float(cached.sum())
+        attn = sum_ctx + 0.5 * n
+        if model.sliding_layers > 0:
+            sum_win = float(model.local_seen(cached).sum())
+            attn_win = sum_win + 0.5 * n
+        else:
+            sum_win = attn_win = 0.0
+        cost = self.sm.cost_agg(n, n, sum_ctx, sum_win, attn, attn_win, n, attn_decode=attn)
+        dt = cost.time_s
+        t1 = self.clock + dt
+        self.clock = t1
+        gen = c.gen[:n]
+        cached += 1
+        c.blocks[:n] += nb
+        gen += 1
+        ids = c.id[:n].copy()
+        think = c.think[:n]
+        if self.think_zero:
+            vis_tokens = n
+        else:
+            vis = gen == think + 1
+            if vis.any():
+                c.visible[:n][vis] = t1
+            vis_tokens = int(np.count_nonzero(gen > think))
+        done = gen >= c.total[:n]
+        completed = self._complete(done, t1) if done.any() else _EMPTY
+        self._account(cost, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
+        return TickResult(tick, t1, dt, cost, self.fast, ids, _ones(n), admitted, pre, completed)
+
+    def _mixed_step(self, n: int, new: np.ndarray, tick: int, admitted: np.ndarray,
+                    pre: np.ndarray) -> TickResult:
+        """A step with prefill in it: `new` tokens per row on top of its cache; rows reaching their target emit."""
+        c = self.R.cols
+        cached = c.cached[:n]
+        target = c.target[:n]
+        model = self.sm.model
+        pf = cached < target
+        fresh_end = cached + new
+        emit = (fresh_end >= target) & (new > 0)
+        seqs = int(np.count_nonzero(new))
+        tokens = int(new.sum())
+        nf = new.astype(np.float64)
+        a = nf * (cached + nf / 2)
+        attn = float(a.sum())
+        sum_ctx = float(cached.sum())
+        if model.sliding_layers > 0:
+            sum_win = float(model.local_seen(cached).sum())
+            attn_win = float(model.local_pairs(cached, nf).sum())
+        else:
+            sum_win = attn_win = 0.0
+        logits = int(np.count_nonzero(emit))
+        cost = self.sm.cost_agg(tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits,
+                                attn_decode=float(a[~pf].sum()))  # rows past their prompt decode
+        # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
+        prompt = c.prompt[:n]
+        reach = np.minimum(fresh_end, prompt)
+        inp = c.input[:n]
+        gained = np.maximum(reach - inp, 0)
+        in_new = int(gained.sum())
+        inp += gained
+        t_pf = int(new[pf].sum())
+        recomputed = t_pf - in_new
+        # Cost rule: a step's time is split between prefill and decode by each side's share of the
+        # step's FLOPs. Every token passes through the same weights, so the matmuls (and the weight
+        # read they share) go by token count; attention goes to whoever attends; the LM head to
+        # whoever needs logits. Prefill time is then charged to input tokens, decode time to output.
+        share_in = 0.0
+        if t_pf:
+            fl = cost.flops
+            ftot = cost.flops_total
+            lg_pf = int(np.count_nonzero(emit & pf))
+            part = fl["matmul"] * t_pf / tokens
+            if attn:
+                part += fl["attention"] * float(a[pf].sum()) / attn
+            if logits:
+                part += fl["lm_head"] * lg_pf / logits
+            share_in = part / ftot if ftot else 0.0
+        dt = cost.time_s
+        t1 = self.clock + dt
+        self.clock = t1
+        # Apply: caches grow, tokens come out, first-token times are stamped.
+        gen = c.gen[:n]
+        cached[:] = fresh_end
+        c.blocks[:n] = blocks_for(fresh_end)
+        gen += emit
+        first = emit & (gen == 1)
+        if first.any():
+            c.first[:n][first] = t1
+        think = c.think[:n]
+        vis = emit & (gen == think + 1)
+        if vis.any():
+            c.visible[:n][vis] = t1
+        ids = c.id[:n][emit]
+        n_emit = len(ids)
+        self.n_pf = int(np.count_nonzero(cached < target))
+        vis_tokens = n_emit if self.think_zero else int(np.count_nonzero(emit & (gen > think)))
+        done = gen >= c.total[:n]
+        completed = self._complete(done, t1) if done.any() else _EMPTY
+        self._account(cost, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt)
+        return TickResult(tick, t1, dt, cost, self.fast, ids, _ones(n_emit), admitted, pre,
+                          completed)
+
+    def _account(self, cost: StepCost, n: int, n_emit: int, vis_tokens: int, in_new: int, recomputed: int,
+                 share_in: float, t1: float, dt: float) -> None:
+        """Add one priced step of `n` sequences to the lane's totals and per-tick history."""
+        st = self.stats
+        st.ticks += 1
+        st.out_tokens += n_emit
+        st.visible_tokens += vis_tokens
+        st.in_tokens += in_new
+        st.recomputed_tokens += recomputed
+        st.busy_s += dt
+        c_in = dt * share_in
+        st.charge_in_s += c_in
+        st.charge_out_s += dt - c_in
+        ftot = cost.flops_total
+        st.flops += ftot
+        useful = ftot * (1.0 - recomputed / cost.tokens) if recomputed else ftot
+        st.flops_useful += useful
+        b = cost.bytes_total
+        st.bytes += b
+        mb = st.max_batch
+        st.batch_hist[n if n <= mb else mb] += 1
+        st.hist.push_row((t1, dt, self.pool.util, self.Q.size + self.P.n, n, n_emit, in_new, c_in, dt - c_in,
+                          useful, b))
+        st.last_cost = cost
+        st.last_batch = n
+
+    def _idle(self, limit: float, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
+        """Nothing runnable: jump to the next arrival (or `limit`), a zero-token tick."""
+        t0 = self.clock
+        # With an empty batch every waiting request fits (lengths are clipped to the pool), so a queue here is a bug.
+        assert self.Q.size == 0 and self.P.n == 0, "requests wait but none can be admitted into an empty batch"
+        nxt = self.next_arrival
+        if nxt == math.inf:
+            nxt = t0 + IDLE_TICK_S
+        t1 = max(t0, min(nxt, limit))
+        self.clock = t1
+        st = self.stats
+        st.ticks += 1
+        st.batch_hist[0] += 1
+        st.hist.push_row((t1, t1 - t0, self.pool.util, self.Q.size + self.P.n, 0, 0, 0, 0.0, 0.0, 0.0, 0.0))
+        st.last_batch = 0
+        return idle_result(tick, t1, t1 - t0, self.fast, admitted, pre)
+
+    def _complete(self, done: np.ndarray, t: float) -> np.ndarray:
+        """Finished rows: record latencies, free their blocks, start their users thinking, drop them."""
+        R = self.R
+        d = R.rows().pick(done)
+        d.done[:] = t
+        k = len(d)
+        self.pool.give(int(d.blocks.sum()))
+        R.keep(~done)
+        st = self.stats
+        st.completed += k
+        arr = d.arrival
+        ttft = d.visible - arr
+        e2e = t - arr
+        total = d.total
+        # TPOT: time per generated token after the first (hidden tokens included); undefined for 1 token.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(total > 1, (t - d.first) / (total - 1), np.nan)
+        lat = np.empty((k, len(L)))
+        lat[:, L.TTFT] = ttft
+        lat[:, L.TTFT_RAW] = d.first - arr
+        lat[:, L.TPOT] = tpot
+        lat[:, L.E2E] = e2e
+        lat[:, L.QUEUE] = d.admit - arr
+        st.lat.push(lat)
+        sp = self.spec
+        if sp.slo_ttft is not None or sp.slo_tpot is not None:
+            ok = np.ones(k, dtype=bool)
+            if sp.slo_ttft is not None:
+                ok &= ttft <= sp.slo_ttft
+            if sp.slo_tpot is not None:
+                ok &= ~(tpot > sp.slo_tpot)
+            st.slo_ok += int(ok.sum())
+            st.slo_ok_tokens += int(total[ok].sum())
+        if sp.debug:
+            bad = d.gen != total
+            assert not bad.any(), f"finished request {int(d.id[bad][0])} generated " \
+                f"{int(d.gen[bad][0])} tokens, asked for {int(total[bad][0])}"
+        self.recent.push(done_rows(d))
+        # Closed-loop users think, then send again (if still active and the run still takes requests).
+        self.arrivals.think(d.user, t)
+        return d.id
+
+    # ---- invariants ---------------------------------------------------------------------------
+    def check(self, prev_clock: float) -> None:
+        """Every invariant of the loop; AssertionError with the first one that fails."""
+        R, P, Q = self.R, self.P, self.Q
+        r, p, q = R.rows(), P.rows(), Q.rows()
+        st = self.stats
+        lane = "fast lane" if self.fast else "lane"
+        assert self.clock >= prev_clock, f"{lane}: clock went back from {prev_clock} to {self.clock}"
+        count = R.n + P.n + Q.size + st.completed
+        assert count == st.accepted, \
+            f"{lane}: running {R.n} + preempted {P.n} + queued {Q.size} + done {st.completed}" \
+            f" != accepted {st.accepted}"
+        held = int(r.blocks.sum())
+        assert held == self.pool.used, f"{lane}: blocks held by requests {held} != pool's count {self.pool.used}"
+        assert self.pool.used <= self.pool.total, \
+            f"{lane}: KV blocks used {self.pool.used} exceed capacity {self.pool.total}"
+        assert (r.blocks == blocks_for(r.cached)).all(), \
+            f"{lane}: a running request holds the wrong number of blocks for its cache"
+        assert not p.blocks.any() and not q.blocks.any(), f"{lane}: a waiting request holds KV blocks"
+        assert not p.cached.any() and not q.cached.any(), f"{lane}: a waiting request has a cache"
+        dec = r.cached >= r.target
+        assert (r.cached[dec] == r.prompt[dec] + r.gen[dec] - 1).all(), \
+            f"{lane}: a decoding request's cache is not prompt + generated - 1"
+        assert (r.gen < r.total).all(), f"{lane}: a running request has all its tokens"
+        assert self.n_pf == int(np.count_nonzero(~dec)), f"{lane}: prefill count out of step"
+        a = self.arrivals
+        assert (a.u_next[~a.u_pending] == np.inf).all(), f"{lane}: a user not waiting has a send time"
+        ids = np.concatenate([r.id, p.id, q.id])
+        assert np.unique(ids).size == ids.size, f"{lane}: a request is in two states at once"
+

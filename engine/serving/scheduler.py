@@ -1,0 +1,96 @@
+"""Scheduling policies: how many prompt tokens each prefilling row and each waiting request gets in a step.
+
+The lane does what every policy shares (decode rows add one token each, preempt the newest under KV
+pressure, admit preempted requests first and then the queue in order, never more than the free blocks
+and batch slots allow); a policy decides only the token budget. A new policy is a new subclass added to
+POLICIES; the lane never names one.
+
+Admission must be monotone in the free blocks (fewer free blocks never admit more): the lane relies on it
+to skip quiet ticks (a policy that admitted nothing keeps admitting nothing while only decodes run).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+
+class Scheduler:
+    """A batching policy with its knobs: the most sequences in a step and the step's token budget."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, max_batch: int, max_batched_tokens: int) -> None:
+        self.max_batch = max_batch
+        self.mbt = max_batched_tokens
+
+    def admits_while_running(self) -> bool:
+        """Whether requests may join a batch that is already running."""
+        return True
+
+    def prefill_chunks(self, remaining: np.ndarray, decodes: int) -> np.ndarray:
+        """Prompt tokens each running, still-prefilling row reads this step (`remaining` each, oldest first)."""
+        return remaining
+
+    def admit_chunks(self, target: np.ndarray, tokens_planned: int, prefill_planned: bool) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+        """For the candidates in admission order (`target` tokens to prefill each): the tokens each would read
+        this step, and which fit the token budget (the lane admits the leading run that also fits the pool)."""
+        raise NotImplementedError
+
+
+class Static(Scheduler):
+    """A batch forms, runs until every request in it finishes, then the next one forms (no joins mid-run)."""
+
+    name = "static"
+
+    def admits_while_running(self) -> bool:
+        return False
+
+    def admit_chunks(self, target: np.ndarray, tokens_planned: int, prefill_planned: bool) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+        # A static batch reads every prompt in one step, whatever the token budget.
+        return target, np.ones(len(target), dtype=bool)
+
+
+class Continuous(Scheduler):
+    """Requests join and leave the running batch every step; a prompt is read whole in the step it joins."""
+
+    name = "continuous"
+
+    def admit_chunks(self, target: np.ndarray, tokens_planned: int, prefill_planned: bool) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+        # Whole prompts within the token budget; one prompt always goes if nothing else prefills,
+        # so a prompt longer than the budget is not stuck forever.
+        ok = np.cumsum(target) <= self.mbt - tokens_planned
+        if not prefill_planned:
+            ok[0] = True
+        return target, ok
+
+
+class Chunked(Scheduler):
+    """Continuous batching with chunked prefill: decodes first, then prompt chunks in what budget is left."""
+
+    name = "chunked"
+
+    def prefill_chunks(self, remaining: np.ndarray, decodes: int) -> np.ndarray:
+        # Decodes first (one token each), then prefill chunks, oldest first, in what budget is left.
+        budget = max(0, self.mbt - decodes)
+        start = np.cumsum(remaining) - remaining
+        return np.clip(budget - start, 0, remaining)
+
+    def admit_chunks(self, target: np.ndarray, tokens_planned: int, prefill_planned: bool) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+        budget = self.mbt - tokens_planned
+        start = np.cumsum(target) - target
+        chunk = np.clip(budget - start, 0, target)
+        return chunk, chunk > 0
+
+
+POLICIES: dict[str, type[Scheduler]] = {cls.name: cls for cls in (Static, Continuous, Chunked)}
+
+
+def make_scheduler(name: str, max_batch: int, max_batched_tokens: int) -> Scheduler:
+    """The policy called `name` with its knobs (names are checked by the config's validation)."""
+    return POLICIES[name](max_batch, max_batched_tokens)
