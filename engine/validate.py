@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from engine.calibration import Runtime
+from engine.claim_rows import row
 from engine.errors import InputError, suggest
 from engine.specs import load_hardware, load_model
 from engine.step import StepModel, StepOptions
@@ -553,8 +554,6 @@ def claim_c24() -> dict[str, Any]:
     The published figures are Qwen's own vLLM BF16 rows with a 1-token prompt (the 72B on the fewest GPUs, 2);
     the simulated figures are the step model's predicted request times for the same rows.
     """
-    from engine.claims import row
-
     by: dict[str, Case] = {}
     for c in cases("qwen25")[0]:
         r = c.row

@@ -71,7 +71,7 @@ def metric(name: str, unit: str, doc: str) -> Callable[[Callable[[Stage], Any]],
 
 
 def _reference() -> dict[str, Any]:
-    from engine.claims import reference
+    from engine.claim_rows import reference
 
     return reference()
 

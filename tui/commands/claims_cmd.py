@@ -13,7 +13,8 @@ from tui.commands.options import console, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ids", nargs="*", metavar="ID", help="claim ids to check (default: all, C01..C26)")
+    every = f"{CLAIM_IDS[0]}..{CLAIM_IDS[-1]}"
+    p.add_argument("ids", nargs="*", metavar="ID", help=f"claim ids to check (default: all, {every})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
