@@ -13,9 +13,10 @@ from typing import Any
 
 from engine.claim_rows import Row, row
 from engine.config import EngineConfig
+from engine.search import first_true
 from engine.serving import Engine
 from engine.specs import load_hardware, load_model
-from engine.step import StepCost, StepModel, StepOptions, crossover_batch
+from engine.step import StepCost, StepModel, StepOptions, context_wall, crossover_batch
 
 
 def _cfg(**kw: Any) -> EngineConfig:
@@ -50,16 +51,7 @@ def engine_crossover_batch(ideal: bool, model: str = "generic-14b", limit: int =
         """The engine's full-batch decode step at b is compute-bound."""
         return _full_decode_step(b, model=model, ideal=ideal, kv_pool_blocks=1 << 20).bound == "compute"
 
-    lo, hi = 1, limit
-    if not compute_bound(hi):
-        return limit
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if compute_bound(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return first_true(compute_bound, 1, limit)
 
 
 def c13() -> Row:
@@ -107,14 +99,7 @@ def c17() -> Row:
         m = run(n)
         return bool(m["preemptions"] or (m["queue_delay_s"]["p99"] or 0.0) > 0)
 
-    lo, hi = 1, 4 * fit + 4  # bisection: the fewest users at which someone waits for KV blocks
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if waits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    most = lo - 1
+    most = first_true(waits, 1, 4 * fit + 4) - 1  # the fewest users at which someone waits for KV blocks, less one
     m = run(most)
     sm = probe.step_model
     gb_each = m["kv_peak_bytes"] / most / 1e9
@@ -124,25 +109,6 @@ def c17() -> Row:
                 f" pool holds {most} such users and user {most + 1} waits",
                 article_text="KV per user, not shared",
                 simulated_text=f"{most} users fit, {gb_each:.2f} GB each")
-
-
-def _context_wall(sm: StepModel, batch: int) -> int:
-    """Smallest context at which a decode step at `batch` reads more KV than weights (bisection on the step model)."""
-    def over(ctx: int) -> bool:
-        """KV bytes read exceed weight bytes read at this context."""
-        b = sm.decode(batch, ctx).bytes
-        return b["kv_read"] >= b["weights"]
-
-    lo, hi = 1, 1 << 26
-    if not over(hi):
-        return hi
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if over(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def c18() -> Row:
@@ -155,7 +121,7 @@ def c18() -> Row:
                          ("deepseek-v3", "fp8", 8)):
         sm = StepModel(h, load_model(name), StepOptions(ideal=True, kv_dtype=kv, tp=tp))
         b = crossover_batch(sm)  # B* per model at context 0 (C13 finds the same by running the engine)
-        rows.append((name, kv, b, _context_wall(sm, b), _context_wall(sm, 1)))
+        rows.append((name, kv, b, context_wall(sm, b), context_wall(sm, 1)))
     g = rows[0]
     per_tok = StepModel(h, load_model("generic-14b"), StepOptions(kv_dtype="fp8")).kv_bytes_per_token
     others = "; ".join(f"{n} ({kv} KV) {L:,} at B* {b}" for n, kv, b, L, _ in rows[1:])
@@ -184,14 +150,7 @@ def c20() -> Row:
             ratio[b] = (o / i, i, o)
         return ratio[b][0]
 
-    lo, hi = 1, 512
-    while lo < hi:  # the output/input ratio falls as the batch grows: find where it reaches 5
-        mid = (lo + hi) // 2
-        if r(mid) <= 5:
-            hi = mid
-        else:
-            lo = mid + 1
-    b5 = lo
+    b5 = first_true(lambda b: r(b) <= 5, 1, 512)  # the ratio falls as the batch grows: where it reaches 5
     r1, r5 = r(1), r(b5)
     _, i5, o5 = ratio[b5]
     price = load_hardware("h100-sxm").price_per_hour

@@ -461,24 +461,9 @@ def _rack_tb(s: Stage) -> float:
 
 @metric("context_wall_tokens", "tokens", "context at which one user's KV read equals their share of the weight read")
 def _context_wall(s: Stage) -> float:
-    # Found by bisection on the step model: per-user KV read at context L vs weight read / batch.
-    sm, b = s.step_model(), s.probe.batch
+    from engine.step import context_wall
 
-    def over(ctx: int) -> bool:
-        c = sm.decode(b, ctx)
-        return c.bytes["kv_read"] >= c.bytes["weights"]
-
-    hi = 1 << 26
-    if not over(hi):
-        return float(hi)
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if over(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(lo)
+    return float(context_wall(s.step_model(), s.probe.batch))
 
 
 @metric("context_wall_article", "tokens", "the article's wall: weight bytes / (ridge x per-layer KV bytes per token)")
