@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 from rich.table import Table
 
@@ -18,11 +17,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _clean(v: object) -> object:
-    """JSON has no NaN: a figure with no single number becomes null."""
-    return None if isinstance(v, float) and math.isnan(v) else v
-
-
 def run(args: argparse.Namespace) -> int:
     ids = [i.upper() for i in args.ids]
     for i in ids:
@@ -30,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"unknown claim '{i}'{suggest(i, list(CLAIM_IDS))}")
     rows = compute(ids or None)
     if args.json:
-        print_json([{k: _clean(v) for k, v in r.items()} for r in rows])
+        print_json(rows)
         return 0
     t = Table(title="The articles' claims, recomputed", header_style="bold", show_lines=False)
     t.add_column("id", no_wrap=True)
