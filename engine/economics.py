@@ -63,7 +63,8 @@ def serving_cost(sm: StepModel, batch: int, context: int) -> tuple[float, float,
     if batch < 1 or context < 0:
         raise InputError(f"serving batch must be >= 1 and context >= 0, got batch {batch}, context {context}")
     c = sm.decode(batch, context)
-    return c.time_s, c.time_s * sm.opts.tp / batch, c.flops_total / (c.time_s * sm.roof.peak_flops)
+    peak = sm.hw.peak_flops(sm.edtype if sm.model.is_moe else sm.wdtype) * sm.opts.compute_mult
+    return c.time_s, c.time_s * sm.opts.tp / batch, c.flops_total / (c.time_s * peak)
 
 
 def train_gpu_s_per_token(sm: StepModel, a: Assumptions) -> float:

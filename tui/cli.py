@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "step": ("tui.commands.step_cmd", "price one decode or prefill step from first principles"),
     "claims": ("tui.commands.claims_cmd", "check every claim of the articles against the engine"),
     "run": ("tui.commands.run_cmd", "simulate serving many users headless and report the metrics"),
+    "plan": ("tui.commands.plan_cmd", "find the cheapest deployment that meets latency SLOs (local pool or Ray)"),
     "bench": ("tui.commands.bench_cmd", "measure the engine's (and the renderer's) speed"),
     "validate": ("tui.commands.validate_cmd", "compare predicted speeds with measured tables"),
     "scene": ("tui.commands.scene_cmd", "list guided scenes, open one, or play it headless"),

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
-from engine.numbers import fixed, json_safe
+from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
 from engine.serving import Engine
 from tui.commands.options import add_model_options, console, nonneg_int, positive_float, positive_int, print_json
 
@@ -117,13 +117,44 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Model, workload, scheduler and metric options, and --json."""
+    """Model, workload, scheduler, metric and fleet options, and --json."""
     add_model_options(p)
     add_engine_options(p)
+    f = p.add_argument_group("fleet")
+    f.add_argument("--replicas", type=positive_int, default=None,
+                   help="replicas of the deployment (each a --tp group) behind a router (default 1)")
+    f.add_argument("--router", choices=ROUTERS, default="round-robin", help="how requests pick a replica")
+    f.add_argument("--pd", default=None, metavar="P:D",
+                   help="prefill/decode disaggregation: P prefill and D decode replicas, KV copied between them")
+    f.add_argument("--kv-link-gbps", type=positive_float, default=None,
+                   help="P/D KV copy link per GPU, GB/s one way (default: half the GPU's interconnect_gbps)")
+    f.add_argument("--budget-per-hour", type=positive_float, default=None,
+                   help="refuse a fleet that costs more $ per hour than this")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
 
 
-def run_engine(engine: Engine, show_progress: bool) -> int:
+def build(args: argparse.Namespace) -> Engine | Fleet:
+    """One engine, or a fleet when --replicas or --pd asks for more than one replica."""
+    cfg = config_from_args(args)
+    pd = parse_pd(args.pd) if args.pd else None
+    replicas = args.replicas if args.replicas is not None else (sum(pd) if pd else 1)
+    if replicas == 1 and pd is None:
+        engine: Engine | Fleet = Engine(cfg)
+        gpus = cfg.tp
+    else:
+        engine = Fleet(FleetSpec(cfg, replicas=replicas, router=args.router, pd=pd, kv_link_gbps=args.kv_link_gbps))
+        gpus = engine.gpus
+    if args.budget_per_hour is not None:
+        price = cfg.price_per_hour if cfg.price_per_hour is not None else engine.step_model.hw.price_per_hour
+        if price * gpus > args.budget_per_hour + 1e-9:
+            most = int(args.budget_per_hour // (price * cfg.tp)) if price else replicas
+            raise InputError(f"{replicas} replica(s) of tp{cfg.tp} {engine.step_model.hw.name} ({gpus} GPUs) cost"
+                             f" ${price * gpus:,.2f}/h, over --budget-per-hour {args.budget_per_hour:g}:"
+                             f" it allows at most {most} replica(s)")
+    return engine
+
+
+def run_engine(engine: Engine | Fleet, show_progress: bool) -> int:
     """Run to the config's bound, with a progress bar on stderr when it is a terminal; returns ticks run."""
     cfg = engine.config
     if not show_progress:
@@ -142,7 +173,7 @@ def run_engine(engine: Engine, show_progress: bool) -> int:
         return ticks
 
 
-def report(engine: Engine) -> dict[str, Any]:
+def report(engine: Engine | Fleet) -> dict[str, Any]:
     """The run's JSON: configuration, then the metrics (non-finite numbers become null)."""
     cfg = engine.config
     sm = engine.step_model
@@ -160,12 +191,23 @@ def report(engine: Engine) -> dict[str, Any]:
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
-    return json_safe(out)
+    return _finite(out)
+
+
+def _finite(o: Any) -> Any:
+    """NaN and infinities are not JSON: turn them into null, recursively."""
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return o
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the engine, run it to its bound, print JSON or the Rich report."""
-    engine = Engine(config_from_args(args))
+    engine = build(args)
     run_engine(engine, show_progress=sys.stderr.isatty())
     out = report(engine)
     if args.json:
@@ -173,6 +215,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print(out)
     return 0
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+    """A number scaled and formatted, or '-' when there is none."""
+    if v is None:
+        return "-"
+    return f"{v * scale:,.{digits}f}{unit}"
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -193,31 +242,49 @@ def _print(r: dict[str, Any]) -> None:
             "ms"), ("TPOT", "tpot_s", 1e3, "ms"), ("end to end", "e2e_s", 1.0, "s"),
             ("queue delay", "queue_delay_s", 1e3, "ms"))
     for label, key, scale, unit in rows:
-        t.add_row(label, *(fixed(r[key].get(p), scale, 1, f" {unit}") for p in ("p50", "p90", "p99")))
+        t.add_row(label, *(_fmt(r[key].get(p), scale, 1, f" {unit}") for p in ("p50", "p90", "p99")))
     con.print(t)
     s = Table(header_style="bold", show_edge=False, show_header=False)
     s.add_column("")
     s.add_column("", justify="right")
-    s.add_row("throughput in / out",
-              f"{fixed(r['throughput_in_tok_s'], 1, 0)} / {fixed(r['throughput_out_tok_s'], 1, 0)} tok/s")
-    s.add_row("batch (median)", fixed(r["batch_p50"], 1, 0))
+    s.add_row("throughput in / out", f"{_fmt(r['throughput_in_tok_s'], 1, 0)} / {_fmt(r['throughput_out_tok_s'], 1, 0)}"
+              " tok/s")
+    s.add_row("batch (median)", _fmt(r["batch_p50"], 1, 0))
     s.add_row("KV pool", f"{r['kv_capacity_bytes'] / 1e9:,.1f} GB ({r['kv_blocks_total']:,} blocks of 16 tokens);"
               f" peak {r['kv_peak_bytes'] / 1e9:,.1f} GB ({100 * r['kv_util_peak']:.0f} %)")
     s.add_row("preemptions", f"{r['preemptions']:,} ({r['recomputed_tokens']:,} tokens recomputed)")
-    s.add_row("MFU / bandwidth used", f"{fixed(r['mfu'], 100, 1)} % / {fixed(r['bw_util'], 100, 1)} %")
-    s.add_row("$/Mtok in / out", f"${fixed(r['cost_per_mtok_in'], 1, 3)} / ${fixed(r['cost_per_mtok_out'], 1, 3)}"
+    s.add_row("MFU / bandwidth used", f"{_fmt(r['mfu'], 100, 1)} % / {_fmt(r['bw_util'], 100, 1)} %")
+    s.add_row("$/Mtok in / out", f"${_fmt(r['cost_per_mtok_in'], 1, 3)} / ${_fmt(r['cost_per_mtok_out'], 1, 3)}"
               f" at ${r['price_per_hour']:g}/GPU-hour")
     if r.get("goodput_req_s") is not None:
-        s.add_row("goodput (within SLO)", f"{fixed(r['goodput_req_s'], 1, 2)} req/s, {fixed(r['goodput_tok_s'], 1, 0)}"
-                  f" tok/s ({fixed(r['slo_attainment'], 100, 0)} % of requests)")
+        s.add_row("goodput (within SLO)", f"{_fmt(r['goodput_req_s'], 1, 2)} req/s, {_fmt(r['goodput_tok_s'], 1, 0)}"
+                  f" tok/s ({_fmt(r['slo_attainment'], 100, 0)} % of requests)")
     if r.get("fast_lane"):
         f, n = r["fast_lane"], r["normal_lane"]
-        s.add_row("fast lane vs normal", f"{fixed(f['tok_s_per_user'], 1, 0)} vs {fixed(n['tok_s_per_user'], 1, 0)}"
-                  f" tok/s per user; ${fixed(f['cost_per_mtok_out'], 1, 2)} vs ${fixed(n['cost_per_mtok_out'], 1, 2)}"
+        s.add_row("fast lane vs normal", f"{_fmt(f['tok_s_per_user'], 1, 0)} vs {_fmt(n['tok_s_per_user'], 1, 0)}"
+                  f" tok/s per user; ${_fmt(f['cost_per_mtok_out'], 1, 2)} vs ${_fmt(n['cost_per_mtok_out'], 1, 2)}"
                   " per Mtok out")
     con.print(s)
+    if r.get("replicas"):
+        _print_fleet(con, r)
     if r["clipped_requests"]:
         con.print(f"[yellow]note:[/] {r['clipped_requests']:,} sampled requests were clipped to fit the model's context"
                   " or the KV pool")
     if r["latency_samples"] < r["requests_completed"]:
         con.print(f"note: percentiles cover the last {r['latency_samples']:,} requests")
+
+
+def _print_fleet(con: Any, r: dict[str, Any]) -> None:
+    """One row per replica: role, answers, KV peak, busy share, queue peak; the P/D copies' cost."""
+    t = Table(header_style="bold", show_edge=False, title=f"{len(r['replicas'])} replicas · router {r['router']}"
+              f" · {r['gpus']} GPUs at ${r['cost_per_hour']:,.2f}/h", title_justify="left")
+    for c in ("replica", "role", "requests", "KV peak GB", "busy", "queue peak"):
+        t.add_column(c, justify="left" if c == "role" else "right")
+    for i, s in enumerate(r["replicas"]):
+        t.add_row(str(i), s["role"], f"{s['requests_completed']:,}", f"{s['kv_peak_bytes'] / 1e9:,.1f}",
+                  f"{100 * s['busy']:.0f} %", f"{s['queue_peak']:,}")
+    con.print(t)
+    if r.get("pd"):
+        ks = r["kv_transfer_s"]
+        con.print(f"P/D {r['pd']}: {r['kv_transfers']:,} KV copies over {r['kv_link_gbps']:g} GB/s per GPU, each"
+                  f" {_fmt(ks['p50'], 1e3, 2, ' ms')} (p50) / {_fmt(ks['p99'], 1e3, 2, ' ms')} (p99)")

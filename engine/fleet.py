@@ -1,0 +1,518 @@
+"""A fleet: several replicas of one deployment on one clock, a router choosing where each request goes.
+
+The fleet owns the workload: it draws arrival times (closed-loop users or Poisson) and lengths from its
+own seeded streams, so every replica count and router sees the same requests. Each replica is one
+engine lane (a tp group of GPUs with its own KV pool, queue and clock) that receives requests instead
+of drawing them. The fleet always moves the replica furthest behind, and hands a request to a replica
+before any busy replica steps past its arrival, so a request is admitted at the first step boundary of
+its replica after it arrives, exactly as on one engine.
+
+Routers (what they read is each replica's state at the arrival):
+- round-robin: replica i, i+1, ... in turn;
+- least-loaded: fewest requests queued, preempted or running;
+- kv-aware: the most free KV blocks;
+- prefix-aware: the replica that served this user's previous turn (where its conversation's prefix
+  is cached), else the least loaded. Open-loop requests have no conversation: least loaded.
+
+Replica-level detail (injecting rows, reading pools and latencies) lives in `_Replica`, the one place
+that knows the serving loop's tables.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.errors import InputError
+from engine.serving.accounting import L, Percentiles, run_metrics
+from engine.serving.arrivals import Arrivals, Budget
+from engine.serving.engine import Engine
+from engine.serving.lane import Lane
+from engine.serving.tables import BLOCK, SHIFT, Rows
+from engine.step import StepModel
+from engine.workload import Dist, Sampler, parse_dist, seeded_rngs
+
+ROUTERS = ("round-robin", "least-loaded", "kv-aware", "prefix-aware")
+MAX_REPLICAS = 4096
+# Fixed cost of one KV copy between a prefill and a decode replica (connection handshake, descriptor
+# exchange, completion notice): an assumed 1 ms, not fitted to a measurement.
+KV_LINK_LATENCY_S = 1e-3
+
+
+def parse_pd(text: str) -> tuple[int, int]:
+    """'P:D' -> (P, D) with P, D >= 1 (a split with no prefill or no decode replica is an error)."""
+    p, sep, d = text.partition(":")
+    try:
+        pp, dd = int(p), int(d)
+    except ValueError:
+        raise InputError(f"--pd takes P:D, prefill and decode replica counts such as 1:3, got {text!r}") from None
+    if not sep:
+        raise InputError(f"--pd takes P:D, prefill and decode replica counts such as 1:3, got {text!r}")
+    if dd < 1:
+        raise InputError(f"--pd {text} leaves no decode replica: every answer needs one; try {max(pp, 1)}:1")
+    if pp < 1:
+        raise InputError(f"--pd {text} leaves no prefill replica: every prompt needs one; try 1:{dd}")
+    return pp, dd
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    """A fleet: the per-replica configuration (workload included), how many replicas, router, P/D split."""
+
+    config: EngineConfig
+    replicas: int = 1
+    router: str = "round-robin"
+    pd: tuple[int, int] | None = None  # (prefill replicas, decode replicas); their sum is `replicas`
+    kv_link_gbps: float | None = None  # P/D KV transfer link (default: the GPU's interconnect)
+
+
+class _Replica:
+    """One replica: an engine lane fed by the fleet (it draws no arrivals of its own)."""
+
+    __slots__ = ("eng", "lane", "index", "role", "queue_peak", "held", "inflight", "finished_rows")
+
+    def __init__(self, cfg: EngineConfig, index: int, role: str = "both") -> None:
+        # No users, no rate, no bounds: the lane only serves what the fleet injects.
+        self.eng = Engine(replace(cfg, users=0, rate=0.0, requests=None, duration=None, fast_share=0.0))
+        self.lane: Lane = self.eng._lanes[0]
+        self.index = index
+        self.role = role  # "both", or "prefill" / "decode" in a disaggregated fleet
+        self.queue_peak = 0
+        self.held = 0  # KV blocks pinned by copies (prefill: until the copy lands; decode: reserved for it)
+        self.inflight = 0  # decode: batch slots reserved for copies on their way
+        self.finished_rows: list[Rows] = []
+        if role == "prefill":
+            # A prefill replica hands every finished prompt to the fleet: keep the rows _complete drops.
+            complete = self.lane._complete
+
+            def keep_rows(done: np.ndarray, t: float) -> np.ndarray:
+                self.finished_rows.append(self.lane.R.rows().pick(done).copy())
+                return complete(done, t)
+            self.lane._complete = keep_rows  # type: ignore[method-assign]
+
+    @property
+    def clock(self) -> float:
+        return self.lane.clock
+
+    @clock.setter
+    def clock(self, t: float) -> None:
+        self.lane.clock = t
+
+    @property
+    def busy(self) -> bool:
+        """Something queued, preempted or running."""
+        return self.lane.has_work
+
+    @property
+    def load(self) -> int:
+        """Requests queued, preempted or running here."""
+        return self.lane.R.n + self.lane.waiting
+
+    @property
+    def running(self) -> int:
+        """Requests in the batch, plus copies on their way to it."""
+        return self.lane.R.n + self.inflight
+
+    @property
+    def free_blocks(self) -> int:
+        """KV blocks neither a running request nor a copy holds (queued requests will want some of them)."""
+        return self.lane.pool.free
+
+    @property
+    def blocked(self) -> bool:
+        """Nothing running and the head of its queue cannot get blocks while copies pin them: wait for a landing."""
+        ln = self.lane
+        if ln.R.n or not self.held or not ln.waiting:
+            return False
+        head = int(ln.P.col("target").min()) if ln.P.n else int(ln.Q.col("target")[0])
+        need = 1 if ln.sched.name == "chunked" else (head + BLOCK - 1) >> SHIFT
+        return self.free_blocks < need
+
+    @property
+    def cap_tokens(self) -> int:
+        """The longest request (prompt + generated) this replica's context and pool can hold."""
+        return int(self.lane.cap_tokens)
+
+    def hold(self, blocks: int) -> None:
+        """Pin (or, negative, release) blocks for a KV copy: the pool counts them as used."""
+        self.held += blocks
+        if blocks >= 0:
+            self.lane.pool.take(blocks)
+        else:
+            self.lane.pool.give(-blocks)
+
+    def inject(self, rows: Rows) -> None:
+        """Queue requests (already clipped to fit) at the tail of this replica's FIFO."""
+        ln = self.lane
+        ln.stats.accepted += len(rows)
+        ln.Q.append(rows)
+        self.queue_peak = max(self.queue_peak, ln.waiting)
+
+    def land(self, row: Rows) -> None:
+        """A copied request joins the running batch: its reserved blocks become its own."""
+        ln = self.lane
+        self.held -= int(row.blocks[0])  # the pool already counts them: they change hands, not state
+        self.inflight -= 1
+        row.seq[0] = ln.seq
+        ln.seq += 1
+        ln.R.append(row)
+        ln.n_pf += 1  # it still computes one token of its prompt (see Fleet._handoff)
+        ln.stats.accepted += 1
+
+    def step(self, limit: float) -> np.ndarray:
+        """One engine step of this replica (never past `limit`, the fleet's next event); ids it finished."""
+        self.eng._tick += 1
+        done = self.lane.step(limit, self.eng._tick).completed
+        self.queue_peak = max(self.queue_peak, self.lane.waiting)
+        return done
+
+    def latencies(self) -> np.ndarray:
+        """Latency rows of the answers it finished (TTFT, raw TTFT, TPOT, e2e, queue delay)."""
+        return self.lane.stats.lat.last()
+
+    def summary(self, sim: float) -> dict[str, Any]:
+        """This replica's row in `run --json`'s replicas list (busy: share of the fleet's `sim` seconds)."""
+        ln = self.lane
+        sm = self.eng.step_model
+        return {"requests_completed": ln.stats.completed,
+                "kv_peak_bytes": ln.pool.peak * BLOCK * sm.kv_bytes_per_token,
+                "busy": ln.stats.busy_s / sim if sim else 0.0, "queue_peak": self.queue_peak, "role": self.role}
+
+
+class Fleet:
+    """Replicas of one deployment behind a router, on one clock: run(), metrics(), latencies()."""
+
+    def __init__(self, spec: FleetSpec) -> None:
+        cfg = spec.config
+        _validate(spec)
+        self.spec = spec
+        n_pf = spec.pd[0] if spec.pd else 0
+        roles = ["prefill"] * n_pf + ["decode"] * (spec.replicas - n_pf) if spec.pd else ["both"] * spec.replicas
+        self.reps = [_Replica(cfg, i, role) for i, role in enumerate(roles)]
+        # Arrivals go to the replicas that read prompts; answers are written by those that decode.
+        self.front = [r for r in self.reps if r.role != "decode"]
+        self.back = [r for r in self.reps if r.role != "prefill"]
+        sm = self.reps[0].eng.step_model
+        self.price_per_gpu_hour = cfg.price_per_hour if cfg.price_per_hour is not None else sm.hw.price_per_hour
+        # P/D: each GPU of a tp group sends its own KV shard over its own link, one direction of it
+        # (interconnect_gbps is the total of both directions).
+        gbps = spec.kv_link_gbps if spec.kv_link_gbps is not None else sm.hw.interconnect_gbps / 2
+        self.link_bytes_s = gbps * 1e9
+        self.kv_bytes_per_token = sm.kv_bytes_per_token  # per GPU
+        self.link_free = [0.0] * len(self.reps)  # when each prefill replica's outgoing link is next idle
+        self.waiting: list[_Copy] = []  # copies not yet started, oldest first
+        self.landings: list[tuple[float, int, _Copy]] = []  # copies under way: a heap by landing time
+        self.transfers = 0
+        self.transfer_s: list[float] = []
+        self.pending: dict[int, tuple[int, int]] = {}  # P/D: request id -> (think, total) while its prompt is read
+        # The workload, drawn once for the whole fleet from the same streams an engine's lane uses.
+        rngs = seeded_rngs(cfg.seed, 5)
+        self._cap = self.reps[0].cap_tokens
+        self.s_prompt = Sampler(parse_dist(cfg.prompt, "--prompt", 1), rngs[0], True, 1, max(1, self._cap - 1))
+        self.s_output = Sampler(parse_dist(cfg.output, "--output", 1), rngs[1], True, 1)
+        self.s_think = Sampler(parse_dist(cfg.think, "--think", 0), rngs[2], True, 0)
+        self.budget = Budget(cfg.requests, cfg.users, cfg.duration)
+        self.arrivals = Arrivals(self.budget, False, 0.0, cfg.rate,
+                                 Sampler(parse_dist(cfg.think_time, "--think-time", 0), rngs[3], False, 0.0),
+                                 Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
+        self.arrivals.set_users(cfg.users, 0.0, np.zeros(0, dtype=np.int64))
+        self.clipped = 0
+        self.ticks = 0
+        self.rr = 0
+        self.u_last = np.full(cfg.users, -1, dtype=np.int64)  # replica of each user's previous turn
+        self.owner: dict[int, int] = {}  # request id -> user, for closed-loop requests in flight
+        self.last_routes: list[int] = []  # the router's latest choices (replica indices), newest last
+
+    # ---- what `tokensim run` reads (the same names as Engine's) ----------------------------------
+    @property
+    def config(self) -> EngineConfig:
+        """The per-replica configuration, workload included."""
+        return self.spec.config
+
+    @property
+    def step_model(self) -> StepModel:
+        """The step model every replica prices its steps with."""
+        return self.reps[0].eng.step_model
+
+    @property
+    def tick(self) -> int:
+        """Replica steps taken so far, every replica."""
+        return self.ticks
+
+    @property
+    def requests_completed(self) -> int:
+        """Answers finished so far (by the replicas that write answers)."""
+        return sum(r.lane.stats.completed for r in self.back)
+
+    # ---- cost ---------------------------------------------------------------------------------
+    @property
+    def gpus(self) -> int:
+        """Every GPU of every replica."""
+        return self.spec.config.tp * self.spec.replicas
+
+    @property
+    def cost_per_hour(self) -> float:
+        """Dollars per hour for every GPU of the fleet."""
+        return self.price_per_gpu_hour * self.gpus
+
+    # ---- the clock ----------------------------------------------------------------------------
+    def _steppable(self) -> list[_Replica]:
+        """Replicas with a step to take now (busy, not waiting on a copy, inside the run's duration)."""
+        d = self.budget.duration
+        return [r for r in self.reps if r.busy and not r.blocked and (d is None or r.clock < d)]
+
+    @property
+    def clock(self) -> float:
+        """The earliest clock among replicas with work (every event before it is final)."""
+        busy = [r.clock for r in self._steppable()]
+        return min(busy) if busy else max(r.clock for r in self.reps)
+
+    @property
+    def finished(self) -> bool:
+        """No request will come, no copy is under way, and every replica has drained (or the duration passed)."""
+        return (self.arrivals.next_time == math.inf and not self.landings and not self.waiting
+                and not self._steppable())
+
+    def run(self, max_ticks: int | None = None) -> int:
+        """Run to the bound (--requests served or --duration passed); returns replica steps taken.
+
+        Events go in time order: an arrival or a copy landing at or before the earliest busy replica's
+        clock happens first, so no replica steps past a request meant for it.
+        """
+        if self.budget.limit is None and self.budget.duration is None:
+            raise InputError("an unbounded workload never finishes: give --requests N or --duration S")
+        n = 0
+        while max_ticks is None or n < max_ticks:
+            ta = self.arrivals.next_time
+            tl = self.landings[0][0] if self.landings else math.inf
+            busy = self._steppable()
+            tmin = min((r.clock for r in busy), default=math.inf)
+            if tl <= tmin and tl <= ta and tl < math.inf:
+                self._land()
+                continue
+            if ta <= tmin and ta < math.inf:
+                self._arrive(ta)
+                continue
+            if not busy:
+                break
+            r = busy[0] if len(busy) == 1 else min(busy, key=lambda x: x.clock)
+            done = r.step(min(ta, tl))
+            n += 1
+            self.ticks += 1
+            if r.role == "prefill":
+                self._handoff(r)
+            elif done.size and self.owner:
+                self._think(done, r.clock)
+            if self.waiting and r.role == "decode":
+                self._start_copies(r.clock)
+        return n
+
+    # ---- arrivals and routing -----------------------------------------------------------------
+    def _arrive(self, t: float) -> None:
+        """Every request due at t: draw its lengths (as a lane would), route it, queue it."""
+        tt, uu = self.arrivals.due(t)
+        k = len(tt)
+        if not k:
+            return
+        prompt = self.s_prompt.take(k)
+        think = self.s_think.take(k)
+        output = self.s_output.take(k)
+        # A request's whole cache (prompt + every generated token) must fit the context and the pool.
+        room = self._cap - prompt
+        over = think + output > room
+        if over.any():
+            self.clipped += int(over.sum())
+            think = np.where(over, np.minimum(think, room - 1), think)
+            output = np.where(over, np.maximum(1, room - think), output)
+        self.clipped += self.s_prompt.clipped
+        self.s_prompt.clipped = 0
+        b = self.budget
+        rows = Rows.new(k)
+        rows.id[:] = np.arange(b.next_id, b.next_id + k)
+        rows.user[:] = uu
+        rows.prompt[:] = prompt
+        rows.think[:] = think
+        rows.total[:] = think + output
+        rows.target[:] = prompt
+        rows.arrival[:] = tt
+        b.next_id += k
+        b.accepted += k
+        for j in range(k):
+            self._send(rows.pick(slice(j, j + 1)).copy(), t)
+
+    def _send(self, row: Rows, t: float) -> None:
+        """One request to the replica the router picks (a prefill replica reads only its prompt)."""
+        user = int(row.user[0])
+        rid = int(row.id[0])
+        rep = self._route(user)
+        self.last_routes = (self.last_routes + [rep.index])[-16:]
+        if user >= 0:
+            self.owner[rid] = user
+            self.u_last[user] = rep.index
+        if rep.role == "prefill":
+            # It reads the prompt and computes one token; the answer comes from a decode replica.
+            self.pending[rid] = (int(row.think[0]), int(row.total[0]))
+            row.think[0] = 0
+            row.total[0] = 1
+        rep.inject(row)
+        rep.clock = max(rep.clock, t)
+
+    def _route(self, user: int) -> _Replica:
+        """The replica (of those that read prompts) the router picks for a request from `user`."""
+        reps = self.front
+        if len(reps) == 1:
+            return reps[0]
+        name = self.spec.router
+        if name == "round-robin":
+            i = self.rr
+            self.rr = (i + 1) % len(reps)
+            return reps[i]
+        if name == "kv-aware":
+            # Most free KV, ties to the least loaded, then the lowest index: deterministic.
+            return min(reps, key=lambda r: (-r.free_blocks, r.load, r.index))
+        if name == "prefix-aware" and user >= 0 and self.u_last[user] >= 0:
+            return self.reps[int(self.u_last[user])]
+        return min(reps, key=lambda r: (r.load, r.index))
+
+    def _think(self, done: np.ndarray, t: float) -> None:
+        """Closed-loop users whose answer just finished think, then send again."""
+        users = [self.owner.pop(rid) for rid in done.tolist() if rid in self.owner]
+        if users:
+            self.arrivals.think(np.array(users, dtype=np.int64), t)
+
+    # ---- prefill/decode disaggregation --------------------------------------------------------
+    def _handoff(self, r: _Replica) -> None:
+        """Prompts a prefill replica just finished: pin their blocks there and queue their KV copies."""
+        for rows in r.finished_rows:
+            for j in range(len(rows)):
+                row = rows.pick(slice(j, j + 1)).copy()
+                think, total = self.pending.pop(int(row.id[0]))
+                pinned = int(row.blocks[0])
+                r.hold(pinned)
+                # The decode replica receives the prompt's KV but the last position, and computes the
+                # first token itself: one query token on top of prompt - 1 cached ones.
+                p = int(row.prompt[0])
+                row.think[0] = think
+                row.total[0] = total
+                row.cached[0] = p - 1
+                row.target[0] = p
+                row.gen[0] = 0
+                row.input[0] = p  # its input tokens were counted where they were read
+                row.blocks[0] = (p - 1 + BLOCK - 1) >> SHIFT
+                row.first[0] = row.visible[0] = row.done[0] = np.nan
+                self.waiting.append(_Copy(r.clock, r.index, pinned, -1, row))
+        r.finished_rows.clear()
+        if self.waiting:
+            self._start_copies(r.clock)
+
+    def _start_copies(self, now: float) -> None:
+        """Start waiting copies, oldest first, on decode replicas with a free slot and the blocks (reserved now)."""
+        still: list[_Copy] = []
+        for c in self.waiting:
+            b = int(c.row.blocks[0])
+            room = [d for d in self.back if d.running < d.lane.sched.max_batch and d.free_blocks >= b]
+            if not room or still:  # FIFO: a copy that cannot start holds back the ones behind it
+                still.append(c)
+                continue
+            d = min(room, key=lambda x: (x.running, x.index))
+            d.hold(b)
+            d.inflight += 1
+            c.dst = d.index
+            start = max(c.ready, now, self.link_free[c.src])
+            wire = int(c.row.cached[0]) * self.kv_bytes_per_token / self.link_bytes_s
+            self.link_free[c.src] = start + wire  # the link carries one copy at a time
+            secs = wire + KV_LINK_LATENCY_S
+            self.transfers += 1
+            self.transfer_s.append(secs)
+            heapq.heappush(self.landings, (start + secs, self.transfers, c))
+        self.waiting = still
+
+    def _land(self) -> None:
+        """The earliest copy lands: the prefill replica lets go of its blocks, the decode replica runs it."""
+        t, _, c = heapq.heappop(self.landings)
+        self.reps[c.src].hold(-c.pinned)
+        d = self.reps[c.dst]
+        d.land(c.row)
+        d.clock = max(d.clock, t)
+        if self.waiting:
+            self._start_copies(t)
+
+    # ---- reading ------------------------------------------------------------------------------
+    def latencies(self) -> tuple[np.ndarray, np.ndarray]:
+        """(TTFT, TPOT) of every answer the fleet finished (the last LATENCY_SAMPLES per replica)."""
+        lat = np.concatenate([r.latencies() for r in self.back])
+        return lat[:, L.TTFT], lat[:, L.TPOT]
+
+    def _metrics_of(self, reps: list[_Replica]) -> dict[str, Any]:
+        """The run metrics over some replicas (their lanes pooled, as an engine pools its lanes)."""
+        cfg = self.spec.config
+        sm = self.step_model
+        slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
+        return run_metrics([r.lane for r in reps], self.reps[0].eng._rates(), self.ticks, sm.kv_capacity_bytes,
+                           sm.kv_bytes_per_token, slo, cfg.tp).as_dict()
+
+    def metrics(self) -> dict[str, Any]:
+        """`run --json`'s fleet-wide keys over every replica, plus `replicas` (one summary each) and the router.
+
+        With P/D, answers (latencies, output tokens) are read from the decode replicas and prompts (input
+        tokens, queueing) from the prefill replicas; utilisation and cost count every GPU.
+        """
+        m = self._metrics_of(self.reps)
+        if self.spec.pd:
+            back = self._metrics_of(self.back)
+            front = self._metrics_of(self.front)
+            for k in ("requests_completed", "output_tokens", "visible_tokens", "ttft_s", "ttft_raw_s", "tpot_s",
+                      "e2e_s", "latency_samples", "goodput_req_s", "goodput_tok_s", "slo_attainment",
+                      "cost_per_mtok_out", "batch_p50"):
+                m[k] = back[k]
+            m["cost_per_mtok_in"] = front["cost_per_mtok_in"]
+            m["queue_delay_s"] = front["queue_delay_s"]
+            sim = m["sim_time_s"]
+            m["throughput_out_tok_s"] = m["output_tokens"] / sim if sim else 0.0
+            m["pd"] = f"{self.spec.pd[0]}:{self.spec.pd[1]}"
+            m["kv_transfers"] = self.transfers
+            m["kv_transfer_s"] = Percentiles.of(np.array(self.transfer_s))._asdict()
+            m["kv_link_gbps"] = self.link_bytes_s / 1e9
+        m["requests_accepted"] = self.budget.accepted
+        m["clipped_requests"] = self.clipped
+        m["gpus"] = self.gpus
+        m["cost_per_hour"] = self.cost_per_hour
+        m["router"] = self.spec.router
+        m["replicas"] = [r.summary(m["sim_time_s"]) for r in self.reps]
+        m["kv_peak_bytes"] = max(s["kv_peak_bytes"] for s in m["replicas"])
+        return m
+
+
+@dataclass(slots=True)
+class _Copy:
+    """One prompt's KV on its way from a prefill replica to a decode replica."""
+
+    ready: float  # when the prompt finished
+    src: int  # prefill replica (pins `pinned` blocks until the copy lands)
+    pinned: int
+    dst: int  # decode replica (-1 until the copy starts; it reserves the row's blocks then)
+    row: Rows  # the request as the decode replica will run it
+
+    def __lt__(self, other: _Copy) -> bool:  # heap ties are broken by the order number first; never reached
+        return self.src < other.src
+
+
+def _validate(spec: FleetSpec) -> None:
+    """Fleet-level contradictions: one line each."""
+    if spec.router not in ROUTERS:
+        raise InputError(f"--router {spec.router!r} is not a router; choose from {', '.join(ROUTERS)}")
+    if isinstance(spec.replicas, bool) or int(spec.replicas) != spec.replicas or not 1 <= spec.replicas <= MAX_REPLICAS:
+        raise InputError(f"--replicas must be a whole number from 1 to {MAX_REPLICAS}, got {spec.replicas}")
+    if spec.pd is not None:
+        p, d = spec.pd
+        if d < 1 or p < 1:
+            raise InputError(f"--pd {p}:{d} needs at least one prefill and one decode replica")
+        if p + d != spec.replicas:
+            raise InputError(f"--pd {p}:{d} is {p + d} replicas, but --replicas is {spec.replicas}")
+    if spec.config.fast_share > 0 and spec.replicas > 1:
+        raise InputError("--fast-share is a second GPU group of one engine; with --replicas use one or the other")

@@ -1,0 +1,354 @@
+"""`plan`: search a grid of deployments for the cheapest one that serves a workload within its SLOs.
+
+A plan is a pure function mapped over a grid: `evaluate(point, base, slo)` builds the deployment the
+point names on top of the base configuration (the workload, runtime and dtypes), serves the workload
+to the end and returns plain numbers. The same point, base and seed give the same numbers in any
+process, so a local process pool and Ray tasks (engine/plan_ray.py) return the same plan.
+
+What cannot fit (weights over memory, heads that do not split over tp, one request whose KV cache
+overflows the pool, a price over the budget) is pruned before anything is simulated, with the reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.errors import InputError
+from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
+from engine.specs import load_hardware
+
+MAX_POINTS = 100_000  # a grid larger than this is a typo (e.g. --replicas 1-100000), not a plan
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One deployment: which GPU and model, tensor parallelism, how many replicas split how, scheduler knobs."""
+
+    hardware: str
+    model: str
+    tp: int
+    replicas: int  # engines in the fleet (P + D with disaggregation)
+    pd: tuple[int, int] | None  # (prefill replicas, decode replicas), or None: every replica does both
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    router: str
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the deployment rents: tp per replica."""
+        return self.tp * self.replicas
+
+    def as_dict(self) -> dict[str, Any]:
+        """The point's fields for JSON (pd as "P:D" or null)."""
+        return {"hardware": self.hardware, "model": self.model, "tp": self.tp, "replicas": self.replicas,
+                "pd": None if self.pd is None else f"{self.pd[0]}:{self.pd[1]}", "gpus": self.gpus,
+                "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
+                "router": self.router}
+
+    def label(self) -> str:
+        """A short human name: 'h100-sxm tp2 x4 (1:3) rr seqs256 tok8192'."""
+        split = f" ({self.pd[0]}:{self.pd[1]})" if self.pd else ""
+        return (f"{self.hardware} {self.model} tp{self.tp} x{self.replicas}{split} {self.router}"
+                f" seqs{self.max_num_seqs} tok{self.max_num_batched_tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class Space:
+    """The search space: every combination of these values is one Point (with pd splits adding their own)."""
+
+    hardware: tuple[str, ...]
+    model: tuple[str, ...]
+    tp: tuple[int, ...]
+    replicas: tuple[int, ...]
+    pd: tuple[tuple[int, int], ...] = ()  # P:D splits tried besides plain replicas (their replicas = P + D)
+    pd_only: bool = False  # only the splits, no colocated replicas
+    max_num_seqs: tuple[int, ...] = (256,)
+    max_num_batched_tokens: tuple[int, ...] = (8192,)
+    router: tuple[str, ...] = ("round-robin",)
+
+    def points(self) -> list[Point]:
+        """Every point, in a fixed order (hardware, model, tp, layout, knobs, router)."""
+        layouts: list[tuple[int, tuple[int, int] | None]] = [] if self.pd_only else [(r, None) for r in self.replicas]
+        layouts += [(p + d, (p, d)) for p, d in self.pd]
+        n = (len(self.hardware) * len(self.model) * len(self.tp) * len(layouts) * len(self.max_num_seqs)
+             * len(self.max_num_batched_tokens) * len(self.router))
+        if n > MAX_POINTS:
+            raise InputError(f"the search space has {n:,} points, more than {MAX_POINTS:,}: narrow a range")
+        out = []
+        for hw, m, tp, (reps, pd), seqs, mbt, router in itertools.product(
+                self.hardware, self.model, self.tp, layouts, self.max_num_seqs, self.max_num_batched_tokens,
+                self.router):
+            # A router only matters with more than one replica to choose from: one point, not one per router.
+            if reps == 1 and router != self.router[0]:
+                continue
+            out.append(Point(hw, m, tp, reps, pd, seqs, mbt, router))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Latency targets on one percentile of completed requests (None: no target on that metric)."""
+
+    ttft: float | None = None
+    tpot: float | None = None
+    percentile: float = 90.0
+
+    @property
+    def key(self) -> str:
+        return f"p{self.percentile:g}"
+
+
+# ---- parsing the search-space flags (one-line InputErrors) ------------------------------------------
+
+def parse_names(text: str, what: str) -> tuple[str, ...]:
+    """'a,b' -> ('a', 'b'); empty items are an error."""
+    items = tuple(s.strip() for s in text.split(","))
+    if not all(items):
+        raise InputError(f"{what}: empty item in {text!r}; give names separated by commas")
+    return tuple(dict.fromkeys(items))
+
+
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
+    """'1,2,4' or '1-16' or '1-16,32' -> sorted unique whole numbers >= 1."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            a, _, b = part.partition("-")
+            lo, hi = int(a), int(b or a)
+        except ValueError:
+            raise InputError(f"{what}: expected whole numbers like 1,2,4 or a range like 1-16, got {text!r}") from None
+        if lo > hi:
+            raise InputError(f"{what}: range {part!r} runs backwards; write {hi}-{lo}")
+        if hi - lo >= MAX_POINTS:
+            raise InputError(f"{what}: {text!r} names more than {MAX_POINTS:,} values")
+        out.update(range(lo, hi + 1))
+    if not out or min(out) < 1:
+        raise InputError(f"{what}: values must be whole numbers >= 1, got {text!r}")
+    return tuple(sorted(out))
+
+
+def parse_pd_list(text: str, replicas: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """'1:1,1:3' -> those splits; 'all' -> every split P + D = R (P, D >= 1) of each replica count R."""
+    if text.strip() == "all":
+        return tuple((p, r - p) for r in replicas for p in range(1, r))
+    return tuple(dict.fromkeys(parse_pd(s.strip()) for s in text.split(",")))
+
+
+def parse_routers(text: str) -> tuple[str, ...]:
+    """'round-robin,kv-aware' or 'all' -> router names, each one of ROUTERS."""
+    if text.strip() == "all":
+        return ROUTERS
+    names = parse_names(text, "--router")
+    for n in names:
+        if n not in ROUTERS:
+            raise InputError(f"--router {n!r} is not a router; choose from {', '.join(ROUTERS)}")
+    return names
+
+
+# ---- one point ------------------------------------------------------------------------------------
+
+def fleet_spec(point: Point, base: EngineConfig, kv_link_gbps: float | None = None) -> FleetSpec:
+    """The fleet a point describes on top of the base configuration (workload, runtime, dtypes, seed)."""
+    cfg = replace(base, hardware=point.hardware, model=point.model, tp=point.tp, max_batch=point.max_num_seqs,
+                  max_batched_tokens=point.max_num_batched_tokens)
+    return FleetSpec(cfg, replicas=point.replicas, router=point.router, pd=point.pd, kv_link_gbps=kv_link_gbps)
+
+
+def cost_per_hour(point: Point, base: EngineConfig) -> float:
+    """Dollars per hour for every GPU of the point (the base's price per GPU-hour, or the preset's)."""
+    price = base.price_per_hour if base.price_per_hour is not None else load_hardware(point.hardware).price_per_hour
+    return price * point.gpus
+
+
+def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None) -> str | None:
+    """Why the point cannot run (weights, heads, one request's KV, the budget), or None if it can.
+
+    Building one replica runs every fit check the engine has, without simulating a single step (every
+    replica of a point is the same, so one stands for all).
+    """
+    try:
+        Fleet(fleet_spec(replace(point, replicas=1, pd=None, router=ROUTERS[0]), base))
+    except InputError as e:
+        return str(e)
+    cost = cost_per_hour(point, base)
+    if budget_per_hour is not None and cost > budget_per_hour + 1e-9:
+        return f"costs ${cost:,.2f}/h for {point.gpus} GPUs, over the budget of ${budget_per_hour:,.2f}/h"
+    return None
+
+
+def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | None = None) -> dict[str, Any]:
+    """Serve the workload on the point's fleet to the end and return its numbers (plain floats, JSON-ready)."""
+    fleet = Fleet(fleet_spec(point, base, kv_link_gbps))
+    fleet.run()
+    m = fleet.metrics()
+    ttft, tpot = fleet.latencies()
+    q = slo.percentile
+    sim = m["sim_time_s"]
+    tokens = m["input_tokens"] + m["output_tokens"]
+    cost_h = fleet.cost_per_hour
+    # Plan rents every GPU for the whole run, idle or not: $/Mtok is the fleet's bill over all tokens.
+    usd = cost_h * sim / 3600.0
+    ok = np.ones(ttft.size, dtype=bool)
+    if slo.ttft is not None:
+        ok &= ttft <= slo.ttft
+    if slo.tpot is not None:
+        ok &= ~(tpot > slo.tpot)  # a one-token answer has no TPOT: it cannot miss it
+    good = int(ok.sum())
+    goodput = good / sim if sim else 0.0
+    return {
+        "config": point.as_dict(),
+        "cost_per_hour": cost_h,
+        "ttft_s": _pct(ttft, q),
+        "tpot_s": _pct(tpot, q),
+        "ttft_p99_s": _pct(ttft, 99),
+        "tpot_p99_s": _pct(tpot, 99),
+        "goodput_rps": goodput,
+        "goodput_per_dollar": goodput * 3600.0 / cost_h if cost_h else None,
+        "usd_per_mtok": usd / tokens * 1e6 if tokens else None,
+        "throughput_out_tok_s": m["throughput_out_tok_s"],
+        "requests_completed": m["requests_completed"],
+        "sim_time_s": sim,
+        "preemptions": m["preemptions"],
+    }
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    """The q-th percentile of the finite values (None if there are none)."""
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, q)) if x.size else None
+
+
+def misses(r: dict[str, Any], slo: Slo) -> list[str]:
+    """The SLO terms a result fails, as 'p90 TTFT 0.31 s > 0.2 s' (empty: it meets them all)."""
+    out = []
+    for name, key, target in (("TTFT", "ttft_s", slo.ttft), ("TPOT", "tpot_s", slo.tpot)):
+        v = r[key]
+        if target is not None and v is not None and v > target:
+            out.append(f"{slo.key} {name} {v:.3g} s > {target:g} s")
+    if slo.ttft is not None and r["ttft_s"] is None:
+        out.append("no request finished")
+    return out
+
+
+# ---- the whole grid -------------------------------------------------------------------------------
+
+Job = tuple[Point, EngineConfig, Slo, float | None]  # what evaluate() takes: one grid point and its context
+
+
+def _evaluate_job(job: Job) -> dict[str, Any]:
+    """evaluate() on a packed job (what a worker process or a Ray task runs)."""
+    return evaluate(*job)
+
+
+def serial_map(jobs: list[Job]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Evaluate jobs one after another in this process, yielding (index, result)."""
+    for i, job in enumerate(jobs):
+        yield i, _evaluate_job(job)
+
+
+def pool_map(jobs: list[Job], workers: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Evaluate jobs in a local process pool, yielding (index, result) as they finish (any order)."""
+    if workers <= 1 or len(jobs) <= 1:
+        yield from serial_map(jobs)
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as ex:
+        futs = {ex.submit(_evaluate_job, job): i for i, job in enumerate(jobs)}
+        try:
+            for f in as_completed(futs):
+                yield futs[f], f.result()
+        finally:
+            for f in futs:
+                f.cancel()
+
+
+def run_grid(jobs: list[Job], mapper: Callable[[list[Job]], Iterable[tuple[int, dict[str, Any]]]],
+             on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Every job's result in grid order, whichever order the mapper finished them in."""
+    out: list[dict[str, Any] | None] = [None] * len(jobs)
+    for i, r in mapper(jobs):
+        out[i] = r
+        if on_result is not None:
+            on_result(i, r)
+    missing = [i for i, r in enumerate(out) if r is None]
+    if missing:
+        raise RuntimeError(f"{len(missing)} grid points returned no result")
+    return [r for r in out if r is not None]
+
+
+def pareto(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Results no other result beats on $/Mtok, TTFT and TPOT at once (sorted by $/Mtok)."""
+    keys = ("usd_per_mtok", "ttft_s", "tpot_s")
+    pts = [r for r in results if all(r[k] is not None for k in keys)]
+    front = []
+    for r in pts:
+        a = [r[k] for k in keys]
+        dominated = any(all(o[k] <= v for k, v in zip(keys, a, strict=True)) and any(o[k] < v for k, v in
+                        zip(keys, a, strict=True)) for o in pts)
+        if not dominated:
+            front.append(r)
+    return sorted(front, key=lambda r: (r["usd_per_mtok"], r["ttft_s"], r["tpot_s"]))
+
+
+def summarize(results: list[dict[str, Any]], pruned: list[dict[str, Any]], slo: Slo) -> dict[str, Any]:
+    """Best (cheapest per hour meeting the SLOs; ties by goodput), the Pareto front, and everything infeasible."""
+    ok = [r for r in results if not misses(r, slo)]
+    infeasible = list(pruned) + [{"config": r["config"], "why": "; ".join(misses(r, slo))}
+                                 for r in results if misses(r, slo)]
+    best = min(ok, key=lambda r: (r["cost_per_hour"], -r["goodput_rps"], r["usd_per_mtok"] or 0.0)) if ok else None
+    out: dict[str, Any] = {
+        "best": None if best is None else _flat(best),
+        "pareto": [_flat(r) for r in pareto(results)],
+        "evaluated": len(results),
+        "pruned": len(pruned),
+        "feasible": len(ok),
+        "infeasible": infeasible,
+        "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "percentile": slo.percentile},
+    }
+    if best is None and results:
+        out["binding"] = binding(results, slo)
+    return out
+
+
+def _flat(r: dict[str, Any]) -> dict[str, Any]:
+    """A result with its config's fields at the top level (the JSON shape of best and pareto rows)."""
+    d = dict(r["config"])
+    d.update({k: v for k, v in r.items() if k != "config"})
+    return d
+
+
+def binding(results: list[dict[str, Any]], slo: Slo) -> dict[str, Any]:
+    """When nothing meets the SLOs: which target binds and the nearest point (smallest worst ratio to target)."""
+    terms = [(n, k, t) for n, k, t in (("TTFT", "ttft_s", slo.ttft), ("TPOT", "tpot_s", slo.tpot)) if t is not None]
+
+    def worst(r: dict[str, Any]) -> float:
+        return max((r[k] / t if r[k] is not None else math.inf) for _, k, t in terms)
+
+    near = min(results, key=lambda r: (worst(r), r["cost_per_hour"]))
+    lowest = {n: min((r[k] for r in results if r[k] is not None), default=None) for n, k, _ in terms}
+    alone = [n for n, k, t in terms if lowest[n] is None or lowest[n] > t]
+    # A target binds alone if no point meets it; otherwise the pair binds together (each is met somewhere).
+    binds = " and ".join(alone) if alone else " + ".join(n for n, _, _ in terms) + " together"
+    return {"binds": binds, "lowest": lowest, "nearest": _flat(near),
+            "would_need": {n: near[k] for n, k, t in terms if near[k] is None or near[k] > t}}
+
+
+def binding_line(b: dict[str, Any], slo: Slo) -> str:
+    """One line for stderr: what binds, how close anything came, and the nearest point."""
+    n = b["nearest"]
+    lows = ", ".join(f"lowest {slo.key} {k} anywhere {v:.3g} s" for k, v in b["lowest"].items() if v is not None)
+    need = " and ".join(f"--slo-{k.lower()} {v:.3g}" for k, v in b["would_need"].items() if v is not None) \
+        or "no request to finish"
+    where = (f"{n['hardware']} {n['model']} tp{n['tp']} x{n['replicas']}" + (f" ({n['pd']})" if n["pd"] else "")
+             + f" {n['router']}")
+    return (f"no configuration meets the SLOs: {b['binds']} binds ({lows}); nearest: {where} at"
+            f" ${n['cost_per_hour']:,.2f}/h, which would need {need}")

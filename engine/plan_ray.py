@@ -1,0 +1,71 @@
+"""Run a plan's grid as Ray tasks: the same evaluate() as the local pool, so the same answer.
+
+Ray is an optional extra (`pip install -e ".[ray]"`); nothing else in tokensim imports it. Without an
+address a local Ray instance is started (and shut down after); with one (`HOST:6379` for a cluster's
+head node, or `ray://HOST:10001` for Ray Client) the tasks run on that cluster, which needs tokensim's
+engine importable on its workers: the engine package is shipped with the job (runtime_env py_modules).
+An address that does not answer is one InputError, raised before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+from engine.errors import InputError
+from engine.plan import Job, _evaluate_job
+
+CONNECT_TIMEOUT_S = 3.0
+
+
+def check_address(address: str) -> None:
+    """Raise InputError unless something listens at the address (host:port or ray://host:port)."""
+    if address in ("auto", "local"):
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InputError(f"--ray {address!r}: expected HOST:PORT (a head node, e.g. 10.0.0.5:6379) or"
+                         " ray://HOST:PORT (Ray Client, e.g. ray://10.0.0.5:10001)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as e:
+        raise InputError(f"--ray {address}: no Ray cluster answers there ({e.strerror or e}); start one with"
+                         " `ray start --head` or leave out the address for a local instance") from None
+
+
+def ray_map(jobs: list[Job], address: str | None = None, num_cpus: int | None = None) -> Iterator[tuple[int, Any]]:
+    """Evaluate jobs as Ray tasks, yielding (index, result) as they finish; shuts down what it started."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError('--ray needs Ray: pip install -e ".[ray]" (or pip install "ray>=2.9")') from None
+    if address is not None:
+        check_address(address)
+    import engine
+
+    started = not ray.is_initialized()
+    if started:
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        if address is None or address == "local":
+            kwargs["num_cpus"] = num_cpus
+        else:
+            kwargs["address"] = address
+            kwargs["runtime_env"] = {"py_modules": [engine]}
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, TimeoutError, RuntimeError) as e:
+            raise InputError(f"--ray {address or 'local'}: could not connect ({str(e).splitlines()[0]})") from None
+    try:
+        task = ray.remote(_evaluate_job)
+        refs = {task.remote(job): i for i, job in enumerate(jobs)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                yield refs[ref], ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()

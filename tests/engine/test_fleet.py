@@ -1,0 +1,143 @@
+"""The fleet: one replica is the engine, routers route as they say, nothing is lost, P/D shows its trade."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.errors import InputError
+from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
+from engine.serving import Engine
+from engine.serving.tables import Rows
+
+OPEN = EngineConfig(rate=8, users=0, requests=600, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")
+
+
+def _run(cfg: EngineConfig, **kw: object) -> tuple[Fleet, dict]:
+    f = Fleet(FleetSpec(cfg, **kw))  # type: ignore[arg-type]
+    f.run()
+    return f, f.metrics()
+
+
+@pytest.mark.parametrize("cfg", [OPEN, EngineConfig(users=24, think_time="exp:2", requests=300, output="uniform:50,150",
+                                                    think="uniform:0,40")])
+def test_one_replica_is_the_engine(cfg: EngineConfig) -> None:
+    # The fleet draws the same lengths and arrivals from the same seed as the engine, so one replica
+    # behind any router must reproduce the engine's run number for number.
+    eng = Engine(cfg)
+    eng.run()
+    e = eng.metrics()
+    _, f = _run(cfg)
+    for k in ("requests_completed", "input_tokens", "output_tokens", "sim_time_s", "preemptions", "kv_peak_bytes"):
+        assert f[k] == pytest.approx(e[k]), k
+    for k in ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s"):
+        assert f[k] == pytest.approx(e[k]), k
+
+
+@pytest.mark.parametrize("router", ROUTERS)
+def test_every_request_finishes_and_counts_add_up(router: str) -> None:
+    fl, m = _run(OPEN, replicas=3, router=router)
+    assert m["requests_completed"] == m["requests_accepted"] == 600
+    assert sum(r["requests_completed"] for r in m["replicas"]) == 600
+    for r in fl.reps:
+        ln = r.lane
+        assert ln.R.n == ln.P.n == ln.Q.size == 0 and ln.pool.used == 0
+    assert m["gpus"] == 3 and m["cost_per_hour"] == pytest.approx(3 * 2.50)
+
+
+def test_round_robin_deals_evenly_and_more_replicas_cut_latency() -> None:
+    _, one = _run(OPEN)
+    _, four = _run(OPEN, replicas=4)
+    assert [r["requests_completed"] for r in four["replicas"]] == [150] * 4
+    assert four["tpot_s"]["p90"] < 0.7 * one["tpot_s"]["p90"]
+    assert four["ttft_s"]["p99"] < one["ttft_s"]["p99"]
+    # Cost counts every GPU: four replicas of tp2 are eight GPUs.
+    two = Fleet(FleetSpec(EngineConfig(tp=2, requests=1), replicas=4))
+    assert two.gpus == 8 and two.cost_per_hour == pytest.approx(8 * 2.50)
+
+
+def _request(rid: int, prompt: int) -> Rows:
+    r = Rows.new(1)
+    r.id[0], r.user[0], r.prompt[0], r.target[0], r.total[0], r.arrival[0] = rid, -1, prompt, prompt, 5, 0.0
+    return r
+
+
+def test_routers_read_the_replicas_state() -> None:
+    f = Fleet(FleetSpec(EngineConfig(users=0, requests=10), replicas=3, router="least-loaded"))
+    # Replica 0 gets two waiting requests, replica 1 one long one holding KV: least-loaded picks 2.
+    f.reps[0].inject(_request(100, 10))
+    f.reps[0].inject(_request(101, 10))
+    f.reps[1].inject(_request(102, 30_000))
+    f.reps[1].step(1.0)
+    assert f._route(-1).index == 2
+    # kv-aware: replicas 0 and 2 have all their blocks free; 2 is less loaded, and 1 holds 30,000 tokens.
+    f.spec = FleetSpec(f.spec.config, replicas=3, router="kv-aware")
+    assert f.reps[1].free_blocks < f.reps[0].free_blocks == f.reps[2].free_blocks
+    assert f._route(-1).index == 2
+    f.reps[2].inject(_request(103, 20))
+    f.reps[2].inject(_request(104, 20))
+    assert f._route(-1).index == 0  # equal free KV: the less loaded
+
+
+def test_prefix_aware_keeps_a_user_on_one_replica() -> None:
+    cfg = EngineConfig(users=12, think_time="exp:1", requests=240, output="uniform:20,80")
+    f = Fleet(FleetSpec(cfg, replicas=3, router="prefix-aware"))
+    seen: dict[int, set[int]] = {}
+    route = f._route
+
+    def spy(user: int) -> object:
+        r = route(user)
+        seen.setdefault(user, set()).add(r.index)
+        return r
+    f._route = spy  # type: ignore[method-assign]
+    f.run()
+    assert f.metrics()["requests_completed"] == 240
+    assert len(seen) == 12 and all(len(s) == 1 for s in seen.values())  # each conversation stays where it is cached
+    assert {next(iter(s)) for s in seen.values()} == {0, 1, 2}  # first turns still spread by load
+
+
+def test_pd_trade_tpot_falls_ttft_pays_the_copy() -> None:
+    cfg = EngineConfig(rate=6, users=0, requests=500, prompt="4000", output="lognormal:200,0.5")
+    _, co = _run(cfg, replicas=2)
+    fast, pd = _run(cfg, replicas=2, pd=(1, 1))
+    slow, pd_slow = _run(cfg, replicas=2, pd=(1, 1), kv_link_gbps=2.0)
+    # Decode steps no longer carry 4,000-token prefills: the slow tail of TPOT disappears.
+    assert pd["tpot_s"]["p99"] < 0.8 * co["tpot_s"]["p99"]
+    # The copy: 3,999 tokens of KV per GPU over the link, plus the fixed latency.
+    per_gpu = 3999 * fast.kv_bytes_per_token
+    assert pd_slow["kv_transfer_s"]["p50"] == pytest.approx(per_gpu / 2e9 + 1e-3, rel=1e-6)
+    assert pd["kv_transfer_s"]["p50"] == pytest.approx(per_gpu / 450e9 + 1e-3, rel=1e-6)
+    # TTFT pays it: a slower link adds at least the difference in copy time to the median first token.
+    extra = pd_slow["kv_transfer_s"]["p50"] - pd["kv_transfer_s"]["p50"]
+    assert pd_slow["ttft_s"]["p50"] >= pd["ttft_s"]["p50"] + 0.9 * extra
+    assert pd["requests_completed"] == pd_slow["requests_completed"] == 500
+    assert pd["input_tokens"] == co["input_tokens"] and pd["output_tokens"] == co["output_tokens"]
+    assert [r["role"] for r in pd["replicas"]] == ["prefill", "decode"]
+
+
+def test_pd_copy_holds_blocks_on_both_sides_until_it_lands() -> None:
+    cfg = EngineConfig(rate=20, users=0, requests=120, prompt="2000", output="50")
+    f = Fleet(FleetSpec(cfg, replicas=3, pd=(1, 2), kv_link_gbps=1.0))
+    held = {"prefill": 0, "decode": 0}
+    while not f.finished:
+        f.run(max_ticks=1)
+        for r in f.reps:
+            ln = r.lane
+            # The pool counts what running requests hold plus what copies pin; never more than it has.
+            assert ln.pool.used == int(ln.R.col("blocks").sum()) + r.held <= ln.pool.total
+            held[r.role] = max(held[r.role], r.held)
+    assert held["prefill"] > 0 and held["decode"] > 0
+    assert all(r.held == 0 for r in f.reps) and f.metrics()["requests_completed"] == 120
+
+
+def test_bad_fleets_are_one_line_errors() -> None:
+    with pytest.raises(InputError, match="no decode replica"):
+        parse_pd("2:0")
+    with pytest.raises(InputError, match="no prefill replica"):
+        parse_pd("0:2")
+    with pytest.raises(InputError, match="P:D"):
+        parse_pd("3")
+    with pytest.raises(InputError, match="is 3 replicas"):
+        Fleet(FleetSpec(OPEN, replicas=2, pd=(1, 2)))
+    with pytest.raises(InputError, match="router"):
+        Fleet(FleetSpec(OPEN, replicas=2, router="random"))

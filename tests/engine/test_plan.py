@@ -1,0 +1,124 @@
+"""plan: the grid, pruning, the Pareto front, the best point, what binds, and the same answer on any backend."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from engine import plan as pl
+from engine.config import EngineConfig
+from engine.errors import InputError
+
+BASE = EngineConfig(rate=4, users=0, requests=120, prompt="lognormal:800,0.6", output="lognormal:120,0.6")
+SLO = pl.Slo(ttft=0.5, tpot=0.04)
+
+
+def _space(**kw: object) -> pl.Space:
+    d: dict[str, object] = {"hardware": ("h100-sxm",), "model": ("generic-14b",), "tp": (1,), "replicas": (1,)}
+    d.update(kw)
+    return pl.Space(**d)  # type: ignore[arg-type]
+
+
+def test_parsing_lists_ranges_and_splits() -> None:
+    assert pl.parse_ints("1-4,8", "--tp") == (1, 2, 3, 4, 8)
+    assert pl.parse_pd_list("all", (1, 3)) == ((1, 2), (2, 1))
+    assert pl.parse_pd_list("1:1,1:3,1:1", ()) == ((1, 1), (1, 3))
+    assert pl.parse_routers("all") == pl.ROUTERS
+    for bad, match in (("4-2", "backwards"), ("0,1", ">= 1"), ("a", "whole numbers"), ("1-10000000", "more than")):
+        with pytest.raises(InputError, match=match):
+            pl.parse_ints(bad, "--replicas")
+    with pytest.raises(InputError, match="no decode replica"):
+        pl.parse_pd_list("1:1,3:0", ())
+
+
+def test_space_points_one_router_for_one_replica_and_pd_layouts() -> None:
+    s = _space(tp=(1, 2), replicas=(1, 2), pd=((1, 1),), router=("round-robin", "kv-aware"))
+    pts = s.points()
+    # tp x (1 replica: 1 router; 2 replicas: 2 routers; 1:1 split: 2 routers) = 2 x 5
+    assert len(pts) == 10 and len(set(pts)) == 10
+    assert {p.pd for p in pts} == {None, (1, 1)}
+    assert all(p.replicas == 2 for p in pts if p.pd) and {p.gpus for p in pts} == {1, 2, 4}
+    assert len(_space(replicas=(2,), pd=((1, 1),), pd_only=True).points()) == 1
+    with pytest.raises(InputError, match="points"):
+        _space(replicas=tuple(range(1, 2001)), tp=tuple(range(1, 101))).points()
+
+
+def test_prune_says_why_before_simulating() -> None:
+    p = pl.Point("h100-sxm", "generic-14b", 1, 1, None, 256, 8192, "round-robin")
+    assert pl.prune(p, BASE) is None
+    assert "attention heads" in pl.prune(pl.Point("h100-sxm", "generic-14b", 3, 1, None, 256, 8192, "round-robin"),
+                                         BASE)
+    assert "does not fit" in pl.prune(pl.Point("h100-sxm", "llama-3.1-70b", 1, 1, None, 256, 8192, "round-robin"),
+                                      BASE)
+    long = EngineConfig(rate=1, users=0, requests=5, prompt="60000", output="100")
+    why = pl.prune(pl.Point("rtx4090", "llama-3.1-8b", 1, 1, None, 256, 8192, "round-robin"), long)
+    assert why is not None and "needs 7.9 GB of KV cache" in why
+    over = pl.prune(pl.Point("h100-sxm", "generic-14b", 2, 4, None, 256, 8192, "round-robin"), BASE, 10.0)
+    assert over is not None and "$20.00/h for 8 GPUs" in over
+
+
+def _r(cost: float, usd: float, ttft: float, tpot: float, reps: int) -> dict:
+    cfg = pl.Point("h100-sxm", "generic-14b", 1, reps, None, 256, 8192, "round-robin").as_dict()
+    return {"config": cfg, "cost_per_hour": cost, "usd_per_mtok": usd, "ttft_s": ttft, "tpot_s": tpot,
+            "goodput_rps": 1.0}
+
+
+def test_pareto_best_and_what_binds() -> None:
+    a, b, c, d = _r(1, 0.1, 0.9, 0.05, 1), _r(2, 0.2, 0.3, 0.02, 2), _r(3, 0.3, 0.35, 0.03, 3), _r(4, 0.4, 0.1, 0.02, 4)
+    front = pl.pareto([a, b, c, d])
+    assert [r["config"]["replicas"] for r in front] == [1, 2, 4]  # c is beaten by b on all three
+    out = pl.summarize([a, b, c, d], [], pl.Slo(ttft=0.5, tpot=0.03))
+    assert out["best"]["replicas"] == 2 and out["feasible"] == 3
+    assert out["infeasible"] == [{"config": a["config"], "why": "p90 TTFT 0.9 s > 0.5 s; p90 TPOT 0.05 s > 0.03 s"}]
+    none = pl.summarize([a, b, c, d], [], pl.Slo(ttft=0.05, tpot=0.03))
+    assert none["best"] is None and none["binding"]["binds"] == "TTFT"
+    assert none["binding"]["nearest"]["replicas"] == 4 and none["binding"]["would_need"] == {"TTFT": 0.1}
+    line = pl.binding_line(none["binding"], pl.Slo(ttft=0.05, tpot=0.03))
+    assert "TTFT binds" in line and "--slo-ttft 0.1" in line and "\n" not in line
+    e, f = _r(5, 0.5, 0.1, 0.06, 5), _r(6, 0.6, 0.9, 0.01, 6)
+    both = pl.summarize([e, f], [], pl.Slo(ttft=0.2, tpot=0.04))  # each met somewhere, never together
+    assert both["binding"]["binds"] == "TTFT + TPOT together"
+
+
+def test_pool_and_serial_give_the_same_plan() -> None:
+    pts = _space(tp=(1, 2), replicas=(1, 2), router=("round-robin", "least-loaded")).points()
+    jobs = [(p, BASE, SLO, None) for p in pts]
+    serial = pl.run_grid(jobs, pl.serial_map)
+    pooled = pl.run_grid(jobs, lambda js: pl.pool_map(js, 2))
+    assert serial == pooled
+    assert [r["config"] for r in serial] == [p.as_dict() for p in pts]
+    best = pl.summarize(serial, [], SLO)["best"]
+    assert best["replicas"] == 1 and best["tp"] == 1 and best["ttft_s"] <= 0.5
+
+
+def _ray_required() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def test_ray_gives_the_same_plan_as_the_pool() -> None:
+    try:
+        import ray
+    except ImportError:
+        if _ray_required():
+            raise
+        pytest.skip('ray is not installed (pip install -e ".[ray]"); CI installs it and runs this test')
+    from engine.plan_ray import ray_map
+
+    pts = _space(replicas=(1, 2), router=("round-robin", "kv-aware")).points()
+    jobs = [(p, BASE, SLO, None) for p in pts]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        on_ray = pl.run_grid(jobs, lambda js: ray_map(js))
+    finally:
+        ray.shutdown()
+    assert on_ray == pl.run_grid(jobs, lambda js: pl.pool_map(js, 2))
+
+
+def test_a_ray_address_that_does_not_answer_fails_fast() -> None:
+    from engine.plan_ray import check_address
+
+    with pytest.raises(InputError, match="no Ray cluster answers"):
+        check_address("127.0.0.1:1")
+    with pytest.raises(InputError, match="HOST:PORT"):
+        check_address("not-an-address")

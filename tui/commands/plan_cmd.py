@@ -1,0 +1,241 @@
+"""`tokensim plan`: the cheapest deployment that serves a workload within its SLOs, and the Pareto front.
+
+Every point of the search space (GPU x model x tp x replicas or P:D x scheduler knobs x router) is
+first checked for fit (weights, heads over tp, one request's KV, the budget), then served through the
+engine by a local process pool or by Ray tasks; the same seed gives the same plan either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from engine import plan as pl
+from engine.errors import InputError
+from engine.specs import load_hardware, load_model
+from engine.workload import parse_dist
+from tui.commands.options import add_model_options, console, positive_float, positive_int, print_json
+from tui.commands.run_cmd import add_engine_options, config_from_args, nonneg_float
+from tui.render.scatter import scatter
+
+
+def percentile(text: str) -> float:
+    """argparse type: a percentile strictly between 0 and 100."""
+    v = nonneg_float(text)
+    if not 0 < v < 100:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 100 (exclusive), got {text}")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The workload options of `run`, the search space (lists and ranges), SLOs, budget and where to run."""
+    # The search flags below take lists and replace run's single-valued ones of the same names.
+    p.conflict_handler = "resolve"
+    add_model_options(p)
+    add_engine_options(p)
+    s = p.add_argument_group("search space (lists: a,b,c; ranges: 1-16)")
+    s.add_argument("--hardware", "-H", default="h100-sxm", help="GPU presets or TOML files (default h100-sxm)")
+    s.add_argument("--model", "-m", default="generic-14b", help="model presets or files (default generic-14b)")
+    s.add_argument("--tp", default="1", help="tensor-parallel degrees per replica, e.g. 1,2,4,8 (default 1)")
+    s.add_argument("--replicas", default="1", help="replica counts, e.g. 1-16 (default 1)")
+    s.add_argument("--pd", nargs="?", const="all", default=None,
+                   help="also try prefill/decode splits P:D (e.g. 1:1,1:3), or every split of each replica count"
+                        " when given alone")
+    s.add_argument("--pd-only", action="store_true", help="only the P:D splits, no colocated replicas")
+    s.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", default="256",
+                   help="batch caps (vLLM's max_num_seqs), e.g. 64,256 (default 256)")
+    s.add_argument("--max-num-batched-tokens", "--max-batched-tokens", dest="max_num_batched_tokens",
+                   default="8192", help="token budgets of a step, e.g. 2048,8192 (default 8192)")
+    s.add_argument("--router", default="round-robin",
+                   help=f"routers ({', '.join(pl.ROUTERS)}; 'all' for every one) (default round-robin)")
+    s.add_argument("--kv-link-gbps", type=positive_float, default=None,
+                   help="P/D KV copy link per GPU, GB/s one way (default: half the GPU's interconnect_gbps)")
+    g = p.add_argument_group("targets")
+    g.add_argument("--slo-percentile", type=percentile, default=90.0,
+                   help="the percentile the SLOs apply to (default 90)")
+    g.add_argument("--budget-per-hour", type=positive_float, default=None,
+                   help="$ per hour the whole deployment may cost (prunes bigger ones)")
+    r = p.add_argument_group("where it runs")
+    r.add_argument("--workers", type=positive_int, default=None,
+                   help=f"local worker processes (default all cores: {os.cpu_count()})")
+    r.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the grid as Ray tasks: a local Ray instance, or a cluster at HOST:6379 / ray://HOST:10001")
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+
+
+def space_from_args(args: argparse.Namespace) -> pl.Space:
+    """The search space the flags describe (one-line InputError for malformed lists or unknown names)."""
+    hardware = pl.parse_names(args.hardware, "--hardware")
+    models = pl.parse_names(args.model, "--model")
+    for h in hardware:
+        load_hardware(h)
+    for m in models:
+        load_model(m)
+    replicas = pl.parse_ints(args.replicas, "--replicas")
+    pd = pl.parse_pd_list(args.pd, replicas) if args.pd is not None else ()
+    if args.pd_only and not pd:
+        raise InputError("--pd-only needs --pd splits (or --pd alone with --replicas 2 or more)")
+    if args.pd == "all" and not pd:
+        raise InputError("--pd alone splits each replica count into prefill and decode: give --replicas 2 or more")
+    return pl.Space(hardware=hardware, model=models, tp=pl.parse_ints(args.tp, "--tp"), replicas=replicas, pd=pd,
+                    pd_only=args.pd_only, max_num_seqs=pl.parse_ints(args.max_num_seqs, "--max-num-seqs"),
+                    max_num_batched_tokens=pl.parse_ints(args.max_num_batched_tokens, "--max-num-batched-tokens"),
+                    router=pl.parse_routers(args.router))
+
+
+def base_from_args(args: argparse.Namespace, space: pl.Space) -> Any:
+    """The workload and runtime every point shares. An open loop with --duration is served by request count
+    (rate x duration) and drained, so an overloaded deployment shows its backlog in TTFT instead of leaving
+    unfinished requests out of the percentiles."""
+    ns = argparse.Namespace(**vars(args))
+    ns.hardware, ns.model, ns.tp = space.hardware[0], space.model[0], space.tp[0]
+    ns.max_batch, ns.max_batched_tokens = space.max_num_seqs[0], space.max_num_batched_tokens[0]
+    base = config_from_args(ns)
+    for spec, what, lo in ((base.prompt, "--prompt", 1), (base.output, "--output", 1), (base.think, "--think", 0),
+                           (base.think_time, "--think-time", 0)):
+        parse_dist(spec, what, lo)
+    if base.fast_share > 0:
+        raise InputError("plan sizes replicas and P/D splits; leave out --fast-share")
+    if base.rate > 0 and base.duration is not None and args.requests is None:
+        base = replace(base, requests=max(1, math.ceil(base.rate * base.duration)), duration=None)
+    return base
+
+
+def mapper_for(args: argparse.Namespace) -> tuple[Any, str]:
+    """The grid mapper the flags ask for, and its name for the report."""
+    if args.ray is not None:
+        from engine.plan_ray import check_address, ray_map
+
+        address = None if args.ray == "local" else args.ray
+        if address is not None:
+            check_address(address)  # before any simulation: a dead address fails fast
+        return (lambda jobs: ray_map(jobs, address, num_cpus=args.workers)), f"ray ({args.ray})"
+    workers = args.workers or os.cpu_count() or 1
+    return (lambda jobs: pl.pool_map(jobs, workers)), f"local pool ({workers} workers)"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prune, simulate every remaining point, and report the best one, the front and what was infeasible."""
+    t0 = time.perf_counter()
+    space = space_from_args(args)
+    base = base_from_args(args, space)
+    slo = pl.Slo(ttft=args.slo_ttft, tpot=args.slo_tpot, percentile=args.slo_percentile)
+    points = space.points()
+    mapper, backend = mapper_for(args)
+    pruned = []
+    keep = []
+    for pt in points:
+        why = pl.prune(pt, base, args.budget_per_hour)
+        if why is None:
+            keep.append(pt)
+        else:
+            pruned.append({"config": pt.as_dict(), "why": why})
+    if not keep:
+        raise InputError(_nothing_fits(pruned, points, base, args.budget_per_hour))
+    jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
+    results = _run_jobs(jobs, mapper, show=sys.stderr.isatty())
+    out = pl.summarize(results, pruned, slo)
+    out["wall_s"] = time.perf_counter() - t0
+    out["backend"] = backend
+    out["workload"] = {"users": base.users, "rate": base.rate, "prompt": base.prompt, "output": base.output,
+                       "think": base.think, "requests": base.requests, "duration": base.duration, "seed": base.seed}
+    if out["best"] is None and (slo.ttft is not None or slo.tpot is not None):
+        raise InputError(pl.binding_line(out["binding"], slo))
+    if args.json:
+        print_json(out)
+        return 0
+    _print(out, results, slo)
+    return 0
+
+
+def _nothing_fits(pruned: list[dict[str, Any]], points: list[pl.Point], base: Any, budget: float | None) -> str:
+    """One line when every point was pruned: what the budget would need, or the commonest reason."""
+    if budget is not None:
+        fits = [pt for pt in points if pl.prune(pt, base, None) is None]
+        if fits:
+            cost, pt = min(((pl.cost_per_hour(pt, base), pt) for pt in fits), key=lambda c: c[0])
+            return (f"--budget-per-hour {budget:g} allows none of the {len(points)} configurations: the cheapest that"
+                    f" fits, {pt.replicas} x {pt.hardware} tp{pt.tp} ({pt.gpus} GPUs), costs ${cost:,.2f}/h")
+    why, n = Counter(p["why"] for p in pruned).most_common(1)[0]
+    return f"none of the {len(points)} configurations fits ({n} of them because: {why})"
+
+
+def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> list[dict[str, Any]]:
+    """Run the grid, with a progress bar on stderr when it is a terminal."""
+    if not show:
+        return pl.run_grid(jobs, mapper)
+    with Progress(TextColumn("[bold]planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=len(jobs))
+        return pl.run_grid(jobs, mapper, lambda i, r: bar.advance(task))
+
+
+def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    """A scaled number, or '-' when there is none."""
+    return "-" if v is None else f"{v * scale:,.{digits}f}"
+
+
+def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> None:
+    """The Rich report: the best deployment, the Pareto front as a table and a plot, and what was left out."""
+    con = console()
+    k = slo.key
+    w = out["workload"]
+    load = f"{w['users']} users" if w["users"] else f"{w['rate']:g} req/s"
+    targets = " and ".join(f"{k} {n} <= {v:g} s" for n, v in (("TTFT", slo.ttft), ("TPOT", slo.tpot)) if v)
+    con.print(f"[bold]plan[/] · {load} · prompt {w['prompt']} · output {w['output']} · {w['requests']} requests"
+              f" · {targets or 'no SLO'}")
+    con.print(f"{out['evaluated']} configurations simulated, {out['pruned']} pruned before simulating,"
+              f" {out['feasible']} meet the SLOs · {out['backend']} · {out['wall_s']:.1f} s")
+    b = out["best"]
+    if b is not None:
+        split = f" split {b['pd']}" if b["pd"] else ""
+        con.print(f"[bold green]best:[/] {b['replicas']} x {b['hardware']} tp{b['tp']}{split} ({b['gpus']} GPUs,"
+                  f" {b['router']}, max_num_seqs {b['max_num_seqs']}) for [bold]${b['cost_per_hour']:,.2f}/h[/]:"
+                  f" {k} TTFT {_fmt(b['ttft_s'], 1e3)} ms, TPOT {_fmt(b['tpot_s'], 1e3)} ms,"
+                  f" goodput {_fmt(b['goodput_rps'], 1, 2)} req/s ({_fmt(b['goodput_per_dollar'], 1, 0)} per $)")
+    t = Table(title="Pareto front: $/Mtok against TTFT and TPOT", title_justify="left", header_style="bold",
+              show_edge=False)
+    for col in ("GPU", "model", "tp", "replicas", "P:D", "router", "seqs", "$/h", "$/Mtok", f"TTFT {k} ms",
+                f"TPOT {k} ms", "goodput req/s", "meets SLO"):
+        t.add_column(col, justify="left" if col in ("GPU", "model", "router") else "right")
+    bad = {_key(r["config"]) for r in out["infeasible"]}
+    for r in out["pareto"]:
+        t.add_row(r["hardware"], r["model"], str(r["tp"]), str(r["replicas"]), r["pd"] or "-", r["router"],
+                  str(r["max_num_seqs"]), f"{r['cost_per_hour']:,.2f}", _fmt(r["usd_per_mtok"], 1, 3),
+                  _fmt(r["ttft_s"], 1e3), _fmt(r["tpot_s"], 1e3, 2), _fmt(r["goodput_rps"], 1, 2),
+                  "no" if _key(r) in bad else "yes")
+    con.print(t)
+    front = {_key(r) for r in out["pareto"]}
+    best = _key(b) if b else None
+    marks = []
+    for r in results:
+        c = r["config"]
+        m = "★" if _key(c) == best else "◆" if _key(c) in front else "x" if _key(c) in bad else "o"
+        marks.append((r["usd_per_mtok"] or 0.0, r["ttft_s"] or 0.0, m))
+    for row in scatter(marks, xlabel="$/Mtok (log) · ★ best  ◆ Pareto  o meets SLO  x misses",
+                       ylabel=f"TTFT {k} s (log)"):
+        con.print(row, highlight=False, markup=False)
+    reasons = Counter(_short(p["why"]) for p in out["infeasible"] if "config" in p and _key(p["config"]) not in
+                      {_key(r["config"]) for r in results})
+    for why, n in reasons.most_common(5):
+        con.print(f"pruned {n}: {why}", highlight=False)
+
+
+def _key(c: dict[str, Any]) -> tuple[Any, ...]:
+    """A config's identity (the fields a point is made of)."""
+    return (c["hardware"], c["model"], c["tp"], c["replicas"], c["pd"], c["max_num_seqs"], c["max_num_batched_tokens"],
+            c["router"])
+
+
+def _short(why: str) -> str:
+    """A pruning reason without its per-point numbers' tail (so equal reasons group)."""
+    return why.split(";")[0]
