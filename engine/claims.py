@@ -1,78 +1,23 @@
 """The articles' claims (CLAIMS.md C01..C26), each recomputed by the engine and compared.
 
 Every claim is a function returning one row: the article's figure, the simulated figure, the unit,
-whether they agree, and a one-line note where the article simplifies. Physics-only claims live here;
-claims that need the serving loop come from engine.claims_loop, C24 from engine.validate.
+whether they agree, and a one-line note where the article simplifies (engine.claim_rows). Physics-only
+claims live here; claims that need the serving loop come from engine.claims_loop, C24 from engine.validate.
 """
 
 from __future__ import annotations
 
-import importlib
-import tomllib
 from collections.abc import Callable
-from functools import cache
-from importlib import resources
 from typing import Any
 
-import numpy as np
-
 from engine import economics
+from engine.claim_rows import CLAIM_IDS, TITLES, Row, pending, reference, row
+from engine.claims_loop import LOOP_CLAIMS
 from engine.specs import load_hardware, load_model
 from engine.step import StepModel, StepOptions, crossover_batch
+from engine.validate import claim_c24
 
-Row = dict[str, Any]
-CLAIM_IDS = tuple(f"C{i:02d}" for i in range(1, 27))
-
-# One line each, for the table (the full wording is in CLAIMS.md).
-TITLES: dict[str, str] = {
-    "C01": "14B dense model in 16-bit weights = 28 GB",
-    "C02": "batch-1 decode floor on H100: 8.4 ms, ~119 tok/s",
-    "C03": "writing ~100 tokens reads ~2.8 TB",
-    "C04": "one token needs ~560 L2 shelf-loads",
-    "C05": "each SM's tray is ~256 KB",
-    "C06": "weights leave ~52 of 80 GB for KV and scratch",
-    "C07": "HBM is hundreds of times faster than an SSD",
-    "C08": "compute x2: decode unchanged, long prefill ~2x faster",
-    "C09": "prefill is compute-bound, decode bandwidth-bound",
-    "C10": "119 tok/s is 5-6x a reading pace of 20 chars/s",
-    "C11": "Rubin reads its 288 GB once in ~15-20 ms",
-    "C12": "peak FLOP/s per byte/s is ~300 across generations",
-    "C13": "dense bf16 decode needs batch ~300 to stop being bandwidth-bound",
-    "C14": "without batching a token costs ~1000x more",
-    "C15": "MoE saturating batch grows by total/active (DeepSeek-V3 ~5,400)",
-    "C16": "KV per token 2 KB; 200K tokens 400 MB; 1,000 users 400 GB",
-    "C17": "KV cache is not amortised by batching",
-    "C18": "the context wall near ~200K tokens",
-    "C19": "in decode the compute units mostly wait (90 % idle)",
-    "C20": "output tokens cost ~5x input tokens",
-    "C21": "fast mode: ~6x price for ~2.5x speed",
-    "C22": "a busy server means queueing once the KV pool is full",
-    "C23": "hidden thinking tokens delay the first visible token",
-    "C24": "published A100 speeds: small model < 1 min, 72B ~2 min for 2,048 tokens",
-    "C25": "a bigger model or a longer conversation each add time per token",
-    "C26": "equal spend on serving and training: ~100x Chinchilla's tokens per param",
-}
-
-
-@cache
-def reference() -> dict[str, Any]:
-    """Reference figures (SSD speed, rack memory, reading pace) with their sources."""
-    return tomllib.loads(resources.files("engine").joinpath("presets", "reference.toml").read_text("utf-8"))
-
-
-def row(cid: str, article: float, simulated: float, unit: str, agrees: bool, note: str = "",
-        article_text: str = "", simulated_text: str = "", exact: float | None = None) -> Row:
-    """One claims row; the *_text fields say the figures the way a person would."""
-    return {"id": cid, "claim": TITLES[cid], "article": article, "simulated": simulated, "unit": unit,
-            "agrees": bool(agrees), "note": note, "article_text": article_text or f"{article:g} {unit}",
-            "simulated_text": simulated_text or f"{simulated:,.3g} {unit}", "exact": exact, "pending": False}
-
-
-def pending(cid: str, why: str) -> Row:
-    """A claim the engine cannot compute yet (its module is missing)."""
-    r = row(cid, float("nan"), float("nan"), "", False, why, "-", "pending")
-    r.update(article=None, simulated=None, agrees=None, pending=True)
-    return r
+__all__ = ["CLAIM_IDS", "TITLES", "Row", "compute", "registry", "reference", "row"]
 
 
 def _close(a: float, b: float, rel: float) -> bool:
@@ -267,36 +212,18 @@ PHYSICS_CLAIMS: dict[str, Callable[[], Row]] = {
 }
 
 
-def _optional(module: str, attr: str) -> Any:
-    """An optional claim provider, or None if that part of the engine is not there."""
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError):
-        return None
-
-
 def registry() -> dict[str, Callable[[], Row]]:
-    """Every claim id mapped to the function that computes it (missing providers become 'pending')."""
-    reg: dict[str, Callable[[], Row]] = dict(PHYSICS_CLAIMS)
-    loop = _optional("engine.claims_loop", "LOOP_CLAIMS") or {}
-    reg.update(loop)
-    c24 = _optional("engine.validate", "claim_c24")
-    if c24 is not None:
-        reg["C24"] = c24
-    return reg
+    """Every claim id mapped to the function that computes it."""
+    return {**PHYSICS_CLAIMS, **LOOP_CLAIMS, "C24": claim_c24}
 
 
 def compute(ids: list[str] | None = None) -> list[Row]:
-    """Rows for the requested claim ids (all by default), in id order."""
+    """Rows for the requested claim ids (all by default), in id order; an id with no function yet is 'pending'."""
     reg = registry()
     out = []
     for cid in ids or CLAIM_IDS:
         fn = reg.get(cid)
-        r = fn() if fn else pending(cid, "needs the serving loop" if cid != "C24" else "needs tokensim validate")
+        r = fn() if fn else pending(cid, "no function computes this claim yet")
         r.setdefault("claim", TITLES[cid])
         out.append(r)
     return out
-
-
-def is_nan(x: Any) -> bool:
-    return isinstance(x, float) and bool(np.isnan(x))

@@ -3,7 +3,7 @@
 Each function runs the Engine (or, for the context wall, sweeps the step model the engine prices with)
 until the crossover the claim is about, and returns one claims row: id, claim, article, simulated,
 unit, agrees, note (plus the display texts engine.claims uses). `LOOP_CLAIMS` maps id -> function;
-engine/claims.py merges it into `tokensim claims`. Each runs in well under 2 s of CPU.
+engine.claims merges it into `tokensim claims`. Each runs in well under 2 s of CPU.
 """
 
 from __future__ import annotations
@@ -11,33 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine.claim_rows import Row, row
 from engine.config import EngineConfig
+from engine.search import first_true
 from engine.serving import Engine
 from engine.specs import load_hardware, load_model
-from engine.step import StepCost, StepModel, StepOptions, crossover_batch
-
-Row = dict[str, Any]
-
-TITLES: dict[str, str] = {
-    "C13": "dense bf16 decode needs batch ~300 to stop being bandwidth-bound",
-    "C14": "without batching a token costs ~1000x more",
-    "C17": "KV cache is not amortised by batching",
-    "C18": "the context wall near ~200K tokens",
-    "C20": "output tokens cost ~5x input tokens",
-    "C21": "fast mode: ~6x price for ~2.5x speed",
-    "C22": "a busy server means queueing once the KV pool is full",
-    "C23": "hidden thinking tokens delay the first visible token",
-    "C25": "a bigger model or a longer conversation each add time per token",
-}
-
-
-def _row(cid: str, article: float | None, simulated: float, unit: str, agrees: bool, note: str,
-         article_text: str = "", simulated_text: str = "", exact: float | None = None) -> Row:
-    """One claims row, in the shape engine.claims.row() makes (article None: the article gives no figure)."""
-    return {"id": cid, "claim": TITLES[cid], "article": article, "simulated": simulated, "unit": unit,
-            "agrees": bool(agrees), "note": note,
-            "article_text": article_text or ("-" if article is None else f"{article:g} {unit}"),
-            "simulated_text": simulated_text or f"{simulated:,.3g} {unit}", "exact": exact, "pending": False}
+from engine.step import StepCost, StepModel, StepOptions, context_wall, crossover_batch
 
 
 def _cfg(**kw: Any) -> EngineConfig:
@@ -72,16 +51,7 @@ def engine_crossover_batch(ideal: bool, model: str = "generic-14b", limit: int =
         """The engine's full-batch decode step at b is compute-bound."""
         return _full_decode_step(b, model=model, ideal=ideal, kv_pool_blocks=1 << 20).bound == "compute"
 
-    lo, hi = 1, limit
-    if not compute_bound(hi):
-        return limit
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if compute_bound(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return first_true(compute_bound, 1, limit)
 
 
 def c13() -> Row:
@@ -90,7 +60,7 @@ def c13() -> Row:
     calib = engine_crossover_batch(False)
     ridge = load_hardware("h100-sxm").ridge("bf16")
     rt = Engine(_cfg(users=1, requests=1)).step_model.runtime
-    return _row("C13", 300, ideal, "sequences", abs(ideal - 300) <= 0.25 * 300,
+    return row("C13", 300, ideal, "sequences", abs(ideal - 300) <= 0.25 * 300,
                 f"ideal B* = ridge {ridge:.0f} plus the KV and activation bytes each sequence adds; the calibrated"
                 f" runtime ({rt.name}) reaches {rt.flops_eff:.0%} of peak FLOP/s but {rt.bw_eff:.0%} of bandwidth, so"
                 f" decode turns compute-bound sooner, at {calib}",
@@ -103,7 +73,7 @@ def c14() -> Row:
     one = _served(users=1, max_batch=1, prompt="100", output="200", requests=3).metrics()
     full = _served(users=sat, max_batch=sat, prompt="100", output="200", requests=2 * sat).metrics()
     ratio = one["cost_per_mtok_out"] / full["cost_per_mtok_out"]
-    return _row("C14", 1000, ratio, "x", abs(ratio - 1000) <= 0.5 * 1000,
+    return row("C14", 1000, ratio, "x", abs(ratio - 1000) <= 0.5 * 1000,
                 f"batch 1 pays the whole weight read per token (${one['cost_per_mtok_out']:.2f}/Mtok out); at the"
                 f" saturating batch {sat} the read is shared (${full['cost_per_mtok_out']:.3f}/Mtok). The step barely"
                 " slows up to B*, so the ratio is at most about B*, a few hundred: the article's 1000x overstates it",
@@ -129,42 +99,16 @@ def c17() -> Row:
         m = run(n)
         return bool(m["preemptions"] or (m["queue_delay_s"]["p99"] or 0.0) > 0)
 
-    lo, hi = 1, 4 * fit + 4  # bisection: the fewest users at which someone waits for KV blocks
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if waits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    most = lo - 1
+    most = first_true(waits, 1, 4 * fit + 4) - 1  # the fewest users at which someone waits for KV blocks, less one
     m = run(most)
     sm = probe.step_model
     gb_each = m["kv_peak_bytes"] / most / 1e9
-    return _row("C17", None, most, "users", most == fit,
+    return row("C17", None, most, "users", most == fit,
                 f"each user's {prompt + output:,}-token history holds {gb_each:.2f} GB of KV whatever the batch"
                 f" (the weights are shared, the KV is not): the {blocks * 16 * sm.kv_bytes_per_token / 1e9:.0f} GB"
                 f" pool holds {most} such users and user {most + 1} waits",
                 article_text="KV per user, not shared",
                 simulated_text=f"{most} users fit, {gb_each:.2f} GB each")
-
-
-def _context_wall(sm: StepModel, batch: int) -> int:
-    """Smallest context at which a decode step at `batch` reads more KV than weights (bisection on the step model)."""
-    def over(ctx: int) -> bool:
-        """KV bytes read exceed weight bytes read at this context."""
-        b = sm.decode(batch, ctx).bytes
-        return b["kv_read"] >= b["weights"]
-
-    lo, hi = 1, 1 << 26
-    if not over(hi):
-        return hi
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if over(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def c18() -> Row:
@@ -177,11 +121,11 @@ def c18() -> Row:
                          ("deepseek-v3", "fp8", 8)):
         sm = StepModel(h, load_model(name), StepOptions(ideal=True, kv_dtype=kv, tp=tp))
         b = crossover_batch(sm)  # B* per model at context 0 (C13 finds the same by running the engine)
-        rows.append((name, kv, b, _context_wall(sm, b), _context_wall(sm, 1)))
+        rows.append((name, kv, b, context_wall(sm, b), context_wall(sm, 1)))
     g = rows[0]
     per_tok = StepModel(h, load_model("generic-14b"), StepOptions(kv_dtype="fp8")).kv_bytes_per_token
     others = "; ".join(f"{n} ({kv} KV) {L:,} at B* {b}" for n, kv, b, L, _ in rows[1:])
-    return _row("C18", article, g[3], "tokens", abs(g[3] - article) <= 0.3 * article,
+    return row("C18", article, g[3], "tokens", abs(g[3] - article) <= 0.3 * article,
                 f"the article's 2 KB is one layer's KV: all {load_model('generic-14b').layers} layers of generic-14b"
                 f" hold {per_tok / 1e3:.0f} KB a token, so at B* = {g[2]} the wall is at {g[3]:,} tokens"
                 f" (alone at batch 1: {g[4]:,}); {others}",
@@ -206,18 +150,11 @@ def c20() -> Row:
             ratio[b] = (o / i, i, o)
         return ratio[b][0]
 
-    lo, hi = 1, 512
-    while lo < hi:  # the output/input ratio falls as the batch grows: find where it reaches 5
-        mid = (lo + hi) // 2
-        if r(mid) <= 5:
-            hi = mid
-        else:
-            lo = mid + 1
-    b5 = lo
+    b5 = first_true(lambda b: r(b) <= 5, 1, 512)  # the ratio falls as the batch grows: where it reaches 5
     r1, r5 = r(1), r(b5)
     _, i5, o5 = ratio[b5]
     price = load_hardware("h100-sxm").price_per_hour
-    return _row("C20", 5, r5, "x", r1 > 1 and 4 <= r5 <= 6 and b5 < 512,
+    return row("C20", 5, r5, "x", r1 > 1 and 4 <= r5 <= 6 and b5 < 512,
                 f"at ${price:g}/GPU-hour, 1,000-token prompts and 200-token answers: decode costs {r1:,.0f}x prefill"
                 f" per token at batch 1, falling with the batch to 5x at batch {b5}"
                 f" (${i5:.3f} in, ${o5:.3f} out per Mtok); a prefill shares each weight read over the whole prompt",
@@ -232,7 +169,7 @@ def c21() -> Row:
     price = f["cost_per_mtok_out"] / n["cost_per_mtok_out"]
     speed = f["tok_s_per_user"] / n["tok_s_per_user"]
     ok = abs(price - 6) <= 0.25 * 6 and abs(speed - 2.5) <= 0.25 * 2.5
-    return _row("C21", 6, price, "x price", ok,
+    return row("C21", 6, price, "x price", ok,
                 f"a dedicated lane at batch {f['batch']:.0f} vs the normal lane's {n['batch']:.0f} (50 users,"
                 f" 3,000-token prompts, 1,000-token answers): {speed:.1f}x the speed per user for {price:.1f}x the"
                 " cost per output token; the exact figures depend on how full the normal batch runs",
@@ -254,7 +191,7 @@ def c22() -> Row:
     quiet = all(d == 0 for n, d in pts if n <= fit)
     busy = all(d > 0 for n, d in pts if n > fit)
     txt = ", ".join(f"{n}: {d:.1f} s" for n, d in pts)
-    return _row("C22", None, delays[-1], "s queue delay (p90)", rising and quiet and busy,
+    return row("C22", None, delays[-1], "s queue delay (p90)", rising and quiet and busy,
                 f"{prompt:,}-token prompts, {output}-token answers: the pool holds {fit} conversations; up to that"
                 f" nobody waits, past it requests wait for blocks and the p90 queue delay climbs with users ({txt})",
                 article_text="queueing once the KV pool is full",
@@ -267,7 +204,7 @@ def c23() -> Row:
     m = _served(users=8, max_batch=64, prompt="1000", think=str(think), output="200", requests=16).metrics()
     vis, raw, tpot = m["ttft_s"]["p50"], m["ttft_raw_s"]["p50"], m["tpot_s"]["p50"]
     gap = vis - raw
-    return _row("C23", None, gap, "s later", vis > raw and abs(gap - think * tpot) <= 0.2 * think * tpot,
+    return row("C23", None, gap, "s later", vis > raw and abs(gap - think * tpot) <= 0.2 * think * tpot,
                 f"{think} hidden tokens at {tpot * 1e3:.1f} ms each come before the answer: the first visible token at"
                 f" {vis:.2f} s, the first token of any kind at {raw:.3f} s",
                 article_text="first visible token comes later",
@@ -289,7 +226,7 @@ def c25() -> Row:
     sm = StepModel(load_hardware("h100-sxm"), load_model("generic-14b"))
     kv_ms = (ctxs[-1][0] - ctxs[0][0]) * sm.kv_bytes_per_token / sm.sustained_bandwidth * 1e3
     added = ctxs[-1][1] - ctxs[0][1]
-    return _row("C25", None, added, "ms per token", grows and abs(added - kv_ms) <= 0.15 * kv_ms,
+    return row("C25", None, added, "ms per token", grows and abs(added - kv_ms) <= 0.15 * kv_ms,
                 "batch-1 time per token, 1K-token context: " + ", ".join(f"{n} {t:.1f} ms" for n, t in sizes)
                 + "; generic-14b at " + ", ".join(f"{c // 1000}K {t:.1f} ms" for c, t in ctxs)
                 + f": the extra is the KV read ({kv_ms:.1f} ms for 127K tokens at the calibrated bandwidth)",

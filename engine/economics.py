@@ -63,8 +63,7 @@ def serving_cost(sm: StepModel, batch: int, context: int) -> tuple[float, float,
     if batch < 1 or context < 0:
         raise InputError(f"serving batch must be >= 1 and context >= 0, got batch {batch}, context {context}")
     c = sm.decode(batch, context)
-    peak = sm.hw.peak_flops(sm.edtype if sm.model.is_moe else sm.wdtype) * sm.opts.compute_mult
-    return c.time_s, c.time_s * sm.opts.tp / batch, c.flops_total / (c.time_s * peak)
+    return c.time_s, c.time_s * sm.opts.tp / batch, c.flops_total / (c.time_s * sm.roof.peak_flops)
 
 
 def train_gpu_s_per_token(sm: StepModel, a: Assumptions) -> float:

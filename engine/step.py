@@ -17,6 +17,7 @@ import numpy as np
 from engine import vllm_memory
 from engine.calibration import Runtime, load_runtime
 from engine.errors import InputError
+from engine.search import first_true
 from engine.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
 
 # Activation traffic per token per layer, in elements: the residual stream in and out of attention
@@ -496,13 +497,15 @@ def crossover_batch(sm: StepModel, context: int = 0, limit: int = 1 << 20) -> in
         c = sm.decode(b, context)
         return c.t_compute_s >= c.t_memory_s
 
-    if not compute_bound(limit):
-        return limit
-    lo, hi = 1, limit
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if compute_bound(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return first_true(compute_bound, 1, limit)
+
+
+def context_wall(sm: StepModel, batch: int, limit: int = 1 << 26) -> int:
+    """Smallest context at which a decode step at `batch` reads as many KV bytes as weight bytes (bisection):
+    past it each user's KV read outweighs their share of the weight read. `limit` if it never does."""
+    def over(ctx: int) -> bool:
+        """KV bytes read reach weight bytes read at this context."""
+        b = sm.decode(batch, ctx).bytes
+        return b["kv_read"] >= b["weights"]
+
+    return first_true(over, 1, limit)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from engine.calibration import Runtime
+from engine.claim_rows import row
 from engine.errors import InputError, suggest
 from engine.specs import load_hardware, load_model
 from engine.step import StepModel, StepOptions
@@ -544,7 +545,18 @@ def subset_stats(rows: list[dict[str, Any]], **match: str) -> dict[str, float | 
 
 # ---- claim C24 ------------------------------------------------------------------------------------------------
 
-C24_SMALL = ("Qwen2.5-0.5B-Instruct", "Qwen2.5-1.5B-Instruct", "Qwen2.5-3B-Instruct", "Qwen2.5-7B-Instruct")
+def qwen_case(model: str, gpus: int | None = None, runtime: str = "vllm") -> Case:
+    """The Qwen2.5 A100 table's batch-1, BF16, 1-token-prompt case of a model preset run with `runtime`, on `gpus`
+    GPUs (None: the fewest it was timed on). KeyError when the table has no such row."""
+    found = [c for c in cases("qwen25")[0] if c.model == model and c.runtime == runtime and c.row["quant"] == "BF16"
+             and c.isl == 1 and (gpus is None or c.gpus == gpus)]
+    if not found:
+        on = f" on {gpus} GPUs" if gpus is not None else ""
+        raise KeyError(f"no Qwen2.5 table row for {model}{on} with {runtime}")
+    return min(found, key=lambda c: c.gpus)
+
+
+C24_SMALL = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
 
 
 def claim_c24() -> dict[str, Any]:
@@ -553,16 +565,8 @@ def claim_c24() -> dict[str, Any]:
     The published figures are Qwen's own vLLM BF16 rows with a 1-token prompt (the 72B on the fewest GPUs, 2);
     the simulated figures are the step model's predicted request times for the same rows.
     """
-    from engine.claims import row
-
-    by: dict[str, Case] = {}
-    for c in cases("qwen25")[0]:
-        r = c.row
-        if r["framework"] == "vllm" and r["quant"] == "BF16" and r["input_len"] == "1":
-            if r["model"] not in by or c.gpus < by[r["model"]].gpus:
-                by[r["model"]] = c
-    small = [by[m] for m in C24_SMALL]
-    big = by["Qwen2.5-72B-Instruct"]
+    small = [qwen_case(m) for m in C24_SMALL]
+    big = qwen_case("qwen2.5-72b")
     sim_small = max(c.osl / predict(c) for c in small)
     art_small = max(c.osl / c.measured for c in small)
     sim_big, art_big = big.osl / predict(big), big.osl / big.measured

@@ -17,6 +17,7 @@ from typing import Any
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.lang import LANGS, bound_word
+from engine.numbers import json_safe
 from engine.snapshot import Snapshot
 from engine.step import StepModel
 from scenes.actions import ACTIONS
@@ -49,29 +50,14 @@ class CheckpointResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the five documented keys first, then the details."""
-        actual = self.actual
-        if isinstance(actual, float) and not math.isfinite(actual):
-            actual = None  # JSON has no NaN or infinity
         d: dict[str, Any] = {"claim": self.claim, "metric": self.metric, "expected": self.expected,
-                             "actual": actual, "ok": self.ok, "step": self.step, "op": self.op,
+                             "actual": json_safe(self.actual), "ok": self.ok, "step": self.step, "op": self.op,
                              "tolerance": self.tolerance, "unit": self.unit}
         if self.vs_mark:
             d["vs_mark"] = self.vs_mark
         if self.error:
             d["error"] = self.error
         return d
-
-    def describe(self) -> str:
-        """One line: 'C02 step_ms_ideal 8.36 (expected ≈ 8.36 ±1%) ok'."""
-        what = f"{self.metric}/{self.vs_mark}" if self.vs_mark else self.metric
-        exp = self.expected if isinstance(self.expected, str) else f"{self.expected:g}"
-        op = "≈" if self.op == "approx" else self.op
-        act = "?" if self.actual is None else (self.actual if isinstance(self.actual, str) else f"{self.actual:.4g}")
-        tol = f" {self.tolerance}" if self.tolerance else ""
-        unit = f" {self.unit}" if self.unit and self.unit != "text" and not self.vs_mark else ""
-        status = "ok" if self.ok else "FAIL"
-        return f"{self.claim} {what} = {act}{unit} (expected {op} {exp}{tol}) {status}" + (
-            f": {self.error}" if self.error else "")
 
 
 def check(cp: Checkpoint, actual: float | str) -> bool:

@@ -71,7 +71,7 @@ def metric(name: str, unit: str, doc: str) -> Callable[[Callable[[Stage], Any]],
 
 
 def _reference() -> dict[str, Any]:
-    from engine.claims import reference
+    from engine.claim_rows import reference
 
     return reference()
 
@@ -461,24 +461,9 @@ def _rack_tb(s: Stage) -> float:
 
 @metric("context_wall_tokens", "tokens", "context at which one user's KV read equals their share of the weight read")
 def _context_wall(s: Stage) -> float:
-    # Found by bisection on the step model: per-user KV read at context L vs weight read / batch.
-    sm, b = s.step_model(), s.probe.batch
+    from engine.step import context_wall
 
-    def over(ctx: int) -> bool:
-        c = sm.decode(b, ctx)
-        return c.bytes["kv_read"] >= c.bytes["weights"]
-
-    hi = 1 << 26
-    if not over(hi):
-        return float(hi)
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if over(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(lo)
+    return float(context_wall(s.step_model(), s.probe.batch))
 
 
 @metric("context_wall_article", "tokens", "the article's wall: weight bytes / (ridge x per-layer KV bytes per token)")
@@ -728,20 +713,16 @@ def _cost_in_now(s: Stage) -> float:
     return _num(s.snapshot().metrics.get("cost_per_mtok_in"))
 
 
-_QWEN_FRAMEWORK = {"vllm": "vllm", "hf-eager": "transformers"}
-
-
 @metric("measured_e2e_s", "s", "Qwen's published A100 time for 2,048 tokens at batch 1 (this model, runtime, GPUs)")
 def _measured_e2e(s: Stage) -> float:
-    from engine.validate import load_table
+    from engine.validate import qwen_case
 
     c = s.config
-    for r in load_table("qwen25"):
-        if (r["model"].lower().removesuffix("-instruct") == c.model and r["quant"] == "BF16"
-                and r["framework"] == _QWEN_FRAMEWORK.get(c.runtime) and r["input_len"] == "1"
-                and int(r["gpus"]) == c.tp and r["hardware"] == "NVIDIA A100 80GB"):
-            return int(r["output_len"]) / float(r["speed_tok_s"])
-    return float("nan")
+    try:
+        case = qwen_case(c.model, c.tp, c.runtime)
+    except KeyError:
+        return float("nan")
+    return case.osl / case.measured
 
 
 @metric("e2e_vs_measured", "x", "the engine's median answer time over the published one")
@@ -773,29 +754,19 @@ def _fast_users(s: Stage) -> float:
     return float(len(set(r.user[live & r.fast].tolist())))
 
 
-def _qwen_case(model: str, gpus: int, runtime: str = "vllm") -> Any:
-    """The Qwen2.5 A100 table's batch-1, BF16, 1-token-prompt row for a model on `gpus` GPUs."""
-    from engine.validate import cases
-
-    for c in cases("qwen25")[0]:
-        r = c.row
-        if (c.model == model and c.gpus == gpus and c.runtime == runtime and r["quant"] == "BF16"
-                and c.isl == 1):
-            return c
-    raise KeyError(f"no Qwen2.5 table row for {model} on {gpus} GPUs with {runtime}")
-
-
 @metric("qwen72b_2gpu_measured_s", "s", "Qwen's published time for 2,048 tokens from Qwen2.5-72B on two A100s (vLLM)")
 def _q72_measured(s: Stage) -> float:
-    c = _qwen_case("qwen2.5-72b", 2)
+    from engine.validate import qwen_case
+
+    c = qwen_case("qwen2.5-72b", 2)
     return c.osl / c.measured
 
 
 @metric("qwen72b_2gpu_predicted_s", "s", "the step model's time for the same request (tokensim validate's row)")
 def _q72_predicted(s: Stage) -> float:
-    from engine.validate import predict
+    from engine.validate import predict, qwen_case
 
-    c = _qwen_case("qwen2.5-72b", 2)
+    c = qwen_case("qwen2.5-72b", 2)
     return c.osl / predict(c)
 
 

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from engine.claim_rows import CLAIM_IDS
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError, suggest
 from engine.lang import LANGS
@@ -24,7 +25,6 @@ from scenes.checks import Ctx, dist, flag, is_num, mark_name, positive, share, w
 from scenes.metrics import METRICS, Probe
 from scenes.placeholders import OVER, parse_ref, placeholders
 
-CLAIM_IDS = tuple(f"C{i:02d}" for i in range(1, 27))
 # The parts of the factory floor a step may point at (the app outlines the one a step talks about): the HBM
 # warehouse, the HBM -> L2 -> SM traffic, the L2 shelf, the SM grid, the users, the KV pool and queue, the
 # metrics and the roofline. The app maps each to its widget (tui.widgets.PART_WIDGETS).

@@ -334,3 +334,14 @@ def test_claim_c24() -> None:
 def test_engine_validate_imports_no_ui() -> None:
     code = "import sys, engine.validate, engine.fit; assert 'rich' not in sys.modules and 'textual' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_qwen_case_is_the_batch1_bf16_one_token_prompt_row_on_the_fewest_gpus() -> None:
+    from engine.validate import qwen_case
+
+    big = qwen_case("qwen2.5-72b")
+    assert (big.gpus, big.isl, big.osl, big.runtime, big.row["quant"], big.row["batch"]) == (2, 1, 2048, "vllm", "BF16", "1")
+    assert big.row["model"] == "Qwen2.5-72B-Instruct" and qwen_case("qwen2.5-72b", 2) is big
+    assert qwen_case("qwen2.5-7b", 1, "hf-eager").row["framework"] == "transformers"
+    with pytest.raises(KeyError):
+        qwen_case("qwen2.5-72b", 1)  # it does not fit on one A100

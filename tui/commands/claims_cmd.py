@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 from rich.table import Table
 
@@ -13,13 +12,9 @@ from tui.commands.options import console, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ids", nargs="*", metavar="ID", help="claim ids to check (default: all, C01..C26)")
+    every = f"{CLAIM_IDS[0]}..{CLAIM_IDS[-1]}"
+    p.add_argument("ids", nargs="*", metavar="ID", help=f"claim ids to check (default: all, {every})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def _clean(v: object) -> object:
-    """JSON has no NaN: a figure with no single number becomes null."""
-    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"unknown claim '{i}'{suggest(i, list(CLAIM_IDS))}")
     rows = compute(ids or None)
     if args.json:
-        print_json([{k: _clean(v) for k, v in r.items()} for r in rows])
+        print_json(rows)
         return 0
     t = Table(title="The articles' claims, recomputed", header_style="bold", show_lines=False)
     t.add_column("id", no_wrap=True)

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from engine.calibration import runtimes
 from engine.errors import InputError
+from engine.numbers import json_safe
 from engine.specs import KV_DTYPES, WEIGHT_DTYPES, load_hardware, load_model
 from engine.step import StepModel, StepOptions
 
@@ -74,8 +75,8 @@ def step_model_from_args(args: argparse.Namespace) -> StepModel:
 
 
 def print_json(obj: Any) -> None:
-    """Machine-readable output on stdout."""
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=_jsonable) + "\n")
+    """Machine-readable output on stdout (NaN and infinities, which JSON cannot write, as null)."""
+    sys.stdout.write(json.dumps(json_safe(obj), indent=2, ensure_ascii=False, default=_jsonable) + "\n")
 
 
 def _jsonable(o: Any) -> Any:

@@ -13,6 +13,7 @@ from rich.table import Table
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
+from engine.numbers import fixed, json_safe
 from engine.serving import Engine
 from tui.commands.options import add_model_options, console, nonneg_int, positive_float, positive_int, print_json
 
@@ -191,18 +192,7 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
-    return _finite(out)
-
-
-def _finite(o: Any) -> Any:
-    """NaN and infinities are not JSON: turn them into null, recursively."""
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    return o
+    return json_safe(out)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -215,13 +205,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print(out)
     return 0
-
-
-def _fmt(v: Any, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
-    """A number scaled and formatted, or '-' when there is none."""
-    if v is None:
-        return "-"
-    return f"{v * scale:,.{digits}f}{unit}"
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -242,27 +225,27 @@ def _print(r: dict[str, Any]) -> None:
             "ms"), ("TPOT", "tpot_s", 1e3, "ms"), ("end to end", "e2e_s", 1.0, "s"),
             ("queue delay", "queue_delay_s", 1e3, "ms"))
     for label, key, scale, unit in rows:
-        t.add_row(label, *(_fmt(r[key].get(p), scale, 1, f" {unit}") for p in ("p50", "p90", "p99")))
+        t.add_row(label, *(fixed(r[key].get(p), scale, 1, f" {unit}") for p in ("p50", "p90", "p99")))
     con.print(t)
     s = Table(header_style="bold", show_edge=False, show_header=False)
     s.add_column("")
     s.add_column("", justify="right")
-    s.add_row("throughput in / out", f"{_fmt(r['throughput_in_tok_s'], 1, 0)} / {_fmt(r['throughput_out_tok_s'], 1, 0)}"
-              " tok/s")
-    s.add_row("batch (median)", _fmt(r["batch_p50"], 1, 0))
+    s.add_row("throughput in / out",
+              f"{fixed(r['throughput_in_tok_s'], 1, 0)} / {fixed(r['throughput_out_tok_s'], 1, 0)} tok/s")
+    s.add_row("batch (median)", fixed(r["batch_p50"], 1, 0))
     s.add_row("KV pool", f"{r['kv_capacity_bytes'] / 1e9:,.1f} GB ({r['kv_blocks_total']:,} blocks of 16 tokens);"
               f" peak {r['kv_peak_bytes'] / 1e9:,.1f} GB ({100 * r['kv_util_peak']:.0f} %)")
     s.add_row("preemptions", f"{r['preemptions']:,} ({r['recomputed_tokens']:,} tokens recomputed)")
-    s.add_row("MFU / bandwidth used", f"{_fmt(r['mfu'], 100, 1)} % / {_fmt(r['bw_util'], 100, 1)} %")
-    s.add_row("$/Mtok in / out", f"${_fmt(r['cost_per_mtok_in'], 1, 3)} / ${_fmt(r['cost_per_mtok_out'], 1, 3)}"
+    s.add_row("MFU / bandwidth used", f"{fixed(r['mfu'], 100, 1)} % / {fixed(r['bw_util'], 100, 1)} %")
+    s.add_row("$/Mtok in / out", f"${fixed(r['cost_per_mtok_in'], 1, 3)} / ${fixed(r['cost_per_mtok_out'], 1, 3)}"
               f" at ${r['price_per_hour']:g}/GPU-hour")
     if r.get("goodput_req_s") is not None:
-        s.add_row("goodput (within SLO)", f"{_fmt(r['goodput_req_s'], 1, 2)} req/s, {_fmt(r['goodput_tok_s'], 1, 0)}"
-                  f" tok/s ({_fmt(r['slo_attainment'], 100, 0)} % of requests)")
+        s.add_row("goodput (within SLO)", f"{fixed(r['goodput_req_s'], 1, 2)} req/s, {fixed(r['goodput_tok_s'], 1, 0)}"
+                  f" tok/s ({fixed(r['slo_attainment'], 100, 0)} % of requests)")
     if r.get("fast_lane"):
         f, n = r["fast_lane"], r["normal_lane"]
-        s.add_row("fast lane vs normal", f"{_fmt(f['tok_s_per_user'], 1, 0)} vs {_fmt(n['tok_s_per_user'], 1, 0)}"
-                  f" tok/s per user; ${_fmt(f['cost_per_mtok_out'], 1, 2)} vs ${_fmt(n['cost_per_mtok_out'], 1, 2)}"
+        s.add_row("fast lane vs normal", f"{fixed(f['tok_s_per_user'], 1, 0)} vs {fixed(n['tok_s_per_user'], 1, 0)}"
+                  f" tok/s per user; ${fixed(f['cost_per_mtok_out'], 1, 2)} vs ${fixed(n['cost_per_mtok_out'], 1, 2)}"
                   " per Mtok out")
     con.print(s)
     if r.get("replicas"):
@@ -287,4 +270,4 @@ def _print_fleet(con: Any, r: dict[str, Any]) -> None:
     if r.get("pd"):
         ks = r["kv_transfer_s"]
         con.print(f"P/D {r['pd']}: {r['kv_transfers']:,} KV copies over {r['kv_link_gbps']:g} GB/s per GPU, each"
-                  f" {_fmt(ks['p50'], 1e3, 2, ' ms')} (p50) / {_fmt(ks['p99'], 1e3, 2, ' ms')} (p99)")
+                  f" {fixed(ks['p50'], 1e3, 2, ' ms')} (p50) / {fixed(ks['p99'], 1e3, 2, ' ms')} (p99)")

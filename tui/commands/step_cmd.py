@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 from rich.table import Table
 
 from engine.errors import InputError
+from engine.numbers import fixed, si
 from engine.step import StepCost, StepModel
 from tui.commands.options import add_model_options, console, nonneg_int, positive_int, print_json, step_model_from_args
 
@@ -113,7 +113,8 @@ def _print(sm: StepModel, kind: str, args: argparse.Namespace, ideal: StepCost, 
 
 
 def _ms(s: float) -> str:
-    return f"{s * 1e3:,.3f} ms"
+    """Seconds as milliseconds with three decimals."""
+    return fixed(s, 1e3, 3, " ms")
 
 
 def _rate(c: StepCost) -> str:
@@ -121,11 +122,8 @@ def _rate(c: StepCost) -> str:
 
 
 def _bytes(v: float) -> str:
-    if v == 0:
-        return "0 B"
-    units = ("B", "KB", "MB", "GB", "TB", "PB")
-    i = min(len(units) - 1, max(0, int(math.log10(abs(v)) // 3)))
-    return f"{v / 10 ** (3 * i):,.2f} {units[i]}"
+    """Bytes with an SI prefix and 4 significant figures: 15.01 GB."""
+    return si(v, "B", 4)
 
 
 def _sci(v: float) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from engine.calibration import load_runtime
+from engine.numbers import fixed
 from engine.validate import TABLE_FILES, TABLE_TITLES, report, subset_stats
 from tui.commands.options import console, print_json
 
@@ -35,11 +36,6 @@ def run(args: argparse.Namespace) -> int:
     for t in out["tables"]:
         _print_table(t, args.runtime_override)
     return 0
-
-
-def _pct(v: float | None) -> str:
-    """A percentage for the summary, '-' when there is none."""
-    return "-" if v is None else f"{v:.1f} %"
 
 
 def _err_style(e: float) -> str:
@@ -84,7 +80,7 @@ def _print_table(t: dict[str, Any], override: str | None) -> None:
     lines: list[tuple[str, int, dict[str, float | None], str]] = [
         ("all represented", len(t["rows"]), {"median_abs_err_pct": t["median_abs_err_pct"],
                                              "max_abs_err_pct": t["max_abs_err_pct"]},
-         _pct(TARGETS["qwen25 median" if qwen else "trtllm median"])),
+         fixed(TARGETS["qwen25 median" if qwen else "trtllm median"], unit=" %")),
         ("held-out (test split, never fitted)", len(test), t["heldout"], "-"),
     ]
     if qwen:
@@ -92,9 +88,11 @@ def _print_table(t: dict[str, Any], override: str | None) -> None:
                                      ("vLLM", {"framework": "vllm"}, ""),
                                      ("transformers", {"framework": "transformers"}, "")):
             n = sum(1 for r in t["rows"] if all(r[k] == v for k, v in match.items()))
-            lines.append((label, n, subset_stats(t["rows"], **match), _pct(TARGETS[target]) if target else "-"))
+            goal = fixed(TARGETS[target], unit=" %") if target else "-"
+            lines.append((label, n, subset_stats(t["rows"], **match), goal))
     for label, n, st, target in lines:
-        s.add_row(label, str(n), _pct(st["median_abs_err_pct"]), _pct(st["max_abs_err_pct"]), target)
+        s.add_row(label, str(n), fixed(st["median_abs_err_pct"], unit=" %"),
+                  fixed(st["max_abs_err_pct"], unit=" %"), target)
     con.print(s)
     over = sum(1 for r in t["rows"] if abs(r["err_pct"]) > TARGETS["row max"])
     con.print(f"rows worse than {TARGETS['row max']:.0f} % (the issue's per-row target): {over}")

@@ -1,4 +1,7 @@
-"""Number formatting and cell-width helpers shared by the renderers (CJK-safe via rich.cells)."""
+"""Number formatting and cell-width helpers shared by the renderers (CJK-safe via rich.cells).
+
+The plain number formatters (si, sig, fixed) live in engine.numbers so that headless code can use them too.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +10,14 @@ import math
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
+from engine.numbers import fixed, si, sig
+
+__all__ = ["bar", "clock", "crop_left", "dur", "fit", "fixed", "gb", "nbytes", "num", "pad_join", "pct", "si", "sig"]
+
 
 def num(x: float) -> str:
     """A count with thousands separators: 1,234."""
     return f"{int(round(x)):,}"
-
-
-def si(x: float, unit: str = "", digits: int = 3) -> str:
-    """x with an SI prefix (k, M, G, T, P) and `digits` significant figures: 3.35 T."""
-    if x == 0 or not math.isfinite(x):
-        return f"0 {unit}".rstrip() if x == 0 else "-"
-    prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-    for scale, p in prefixes:
-        if abs(x) >= scale:
-            return f"{_sig(x / scale, digits)} {p}{unit}"
-    return f"{_sig(x, digits)} {unit}".rstrip()
-
-
-def _sig(v: float, digits: int) -> str:
-    """v to `digits` significant figures without scientific notation."""
-    if v == 0:
-        return "0"
-    places = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
-    return f"{v:.{places}f}"
 
 
 def nbytes(b: float) -> str:
@@ -47,11 +35,11 @@ def dur(s: float | None) -> str:
     if s is None or not math.isfinite(s):
         return "-"
     if s < 1e-3:
-        return f"{_sig(s * 1e6, 3)} µs"
+        return f"{sig(s * 1e6, 3)} µs"
     if s < 1:
-        return f"{_sig(s * 1e3, 3)} ms"
+        return f"{sig(s * 1e3, 3)} ms"
     if s < 600:
-        return f"{_sig(s, 4)} s"
+        return f"{sig(s, 4)} s"
     return f"{int(s // 60)} min {int(s % 60):02d} s"
 
 
