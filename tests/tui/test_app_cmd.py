@@ -60,3 +60,32 @@ def test_a_config_that_does_not_fit_is_one_line(capsys: pytest.CaptureFixture[st
     assert main(["--model", "llama-3.1-405b"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tokensim: error:") and "does not fit" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [[], ["--paused"], ["scene", "1"], ["tour"]])
+def test_without_a_terminal_one_line_and_exit_2(argv: list[str]) -> None:
+    """`tokensim | head`, `tokensim scene 1 </dev/null`: no escape codes into a pipe, no app left running."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TEXTUAL_DRIVER"}
+    p = subprocess.run([sys.executable, "-m", "tui.cli", *argv], stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs a terminal" in lines[0], p.stderr
+
+
+def test_textual_serve_may_run_the_app_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """textual-serve launches the app on pipes with TEXTUAL_DRIVER naming its web driver: that is allowed."""
+    from engine.errors import InputError
+    from tui.commands.options import require_terminal
+
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
+    with pytest.raises(InputError):
+        require_terminal("hint")
+    monkeypatch.setenv("TEXTUAL_DRIVER", "textual.drivers.web_driver:WebDriver")
+    require_terminal("hint")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -91,3 +92,15 @@ def console(stderr: bool = False) -> Console:
     """A Rich console; when piped (no terminal) it is 140 columns wide so tables are not squeezed."""
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, width=None if stream.isatty() else 140)
+
+
+def require_terminal(headless_hint: str) -> None:
+    """Refuse to open the app without a terminal on stdin and stdout (a pipe, /dev/null, a cron job).
+
+    Without one, Textual writes escape codes into the pipe and keeps running after the reader has gone.
+    textual-serve runs the app behind its web driver with pipes, and names that driver in TEXTUAL_DRIVER.
+    """
+    if os.environ.get("TEXTUAL_DRIVER"):
+        return
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise InputError(f"the simulator needs a terminal (stdin and stdout are not one); {headless_hint}")

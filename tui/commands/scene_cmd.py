@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.lang import LANGS
 from scenes.schema import Scene, find_scene, load_shipped
-from tui.commands.options import console, print_json
+from tui.commands.options import console, print_json, require_terminal
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_headless(result)
         return 0 if result["ok"] else 1
+    require_terminal(f"to play it without one: tokensim scene {args.id} --headless")
     from tui.scene_app import SceneApp
 
     step = max(0, min(args.step - 1, len(scene.steps) - 1))

@@ -10,7 +10,7 @@ import argparse
 
 from engine.lang import LANGS
 from scenes.schema import find_scene, load_shipped
-from tui.commands.options import console, print_json
+from tui.commands.options import console, print_json, require_terminal
 from tui.commands.scene_cmd import pick_lang, play_headless
 
 
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
                 mark = "[green]✓[/]" if r["ok"] else "[red]✗[/]"
                 out.print(f"{mark} {r['id']:<28} {good}/{len(r['checkpoints'])} checkpoints  {' '.join(r['claims'])}")
         return 0 if all(r["ok"] for r in results) else 1
+    require_terminal("to play it without one: tokensim tour --headless")
     from tui.scene_app import SceneApp
 
     SceneApp(scenes, lang=lang, scene=start).run()
