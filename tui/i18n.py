@@ -33,7 +33,6 @@ EN: dict[str, str] = {
     "reserve": "reserve",
     "free": "free",
     "bandwidth": "bandwidth",
-    "busy": "busy",
     "peak": "peak",
     # traffic
     "traffic": "traffic HBM → L2 → SM",
@@ -48,7 +47,9 @@ EN: dict[str, str] = {
     "refill": "refill",
     "refills_total": "total refills {n}",
     # sm grid
-    "sm_grid": "SM workstations {n} · busy {p} · tray {kb} KB",
+    "sm_grid": "SM workstations {n} · MFU {p} this step · tray {kb} KB",
+    "use_this_step": "use {p} this step",
+    "metrics_window": "metrics · last {t} · p50 of {n} answers",
     # roofline
     "roofline": "roofline",
     "ridge": "ridge {r}",
@@ -174,7 +175,6 @@ ZH: dict[str, str] = {
     "reserve": "预留",
     "free": "空闲",
     "bandwidth": "带宽",
-    "busy": "忙",
     "peak": "峰值",
     "traffic": "传送带 HBM → L2 → SM",
     "layer": "层",
@@ -186,7 +186,9 @@ ZH: dict[str, str] = {
     "l2": "L2 货架 {mb} MB",
     "refill": "补货",
     "refills_total": "累计补货 {n} 次",
-    "sm_grid": "SM 工位 {n} 个 · 忙碌 {p} · 托盘 {kb} KB",
+    "sm_grid": "SM 工位 {n} 个 · 本步 MFU {p} · 托盘 {kb} KB",
+    "use_this_step": "本步利用 {p}",
+    "metrics_window": "指标 · 最近 {t} · p50 取自 {n} 个回答",
     "roofline": "屋顶线",
     "ridge": "脊点 {r}",
     "you_are_here": "● 当前 (批 {b})",

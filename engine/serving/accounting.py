@@ -149,6 +149,10 @@ class Rolling:
     cost_per_mtok_out: float
     batch: float
     queue: float
+    # The windows the figures above cover, for the screen to say: rates over window_s simulated seconds,
+    # the p50 latencies over the last `answers` finished requests.
+    window_s: float = 0.0
+    answers: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """The public dict (Engine.rolling_metrics, Snapshot.metrics)."""
@@ -193,6 +197,8 @@ def rolling(lanes: list[LaneLike], rates: Rates) -> Rolling:
         cost_per_mtok_out=float("nan") if not out else ps * cout / out * 1e6,
         batch=mean_batch,
         queue=float(sum(ln.waiting for ln in lanes)),
+        window_s=span,
+        answers=float(len(lat)),
     )
 
 

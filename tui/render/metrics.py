@@ -10,6 +10,7 @@ from rich.text import Text
 from tui.frame import Frame
 from tui.i18n import t
 from tui.render import palette as pal
+from tui.render.figures import window
 from tui.render.fmt import dur, fit, num, pct
 
 # Engine.rolling_metrics() key (Snapshot.metrics) for each figure.
@@ -17,6 +18,14 @@ KEYS: dict[str, str] = {
     "tok_s_out": "tok_s_out", "tok_s_in": "tok_s_in", "tok_s_user": "tok_s_per_user", "ttft": "ttft_p50",
     "tpot": "tpot_p50", "mfu": "mfu", "bw": "bw_util", "cost_in": "cost_per_mtok_in", "cost_out": "cost_per_mtok_out",
 }
+
+
+def title(frame: Frame) -> str:
+    """metrics · last 4.21 s · p50 of 37 answers: the windows every figure below averages over."""
+    span, answers = window(frame)
+    if span <= 0:
+        return t(frame.lang, "metrics")
+    return t(frame.lang, "metrics_window", t=dur(span), n=num(answers))
 
 
 def metric(frame: Frame, name: str) -> float | None:

@@ -36,7 +36,8 @@ def header(frame: Frame, width: int) -> Text:
     out = Text()
     pt = point(frame)
     if pt is not None:
-        out.append(t(lang, "you_are_here", b=frame.snapshot.batch_size), style=pal.POINT)
+        # The batch of the step plotted (not of the state shown, which in slow motion is from before it).
+        out.append(t(lang, "you_are_here", b=frame.step.seqs if frame.step is not None else 0), style=pal.POINT)
         out.append(f" · AI {pt[0]:.3g} · ")
         bound = frame.step.bound if frame.step is not None else "memory"
         out.append(t(lang, f"bound_{bound}"), style=pal.MEMORY if bound == "memory" else pal.COMPUTE)

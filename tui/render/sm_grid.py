@@ -1,4 +1,4 @@
-"""The SM workstations: one cell per SM, lit by the share of the step the SMs spend computing."""
+"""The SM workstations: one cell per SM, lit by the shown step's MFU (its FLOPs over the peak's in its time)."""
 
 from __future__ import annotations
 
@@ -9,28 +9,23 @@ from rich.text import Text
 from tui.frame import Frame
 from tui.i18n import t
 from tui.render import palette as pal
+from tui.render.figures import mfu
 from tui.render.fmt import pct
 
 LIT, IDLE = "■", "□"
 
 
-def busy(frame: Frame) -> float:
-    """SM busy fraction of the step shown (compute time / step time); 0 when idle."""
-    st = frame.step
-    return st.sm_busy if st is not None and st.tokens > 0 else 0.0
-
-
 def title(frame: Frame) -> str:
-    """SM workstations 132 · busy 1.0 % · tray 256 KB."""
+    """SM workstations 132 · MFU 1.0 % this step · tray 256 KB."""
     hw = frame.snapshot.hardware
-    # Busy first: a narrow screen crops the tray size, never the live figure.
-    return t(frame.lang, "sm_grid", n=hw.sm_count, kb=f"{hw.smem_per_sm_kb:g}", p=pct(busy(frame)))
+    # The live figure first: a narrow screen crops the tray size, never it.
+    return t(frame.lang, "sm_grid", n=hw.sm_count, kb=f"{hw.smem_per_sm_kb:g}", p=pct(mfu(frame)))
 
 
 def lit_count(frame: Frame) -> int:
-    """How many SM cells are lit: busy x SMs, at least one whenever any compute happens."""
+    """How many SM cells are lit: MFU x SMs, at least one whenever any compute happens."""
     n = frame.snapshot.hardware.sm_count
-    b = busy(frame)
+    b = mfu(frame)
     return 0 if b <= 0 else min(n, max(1, round(b * n)))
 
 

@@ -8,6 +8,7 @@ from rich.text import Text
 from tui.frame import Frame
 from tui.i18n import t
 from tui.render import palette as pal
+from tui.render.figures import bandwidth_use
 from tui.render.fmt import bar, dur, nbytes, pct, si
 
 
@@ -20,9 +21,8 @@ def rate(frame: Frame) -> float:
 
 
 def density(frame: Frame) -> float:
-    """Share of belt cells carrying a packet: the achieved bytes/s over the peak."""
-    peak = frame.snapshot.roof.bandwidth
-    return min(1.0, rate(frame) / peak) if peak > 0 else 0.0
+    """Share of belt cells carrying a packet: the step's bandwidth use (achieved bytes/s over the peak)."""
+    return bandwidth_use(frame)
 
 
 def _packet(k: int, dens: float) -> bool:

@@ -8,6 +8,7 @@ from rich.text import Text
 from tui.frame import Frame
 from tui.i18n import t
 from tui.render import palette as pal
+from tui.render.figures import bandwidth_use
 from tui.render.fmt import bar, fit, gb, pct, si
 
 
@@ -67,17 +68,17 @@ def legend(frame: Frame, width: int) -> Text:
 
 
 def bandwidth_gauge(frame: Frame, width: int) -> Text:
-    """One row: peak bandwidth (with the what-if multiplier) and the share of the step spent moving bytes."""
+    """One row: peak bandwidth (with the what-if multiplier) and the share of it the shown step uses."""
     s, lang = frame.snapshot, frame.lang
     bw = s.roof.bandwidth
-    busy = frame.step.bw_busy if frame.step is not None and frame.step.tokens > 0 else 0.0
+    use = bandwidth_use(frame)
     head = f"{t(lang, 'bandwidth')} {si(bw, 'B/s')}"
     if s.opts.bandwidth_mult != 1:
         head += f" (×{s.opts.bandwidth_mult:g})"
-    tail = f" {t(lang, 'busy')} {pct(busy)}"
+    tail = f" {t(lang, 'use_this_step', p=pct(use))}"
     gauge_w = max(0, width - cell_len(head) - cell_len(tail) - 3)
     out = Text(head + " ▕")
-    out.append(bar(busy, gauge_w), style=pal.PACKET)
+    out.append(bar(use, gauge_w), style=pal.PACKET)
     out.append("▏" + tail)
     out.truncate(width, overflow="crop", pad=True)
     return out

@@ -5,7 +5,6 @@ from __future__ import annotations
 from rich.text import Text
 
 from tui.frame import Frame
-from tui.i18n import t
 from tui.render import metrics
 from tui.widgets.panel import FramePanel
 
@@ -14,8 +13,8 @@ class Metrics(FramePanel):
     """The metrics panel."""
 
     def title_for(self, frame: Frame) -> str:
-        """The panel's border title in the frame's language."""
-        return t(frame.lang, "metrics")
+        """The panel's border title: the windows its figures average over."""
+        return metrics.title(frame)
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
         """The panel's rows, from its pure renderer."""
