@@ -50,6 +50,8 @@ EN: dict[str, str] = {
     "sm_grid": "SM workstations {n} · MFU {p} this step · tray {kb} KB",
     "use_this_step": "use {p} this step",
     "metrics_window": "metrics · last {t} · p50 of {n} answers",
+    "metrics_window_1": "metrics · last {t} · p50 of 1 answer",
+    "metrics_window_0": "metrics · last {t} · no answer yet",
     # roofline
     "roofline": "roofline",
     "ridge": "ridge {r}",
@@ -189,6 +191,8 @@ ZH: dict[str, str] = {
     "sm_grid": "SM 工位 {n} 个 · 本步 MFU {p} · 托盘 {kb} KB",
     "use_this_step": "本步利用 {p}",
     "metrics_window": "指标 · 最近 {t} · p50 取自 {n} 个回答",
+    "metrics_window_1": "指标 · 最近 {t} · p50 取自 1 个回答",
+    "metrics_window_0": "指标 · 最近 {t} · 尚无回答",
     "roofline": "屋顶线",
     "ridge": "脊点 {r}",
     "you_are_here": "● 当前 (批 {b})",

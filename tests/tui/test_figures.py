@@ -44,7 +44,9 @@ def test_the_metrics_title_states_the_window() -> None:
     assert span == pytest.approx(eng.clock)  # fewer ticks than the history holds: the whole run
     assert answers == snap.done
     title = metrics.title(build_frame(snap))
+    assert answers > 1
     assert title.startswith("metrics · last ") and f"p50 of {answers} answers" in title
+    assert metrics.title(build_frame(_engine(3).snapshot())).endswith("no answer yet")
     assert metrics.title(build_frame(Engine(default_config()).snapshot())) == "metrics"
     assert "最近" in metrics.title(build_frame(snap, lang="zh"))
 

@@ -25,7 +25,8 @@ def title(frame: Frame) -> str:
     span, answers = window(frame)
     if span <= 0:
         return t(frame.lang, "metrics")
-    return t(frame.lang, "metrics_window", t=dur(span), n=num(answers))
+    key = "metrics_window" if answers > 1 else f"metrics_window_{answers}"
+    return t(frame.lang, key, t=dur(span), n=num(answers))
 
 
 def metric(frame: Frame, name: str) -> float | None:
