@@ -38,7 +38,7 @@ def test_one_step_window_gives_the_panels_and_the_metrics_the_same_figures() -> 
 
 
 def test_the_metrics_title_states_the_window() -> None:
-    eng = _engine(40)
+    eng = _engine(400)
     snap = eng.snapshot()
     span, answers = figures.window(build_frame(snap))
     assert span == pytest.approx(eng.clock)  # fewer ticks than the history holds: the whole run
