@@ -21,6 +21,7 @@ from rich.table import Table
 
 from engine import plan as pl
 from engine.errors import InputError
+from engine.numbers import fixed
 from engine.specs import load_hardware, load_model
 from engine.workload import parse_dist
 from tui.commands.options import add_model_options, console, positive_float, positive_int, print_json
@@ -179,11 +180,6 @@ def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> list[dict[str, Any
         return pl.run_grid(jobs, mapper, lambda i, r: bar.advance(task))
 
 
-def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
-    """A scaled number, or '-' when there is none."""
-    return "-" if v is None else f"{v * scale:,.{digits}f}"
-
-
 def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> None:
     """The Rich report: the best deployment, the Pareto front as a table and a plot, and what was left out."""
     con = console()
@@ -200,8 +196,8 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
         split = f" split {b['pd']}" if b["pd"] else ""
         con.print(f"[bold green]best:[/] {b['replicas']} x {b['hardware']} tp{b['tp']}{split} ({b['gpus']} GPUs,"
                   f" {b['router']}, max_num_seqs {b['max_num_seqs']}) for [bold]${b['cost_per_hour']:,.2f}/h[/]:"
-                  f" {k} TTFT {_fmt(b['ttft_s'], 1e3)} ms, TPOT {_fmt(b['tpot_s'], 1e3)} ms,"
-                  f" goodput {_fmt(b['goodput_rps'], 1, 2)} req/s ({_fmt(b['goodput_per_dollar'], 1, 0)} per $)")
+                  f" {k} TTFT {fixed(b['ttft_s'], 1e3)} ms, TPOT {fixed(b['tpot_s'], 1e3)} ms,"
+                  f" goodput {fixed(b['goodput_rps'], 1, 2)} req/s ({fixed(b['goodput_per_dollar'], 1, 0)} per $)")
     t = Table(title="Pareto front: $/Mtok against TTFT and TPOT", title_justify="left", header_style="bold",
               show_edge=False)
     for col in ("GPU", "model", "tp", "replicas", "P:D", "router", "seqs", "$/h", "$/Mtok", f"TTFT {k} ms",
@@ -210,8 +206,8 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
     bad = {_key(r["config"]) for r in out["infeasible"]}
     for r in out["pareto"]:
         t.add_row(r["hardware"], r["model"], str(r["tp"]), str(r["replicas"]), r["pd"] or "-", r["router"],
-                  str(r["max_num_seqs"]), f"{r['cost_per_hour']:,.2f}", _fmt(r["usd_per_mtok"], 1, 3),
-                  _fmt(r["ttft_s"], 1e3), _fmt(r["tpot_s"], 1e3, 2), _fmt(r["goodput_rps"], 1, 2),
+                  str(r["max_num_seqs"]), f"{r['cost_per_hour']:,.2f}", fixed(r["usd_per_mtok"], 1, 3),
+                  fixed(r["ttft_s"], 1e3), fixed(r["tpot_s"], 1e3, 2), fixed(r["goodput_rps"], 1, 2),
                   "no" if _key(r) in bad else "yes")
     con.print(t)
     front = {_key(r) for r in out["pareto"]}
