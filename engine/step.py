@@ -400,6 +400,15 @@ class StepModel:
                       attn_win, attn_decode)
         return self._time(p)
 
+    def totals_agg(self, tokens: np.ndarray, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray, attn_full: np.ndarray,
+                   attn_win: np.ndarray, logits: np.ndarray, attn_decode: np.ndarray) -> tuple[Any, Any, Any]:
+        """Times (s), FLOPs and bytes (per GPU) of many steps at once, each given by cost_agg's aggregates: the
+        serving loop prices a run of decode steps in one call. Each equals cost_agg's time_s, flops_total and
+        bytes_total, summed in the same order."""
+        p = self._agg(np.asarray(tokens, dtype=np.float64), np.asarray(logits), sum_ctx, sum_ctx_win, attn_full,
+                      attn_win, attn_decode)
+        return self._time(p), p.fl_mm + p.fl_attn + p.fl_lm, p.weights + p.kv_read + p.kv_write + p.act
+
     def _time(self, p: _Parts) -> Any:
         """A step's wall time: its kernels' rooflines, then communication and the fixed cost."""
         return roofline_time(p.t_mem, p.t_cmp, p.t_attn_mem, p.t_attn_cmp, self.opts.ideal) + p.t_comm + p.over

@@ -24,7 +24,7 @@ from engine.serving.accounting import H, Rates, rolling, run_metrics
 from engine.serving.arrivals import Budget
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
-from engine.serving.tables import BLOCK, Done
+from engine.serving.tables import BLOCK, done_view
 from engine.snapshot import Phase, RequestView, Snapshot
 from engine.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.step import StepModel, StepOptions
@@ -52,6 +52,8 @@ class Engine:
     """
 
     def __init__(self, config: EngineConfig | None = None) -> None:
+        # run() and advance() price runs of quiet decode steps in one call (same results); step() is one tick.
+        self.skip_quiet = True
         self._build(config or EngineConfig())
 
     # ---- building -----------------------------------------------------------------------------
@@ -164,42 +166,63 @@ class Engine:
         """Advance one tick: one step of the lane furthest behind, or an idle jump to the next arrival."""
         return self._step(math.inf)
 
-    def _step(self, limit: float) -> TickResult:
-        """One tick; idle jumps stop at `limit` (advance's target or the run's duration)."""
+    def _next_lane(self) -> Lane | None:
+        """The lane the next tick steps: the one furthest behind among those with work or arrivals to come."""
         lanes = self._lanes
-        prev = self._clock
-        debug = self._cfg.debug
         if len(lanes) == 1:
-            # One lane: it idles by itself (jumping to its next arrival), so no bookkeeping across lanes.
-            lane = lanes[0]
-            self._tick += 1
-            res = lane.step(limit, self._tick)
-            self._clock = lane.clock
-            if debug:
-                lane.check(prev)
-                assert lane.stats.accepted == self._budget.accepted, "lane and engine disagree on requests accepted"
-            return res
+            return lanes[0]
         live = [ln for ln in lanes if not ln.dormant]
         if not live:
-            # Nothing to run and nothing coming: let time pass (bounded by `limit`) so a UI clock runs.
-            t1 = max(prev, min(prev + IDLE_TICK_S, limit))
-            for ln in lanes:
-                ln.clock = max(ln.clock, t1)
-            self._clock = t1
-            self._tick += 1
-            return idle_result(self._tick, t1, t1 - prev, False)
-        lane = live[0] if len(live) == 1 else min(live, key=lambda ln: ln.clock)
-        self._tick += 1
-        lane_prev = lane.clock
-        res = lane.step(limit, self._tick)
-        live = [ln for ln in lanes if not ln.dormant]
-        self._clock = max(prev, min(ln.clock for ln in live) if live else max(ln.clock for ln in lanes))
-        if debug:
+            return None
+        return live[0] if len(live) == 1 else min(live, key=lambda ln: ln.clock)
+
+    def _moved(self, lane: Lane, prev: float, lane_prev: float) -> None:
+        """After `lane` ran: the engine clock is the earliest among lanes still live (every event before it is
+        final); under debug, every invariant is checked."""
+        lanes = self._lanes
+        if len(lanes) == 1:
+            self._clock = lane.clock
+        else:
+            live = [ln for ln in lanes if not ln.dormant]
+            self._clock = max(prev, min(ln.clock for ln in live) if live else max(ln.clock for ln in lanes))
+        if self._cfg.debug:
             assert self._clock >= prev, f"engine clock went back from {prev} to {self._clock}"
             lane.check(lane_prev)
             acc = sum(ln.stats.accepted for ln in lanes)
             assert acc == self._budget.accepted, f"lanes accepted {acc} != engine accepted {self._budget.accepted}"
-        return replace(res, time_s=self._clock)
+
+    def _step(self, limit: float) -> TickResult:
+        """One tick; idle jumps stop at `limit` (advance's target or the run's duration)."""
+        prev = self._clock
+        lane = self._next_lane()
+        self._tick += 1
+        if lane is None:
+            # Nothing to run and nothing coming: let time pass (bounded by `limit`) so a UI clock runs.
+            t1 = max(prev, min(prev + IDLE_TICK_S, limit))
+            for ln in self._lanes:
+                ln.clock = max(ln.clock, t1)
+            self._clock = t1
+            return idle_result(self._tick, t1, t1 - prev, False)
+        lane_prev = lane.clock
+        res = lane.step(limit, self._tick)
+        self._moved(lane, prev, lane_prev)
+        return res if len(self._lanes) == 1 else replace(res, time_s=self._clock)
+
+    def _ticks(self, limit: float, max_ticks: float) -> int:
+        """At most `max_ticks` ticks at once: a run of quiet decode steps when skip_quiet allows (each counts
+        as a tick, with the same result as stepping them one by one), else one tick. Returns ticks run."""
+        if self.skip_quiet and max_ticks >= 2:
+            lane = self._next_lane()
+            if lane is not None:
+                prev, lane_prev = self._clock, lane.clock
+                d = self._budget.duration
+                k = lane.jump(limit if d is None else min(limit, d), int(min(max_ticks, 1 << 20)))
+                if k:
+                    self._tick += k
+                    self._moved(lane, prev, lane_prev)
+                    return k
+        self._step(limit)
+        return 1
 
     def advance(self, sim_seconds: float) -> int:
         """Run ticks until the clock has moved `sim_seconds` (or the run is finished); returns ticks run."""
@@ -208,8 +231,7 @@ class Engine:
         target = self._clock + sim_seconds
         n = 0
         while self._clock < target and not self.finished:
-            self._step(target)
-            n += 1
+            n += self._ticks(target, math.inf)
         return n
 
     def run(self, max_ticks: int | None = None) -> int:
@@ -217,10 +239,10 @@ class Engine:
         b = self._budget
         if b.limit is None and b.duration is None:
             raise InputError("an unbounded workload never finishes: give --requests N or --duration S")
+        limit = math.inf if b.duration is None else b.duration
         n = 0
         while not self.finished and (max_ticks is None or n < max_ticks):
-            self._step(math.inf if b.duration is None else b.duration)
-            n += 1
+            n += self._ticks(limit, math.inf if max_ticks is None else max_ticks - n)
         return n
 
     # ---- live changes -------------------------------------------------------------------------
@@ -313,22 +335,14 @@ class Engine:
         for lane in self._lanes:
             R, P, Q = lane.R, lane.P, lane.Q
             qn = min(Q.size, SNAPSHOT_QUEUE_ROWS)
-            d = lane.recent.last()
-            for t, k in ((R, R.size), (P, P.n), (Q, qn)):
-                r = t.rows(k)
+            d = done_view(lane.recent.last())
+            for t in (R.rows(), P.rows(), Q.rows(qn), d):
                 for f in ("id", "user", "prompt", "cached", "think", "total", "gen", "blocks", "fast", "arrival"):
-                    cols[f].append(getattr(r, f))
+                    cols[f].append(getattr(t, f))
             r = R.rows()
             cols["phase"] += [np.where(r.cached < r.target, Phase.PREFILL,
                                        np.where(r.gen < r.think, Phase.THINKING, Phase.DECODING)),
                               np.full(P.n, Phase.PREEMPTED), np.full(qn, Phase.QUEUED), np.full(len(d), Phase.DONE)]
-            di = d.astype(np.int64)
-            zero = np.zeros(len(d), dtype=np.int64)
-            for f, v in (("id", di[:, Done.ID]), ("user", di[:, Done.USER]), ("prompt", di[:, Done.PROMPT]),
-                         ("cached", di[:, Done.PROMPT]), ("think", di[:, Done.THINK]), ("total", di[:, Done.TOTAL]),
-                         ("gen", di[:, Done.GEN]), ("blocks", zero), ("fast", di[:, Done.FAST]),
-                         ("arrival", d[:, Done.ARRIVAL])):
-                cols[f].append(v)
             queued += Q.size
             running += R.n
             preempted += P.n

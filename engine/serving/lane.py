@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.serving.accounting import RECENT_DONE, L, LaneStats
+from engine.serving.accounting import RECENT_DONE, H, L, LaneStats
 from engine.serving.arrivals import Arrivals, Budget
 from engine.serving.kvpool import KVPool
 from engine.serving.scheduler import Scheduler
-from engine.serving.tables import BLOCK, Done, Queue, Ring, Rows, Table, blocks_for, done_rows
+from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, Queue, Ring, Rows, Table, blocks_for, done_rows
 from engine.step import StepCost, StepModel
 from engine.workload import Dist, Sampler
 
@@ -29,6 +29,7 @@ IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing comi
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
+_NO_ROWS = Rows.new(0)
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 
@@ -108,7 +109,7 @@ class Lane:
                                  Sampler(spec.think_time, rngs[3], False, 0.0),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
         self.stats = LaneStats(sched.max_batch)
-        self.recent = Ring(RECENT_DONE, len(Done))  # the last finished requests, Done columns (for the snapshot)
+        self.recent = Ring(RECENT_DONE, DONE_COLS)  # the last finished requests (for the snapshot)
         self.set_users(budget.users, 0.0)
 
     # ---- configuration ------------------------------------------------------------------------
@@ -233,15 +234,26 @@ class Lane:
         self.stats.preemptions += 1
         return int(row.id[0])
 
-    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float) -> np.ndarray:
-        """Admit waiting requests (preempted first, by id, then FIFO) while slots, blocks and the budget allow.
-
-        Returns the tokens each admitted row prefills this step (rows are appended to R in order).
-        """
+    def _admission_blocked(self, free: int, tokens_planned: int, prefill_planned: bool) -> bool:
+        """No waiting request can join now: no slot, a policy that admits only into an empty batch, nobody
+        waiting, or the first in line does not fit (admission takes a leading run of candidates, and a policy's
+        answer for a candidate depends only on those ahead of it, so the first decides whether any joins)."""
         R, P, Q = self.R, self.P, self.Q
+        if self.sched.max_batch <= R.n or (R.n > 0 and not self.sched.admits_while_running()) or not self.waiting:
+            return True
+        # Preempted requests go first, lowest id first; then the queue's head.
+        t = P.col("target")[int(np.argmin(P.col("id")))] if P.n else Q.cols.target[Q.head]
+        chunk, ok = self.sched.admit_chunks(np.array([t]), tokens_planned, prefill_planned)
+        return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
+
+    def _plan_admit(self, free: int, tokens_planned: int, prefill_planned: bool) -> tuple[int, np.ndarray, Rows,
+                                                                                         np.ndarray]:
+        """Which waiting requests would join (preempted first, by id, then FIFO) while slots, `free` blocks and the
+        scheduler's budget allow: (how many, tokens each prefills, the candidates, their rows in P)."""
+        R, P, Q = self.R, self.P, self.Q
+        if self._admission_blocked(free, tokens_planned, prefill_planned):
+            return 0, _EMPTY, _NO_ROWS, _EMPTY
         slots = self.sched.max_batch - R.n
-        if slots <= 0 or (R.n > 0 and not self.sched.admits_while_running()) or (P.n == 0 and Q.size == 0):
-            return _EMPTY
         if P.n:
             order = np.argsort(P.col("id"), kind="stable")[:slots]
             mq = min(slots - len(order), Q.size)
@@ -252,8 +264,17 @@ class Lane:
         chunk, ok = self.sched.admit_chunks(cand.target, tokens_planned, prefill_planned)
         ok &= np.cumsum(blocks_for(chunk)) <= free
         k = len(ok) if ok.all() else int(np.argmin(ok))
+        return k, chunk, cand, order
+
+    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float) -> np.ndarray:
+        """Admit what _plan_admit picks: rows move to R (in order) holding their first chunk's blocks.
+
+        Returns the tokens each admitted row prefills this step.
+        """
+        k, chunk, cand, order = self._plan_admit(free, tokens_planned, prefill_planned)
         if k == 0:
             return _EMPTY
+        R, P, Q = self.R, self.P, self.Q
         chunk = chunk[:k].copy()
         a = cand.pick(slice(0, k)).copy()
         a.seq[:] = np.arange(self.seq, self.seq + k)
@@ -307,6 +328,108 @@ class Lane:
         if new is None:
             return self._decode_step(n, nb, tick, admitted, pre)
         return self._mixed_step(n, new, tick, admitted, pre)
+
+    def jump(self, stop: float, max_steps: int) -> int:
+        """Run up to `max_steps` decode steps at once while none of them can meet an event; returns how many ran
+        (0: the next step is not quiet, take it with step()).
+
+        Quiet means: every row decodes (no prefill), no step starts at or after the next arrival or `stop`, no
+        waiting request can be admitted (admission is monotone in free blocks, and they only shrink), and the
+        pool holds every new block (no preemption). The steps are priced in one vectorised call; completions end
+        the run (the last step may finish requests). Counts, clocks and the per-tick history come out exactly as
+        step() by step() would give them (the same aggregates, and sums taken in the same order).
+        """
+        R = self.R
+        n = R.n
+        t0 = self.clock
+        if n == 0 or self.n_pf or max_steps < 2 or self.next_arrival <= t0:
+            return 0
+        c = R.cols
+        cached = c.cached[:n]
+        gen = c.gen[:n]
+        # The first step finishing a request ends the run.
+        k = min(max_steps, int((c.total[:n] - gen).min()))
+        model = self.sm.model
+        if model.sliding_layers and model.chunked:
+            k = min(k, int(model.sliding_window))  # _window_sums' closed form holds for k <= the chunk
+        if k < 2:
+            return 0
+        # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16.
+        opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK)
+        j = np.arange(k)
+        need = opens[j & (BLOCK - 1)]
+        used = self.pool.used + np.cumsum(need)
+        if not self._admission_blocked(self.pool.free - int(need[0]), n, False):
+            return 0
+        over = used > self.pool.total
+        if over.any():
+            k = int(np.argmax(over))  # the step that would preempt is taken by step()
+            if k < 2:
+                return 0
+            j, need, used = j[:k], need[:k], used[:k]
+        # Price: step j has every row one token further on (cached + j) and adds one token each.
+        s0 = int(cached.sum())
+        sum_ctx = (s0 + j * n).astype(np.float64)
+        attn = sum_ctx + 0.5 * n
+        if model.sliding_layers > 0:
+            sum_win = _window_sums(cached, k, int(model.sliding_window), model.chunked)[:len(j)]
+            attn_win = sum_win + 0.5 * n
+        else:
+            sum_win = attn_win = np.zeros(len(j))
+        tok = np.full(len(j), n)
+        dts, flops, byts = self.sm.totals_agg(tok, sum_ctx, sum_win, attn, attn_win, tok, attn)
+        clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
+        k = min(len(j), int(np.searchsorted(clock[:-1], min(self.next_arrival, stop), side="left")))
+        if k < 2:
+            return 0
+        dts, flops, byts, used, ends = dts[:k], flops[:k], byts[:k], used[:k], clock[1:k + 1]
+        t1 = float(ends[-1])
+        # Apply: caches and generated counts move k on; visible answers start where they start.
+        think = c.think[:n]
+        if self.think_zero:
+            vis_tokens = n * k
+        else:
+            jv = think - gen  # the step at whose end a row's first visible token comes out
+            now = (jv >= 0) & (jv < k)
+            if now.any():
+                c.visible[:n][now] = ends[jv[now]]
+            vis_tokens = int((k - np.clip(jv, 0, k)).sum())
+        cached += k
+        gen += k
+        c.blocks[:n] = blocks_for(cached)
+        self.pool.take(int(used[-1]) - self.pool.used)
+        self.clock = t1
+        # Account each step as _account would, in the same order.
+        st = self.stats
+        st.ticks += k
+        st.out_tokens += n * k
+        st.visible_tokens += vis_tokens
+        st.busy_s = float(np.add.accumulate(np.concatenate(([st.busy_s], dts)))[-1])
+        st.charge_out_s = float(np.add.accumulate(np.concatenate(([st.charge_out_s], dts)))[-1])
+        st.flops = float(np.add.accumulate(np.concatenate(([st.flops], flops)))[-1])
+        st.flops_useful = float(np.add.accumulate(np.concatenate(([st.flops_useful], flops)))[-1])
+        st.bytes = float(np.add.accumulate(np.concatenate(([st.bytes], byts)))[-1])
+        st.batch_hist[min(n, st.max_batch)] += k
+        done = gen >= c.total[:n]
+        if done.any():
+            self._complete(done, t1)
+        h = np.zeros((k, len(H)))
+        h[:, H.TIME] = ends
+        h[:, H.DT] = dts
+        h[:, H.KV] = used / self.pool.total
+        h[-1, H.KV] = self.pool.util  # the history row is taken after the last step's completions free blocks
+        h[:, H.QUEUE] = self.waiting
+        h[:, H.BATCH] = n
+        h[:, H.OUT] = n
+        h[:, H.COUT] = dts
+        h[:, H.FLOPS] = flops
+        h[:, H.BYTES] = byts
+        st.hist.push(h)
+        last = k - 1
+        st.last_cost = self.sm.cost_agg(n, n, float(sum_ctx[last]), float(sum_win[last]), float(attn[last]),
+                                        float(attn_win[last]), n, attn_decode=float(attn[last]))
+        st.last_batch = n
+        return k
 
     def _decode_step(self, n: int, nb: np.ndarray, tick: int, admitted: np.ndarray,
                      pre: np.ndarray) -> TickResult:
@@ -470,18 +593,16 @@ class Lane:
         st = self.stats
         st.completed += k
         arr = d.arrival
-        ttft = d.visible - arr
-        e2e = t - arr
         total = d.total
         # TPOT: time per generated token after the first (hidden tokens included); undefined for 1 token.
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(total > 1, (t - d.first) / (total - 1), np.nan)
-        lat = np.empty((k, len(L)))
-        lat[:, L.TTFT] = ttft
-        lat[:, L.TTFT_RAW] = d.first - arr
-        lat[:, L.TPOT] = tpot
-        lat[:, L.E2E] = e2e
-        lat[:, L.QUEUE] = d.admit - arr
+        tpot = np.full(k, np.nan)
+        np.divide(t - d.first, total - 1, out=tpot, where=total > 1)
+        lat = np.empty((len(L), k))
+        lat[[L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE]] = d.f[[FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE,
+                                                          FloatCol.ADMIT]] - arr
+        lat[L.TPOT] = tpot
+        ttft = lat[L.TTFT]
+        lat = lat.T
         st.lat.push(lat)
         sp = self.spec
         if sp.slo_ttft is not None or sp.slo_tpot is not None:
@@ -531,3 +652,19 @@ class Lane:
         ids = np.concatenate([r.id, p.id, q.id])
         assert np.unique(ids).size == ids.size, f"{lane}: a request is in two states at once"
 
+
+def _window_sums(cached: np.ndarray, k: int, w: int, chunked: bool) -> np.ndarray:
+    """Sum over rows of local_seen(cached + j) for j = 0..k-1, exactly (integers), without a k x rows matrix.
+
+    A sliding window sees min(c, w) tokens; a chunked layer sees c mod w (closed form here for k <= w)."""
+    j = np.arange(k)
+    n = cached.size
+    if chunked:
+        r = np.sort(cached % w)
+        # (r + j) mod w = r + j, less w for the rows that crossed into the next chunk (r >= w - j).
+        crossed = n - np.searchsorted(r, w - j, side="left")
+        return (int(r.sum()) + j * n - w * crossed).astype(np.float64)
+    cs = np.sort(cached)
+    below = np.searchsorted(cs, w - j, side="left")  # rows still inside the window: c + j < w
+    prefix = np.concatenate(([0], np.cumsum(cs)))
+    return (prefix[below] + j * below + (n - below) * w).astype(np.float64)

@@ -5,8 +5,10 @@ pressure, admit preempted requests first and then the queue in order, never more
 and batch slots allow); a policy decides only the token budget. A new policy is a new subclass added to
 POLICIES; the lane never names one.
 
-Admission must be monotone in the free blocks (fewer free blocks never admit more): the lane relies on it
-to skip quiet ticks (a policy that admitted nothing keeps admitting nothing while only decodes run).
+Two properties the lane relies on: admit_chunks is a prefix computation (a candidate's answer depends only on
+the candidates ahead of it, so the first in line decides whether anyone joins), and admission is monotone in
+the free blocks (fewer free blocks never admit more), so a policy that admits nothing keeps admitting nothing
+while only decodes run, and those steps can be skipped together.
 """
 
 from __future__ import annotations

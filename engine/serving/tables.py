@@ -1,8 +1,9 @@
-"""Request tables: one numpy array per field (column-major), so dropping finished rows moves each column once.
+"""Request tables, column-major: each field is one contiguous row of a (fields x capacity) array, named by an IntEnum.
 
 A request lives in exactly one table of its lane: the queue (FIFO), the preempted set, or the running
 batch. Rows move between tables as `Rows` (the same fields, k entries each); no Python object exists
-per request.
+per request. Dropping finished rows moves each field's contiguous run once, in two numpy calls (one per
+dtype), rather than recopying whole rows of a row-major table.
 """
 
 from __future__ import annotations
@@ -13,30 +14,34 @@ import numpy as np
 
 from engine.snapshot import KV_BLOCK_TOKENS
 
-# Per-request fields. Integers: token counts and identities; floats: times (NaN until they happen).
-INT_FIELDS = (
-    "id",  # request id, unique per engine
-    "user",  # closed-loop user index (-1: an open-loop arrival)
-    "prompt",  # prompt tokens
-    "think",  # hidden reasoning tokens generated before the answer
-    "total",  # tokens to generate (think + visible answer)
-    "target",  # tokens to hold in the cache before decoding (the prompt, or prompt + generated after preemption)
-    "cached",  # tokens in the KV cache
-    "gen",  # tokens generated so far
-    "blocks",  # KV blocks held
-    "seq",  # admission order: the newest running request has the largest
-    "fast",  # 1 in the fast lane
-    "preempts",  # times evicted
-    "input",  # prompt tokens read at least once (re-reading after a preemption is recompute)
-)
-FLOAT_FIELDS = (
-    "arrival",  # sent
-    "admit",  # first admitted into the batch
-    "first",  # first token (hidden or visible)
-    "visible",  # first visible token
-    "done",  # last token
-)
-FIELDS = INT_FIELDS + FLOAT_FIELDS
+
+class IntCol(IntEnum):
+    """Integer fields: token counts and identities."""
+
+    ID = 0  # request id, unique per engine
+    USER = 1  # closed-loop user index (-1: an open-loop arrival)
+    PROMPT = 2  # prompt tokens
+    THINK = 3  # hidden reasoning tokens generated before the answer
+    TOTAL = 4  # tokens to generate (think + visible answer)
+    TARGET = 5  # tokens to hold in the cache before decoding (the prompt, or prompt + generated after preemption)
+    CACHED = 6  # tokens in the KV cache
+    GEN = 7  # tokens generated so far
+    BLOCKS = 8  # KV blocks held
+    SEQ = 9  # admission order: the newest running request has the largest
+    FAST = 10  # 1 in the fast lane
+    PREEMPTS = 11  # times evicted
+    INPUT = 12  # prompt tokens read at least once (re-reading after a preemption is recompute)
+
+
+class FloatCol(IntEnum):
+    """Float fields: times in seconds (NaN until they happen)."""
+
+    ARRIVAL = 0  # sent
+    ADMIT = 1  # first admitted into the batch
+    FIRST = 2  # first token (hidden or visible)
+    VISIBLE = 3  # first visible token
+    DONE = 4  # last token
+
 
 BLOCK = KV_BLOCK_TOKENS
 SHIFT = 4  # log2(16): blocks for c cached tokens = (c + 15) >> 4
@@ -49,40 +54,71 @@ def blocks_for(tokens: np.ndarray) -> np.ndarray:
 
 
 class Rows:
-    """k requests as one array per field (what moves between tables)."""
+    """k requests: `i` (IntCol x k, int64) and `f` (FloatCol x k, float64); each field is also an attribute
+    (rows.cached is rows.i[IntCol.CACHED], a view)."""
 
-    __slots__ = FIELDS
+    __slots__ = ("i", "f")
 
-    def __init__(self, cols: dict[str, np.ndarray]) -> None:
-        for name in FIELDS:
-            setattr(self, name, cols[name])
+    def __init__(self, i: np.ndarray, f: np.ndarray) -> None:
+        self.i = i
+        self.f = f
 
     @classmethod
     def new(cls, k: int) -> Rows:
         """k blank rows: zero counts, NaN times."""
-        cols = {f: np.zeros(k, dtype=np.int64) for f in INT_FIELDS}
-        cols.update({f: np.full(k, np.nan) for f in FLOAT_FIELDS})
-        return cls(cols)
+        return cls(np.zeros((len(IntCol), k), dtype=np.int64), np.full((len(FloatCol), k), np.nan))
 
     def __len__(self) -> int:
-        return int(self.id.shape[0])
+        return int(self.i.shape[1])
 
     def pick(self, idx: np.ndarray | slice) -> Rows:
         """The rows at `idx` (an index array, mask or slice); copies for arrays, views for slices."""
-        return Rows({f: getattr(self, f)[idx] for f in FIELDS})
+        return Rows(self.i[:, idx], self.f[:, idx])
 
     def copy(self) -> Rows:
-        """Independent copies of every column."""
-        return Rows({f: getattr(self, f).copy() for f in FIELDS})
+        """Independent copies of every field."""
+        return Rows(self.i.copy(), self.f.copy())
 
     @staticmethod
     def join(parts: list[Rows]) -> Rows:
         """Rows of several groups, in order."""
-        return Rows({f: np.concatenate([getattr(p, f) for p in parts]) for f in FIELDS})
+        return Rows(np.concatenate([p.i for p in parts], axis=1), np.concatenate([p.f for p in parts], axis=1))
+
+    # Named views of each field (generated below from IntCol and FloatCol).
+    id: np.ndarray
+    user: np.ndarray
+    prompt: np.ndarray
+    think: np.ndarray
+    total: np.ndarray
+    target: np.ndarray
+    cached: np.ndarray
+    gen: np.ndarray
+    blocks: np.ndarray
+    seq: np.ndarray
+    fast: np.ndarray
+    preempts: np.ndarray
+    input: np.ndarray
+    arrival: np.ndarray
+    admit: np.ndarray
+    first: np.ndarray
+    visible: np.ndarray
+    done: np.ndarray
+
+
+def _field(part: str, c: int) -> property:
+    """A property reading field c of part "i" or "f" (a view: writes go to the rows)."""
+    return property(lambda self: getattr(self, part)[c], doc=f"{part}[{c}]")
+
+
+for _c in IntCol:
+    setattr(Rows, _c.name.lower(), _field("i", _c))
+for _c in FloatCol:
+    setattr(Rows, _c.name.lower(), _field("f", _c))
+FIELDS = tuple(c.name.lower() for c in IntCol) + tuple(c.name.lower() for c in FloatCol)
 
 
 class Table:
-    """Rows of requests, one array per field, grown by doubling; live rows are [start, n)."""
+    """Rows of requests, grown by doubling; live rows are [start, n)."""
 
     __slots__ = ("cols", "n", "cap")
 
@@ -102,7 +138,7 @@ class Table:
         return self.n - self.start
 
     def col(self, name: str) -> np.ndarray:
-        """The live part of one column (a view: writes go to the table)."""
+        """The live part of one field (a view: writes go to the table)."""
         return getattr(self.cols, name)[self.start:self.n]
 
     def rows(self, k: int | None = None) -> Rows:
@@ -119,8 +155,8 @@ class Table:
             while cap < need:
                 cap *= 2
             grown = Rows.new(cap)
-            for f in FIELDS:
-                getattr(grown, f)[:self.n] = getattr(self.cols, f)[:self.n]
+            grown.i[:, :self.n] = self.cols.i[:, :self.n]
+            grown.f[:, :self.n] = self.cols.f[:, :self.n]
             self.cols, self.cap = grown, cap
 
     def append(self, rows: Rows) -> None:
@@ -128,19 +164,19 @@ class Table:
         k = len(rows)
         self.reserve(k)
         n = self.n
-        for f in FIELDS:
-            getattr(self.cols, f)[n:n + k] = getattr(rows, f)
+        self.cols.i[:, n:n + k] = rows.i
+        self.cols.f[:, n:n + k] = rows.f
         self.n = n + k
 
     def keep(self, mask: np.ndarray) -> None:
-        """Drop the live rows where mask is False, keeping order (each column compacts in place)."""
+        """Drop the live rows where mask is False, keeping order (each field compacts in place)."""
         m = int(np.count_nonzero(mask))
         if m == self.size:
             return
         idx = np.flatnonzero(mask)
-        for f in FIELDS:
-            c = getattr(self.cols, f)
-            c[:m] = c[:self.n][idx]
+        c = self.cols
+        c.i[:, :m] = c.i[:, idx]
+        c.f[:, :m] = c.f[:, idx]
         self.n = m
 
     def pop_last(self) -> Rows:
@@ -166,9 +202,9 @@ class Queue(Table):
         # Slide the live rows down before growing: admitted rows at the front are dead space.
         if self.head and self.n + extra > self.cap:
             live = self.n - self.head
-            for f in FIELDS:
-                c = getattr(self.cols, f)
-                c[:live] = c[self.head:self.n]
+            c = self.cols
+            c.i[:, :live] = c.i[:, self.head:self.n]
+            c.f[:, :live] = c.f[:, self.head:self.n]
             self.n, self.head = live, 0
         super().reserve(extra)
 
@@ -222,19 +258,19 @@ class Ring:
         return np.concatenate([self.a[start:], self.a[:(start + k) % cap]])
 
 
-class Done(IntEnum):
-    """Columns of the recently-finished ring: what a snapshot shows of a finished request."""
-
-    ID = 0
-    USER = 1
-    PROMPT = 2
-    THINK = 3
-    TOTAL = 4
-    GEN = 5
-    FAST = 6
-    ARRIVAL = 7
+DONE_COLS = len(IntCol) + 1  # the recent-finished ring: every integer field, then the arrival time
 
 
 def done_rows(r: Rows) -> np.ndarray:
-    """Finished rows as Done-column float rows (ids and counts are exact in float64 below 2**53)."""
-    return np.column_stack([r.id, r.user, r.prompt, r.think, r.total, r.gen, r.fast, r.arrival]).astype(np.float64)
+    """Finished rows as ring rows of DONE_COLS floats (ids and counts are exact in float64 below 2**53)."""
+    return np.concatenate((r.i, r.f[FloatCol.ARRIVAL:FloatCol.ARRIVAL + 1])).T
+
+
+def done_view(a: np.ndarray) -> Rows:
+    """Ring rows back as Rows, as a snapshot shows a finished request: its whole prompt read, no blocks held."""
+    r = Rows.new(len(a))
+    r.i[:] = a[:, :len(IntCol)].T
+    r.arrival[:] = a[:, -1]
+    r.cached[:] = r.prompt
+    r.blocks[:] = 0
+    return r

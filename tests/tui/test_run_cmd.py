@@ -83,7 +83,12 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
 def test_bench_json_engine_section() -> None:
     r = cli("bench", "--json", "--ticks", "300", "--users", "300")
     assert r.returncode == 0, r.stderr
-    e = json.loads(r.stdout)["engine"]
+    res = json.loads(r.stdout)
+    e = res["engine"]
     for k in ("ticks_per_s", "sim_tokens_per_s", "users", "batch_p50"):
         assert k in e
-    assert e["users"] == 300 and e["ticks_per_s"] > 0 and e["batch_p50"] > 1
+    assert e["users"] == 300 and e["ticks_per_s"] > 0 and e["batch_p50"] > 1 and e["ticks"] == 300
+    # The varied-length row: the same engine with prompt and output lengths spread around the same means.
+    v = res["engine_varied"]
+    assert v["ticks_per_s"] > 0 and v["sim_s_per_wall_s"] > 0 and v["ticks"] == 300
+    assert v["prompt"].startswith("uniform:") and v["output"].startswith("uniform:")

@@ -1,7 +1,9 @@
 """`tokensim bench`: how fast the engine simulates and how fast the app renders a frame.
 
-A benchmark, not a test: it reports figures and asserts nothing. The engine figure is ticks per wall
-second for 1,000 closed-loop users on qwen2.5-14b / h100-sxm at a batch cap of 256.
+A benchmark, not a test: it reports figures and asserts nothing. The engine figures are ticks and simulated
+seconds per wall second for 1,000 closed-loop users on qwen2.5-14b / h100-sxm at a batch cap of 256, run
+headless (quiet decode steps priced together, as `tokensim run` does): once with fixed lengths, where most
+ticks are quiet, and once with varied lengths (the same means), where answers end at scattered ticks.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import gc
 import time
+from dataclasses import replace
 from typing import Any
 
 from rich.table import Table
@@ -19,6 +22,7 @@ from tui.commands.options import console, positive_int, print_json
 
 BENCH_USERS = 1000
 WARMUP_TICKS = 3000  # fill the batch before timing: the first ticks are one big prefill wave
+VARIED = {"prompt": "uniform:256,768", "output": "uniform:128,384"}  # the fixed 512 / 256, spread out
 
 
 def bench_config(users: int = BENCH_USERS) -> EngineConfig:
@@ -34,29 +38,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def engine_bench(ticks: int = 20_000, users: int = BENCH_USERS) -> dict[str, Any]:
-    """Time `ticks` engine steps after a warm-up; report ticks/s and simulated output tokens per wall second."""
-    eng = Engine(bench_config(users))
+def engine_bench(ticks: int = 20_000, users: int = BENCH_USERS, varied: bool = False) -> dict[str, Any]:
+    """Time `ticks` headless engine ticks after a warm-up; report ticks/s and simulated tokens and seconds per
+    wall second. `varied`: prompt and output lengths drawn from VARIED instead of fixed."""
+    cfg = bench_config(users)
+    if varied:
+        cfg = replace(cfg, **VARIED)
+    # A bound far away lets run() go tick-limited; it never binds.
+    eng = Engine(replace(cfg, duration=1e12))
     for _ in range(WARMUP_TICKS):
         eng.step()
     m0 = eng.metrics()
     gc.collect()
     t0 = time.perf_counter()
-    for _ in range(ticks):
-        eng.step()
+    done = eng.run(max_ticks=ticks)
     wall = time.perf_counter() - t0
     m1 = eng.metrics()
     out_tok = m1["output_tokens"] - m0["output_tokens"]
     in_tok = m1["input_tokens"] - m0["input_tokens"]
-    cfg = eng.config
     return {
-        "ticks_per_s": ticks / wall,
+        "ticks_per_s": done / wall,
         "sim_tokens_per_s": out_tok / wall,  # output tokens simulated per wall-clock second
         "sim_input_tokens_per_s": in_tok / wall,
         "users": users,
         "batch_p50": m1["batch_p50"],
-        "us_per_tick": wall / ticks * 1e6,
-        "ticks": ticks,
+        "us_per_tick": wall / done * 1e6,
+        "ticks": done,
         "wall_s": wall,
         "sim_s_per_wall_s": (m1["sim_time_s"] - m0["sim_time_s"]) / wall,
         "model": cfg.model, "hardware": cfg.hardware, "prompt": cfg.prompt, "output": cfg.output,
@@ -73,7 +80,7 @@ def render_bench() -> dict[str, Any] | None:
 
 def collect(ticks: int, users: int) -> dict[str, Any]:
     """Every section of the benchmark: "engine" always, "render" when its hook returns figures."""
-    out: dict[str, Any] = {"engine": engine_bench(ticks, users)}
+    out: dict[str, Any] = {"engine": engine_bench(ticks, users), "engine_varied": engine_bench(ticks, users, True)}
     render = render_bench()
     if render is not None:
         out["render"] = render
@@ -95,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
     t.add_row("ticks/s", f"{e['ticks_per_s']:,.0f} ({e['us_per_tick']:.1f} µs a tick, batch p50 {e['batch_p50']:.0f})")
     t.add_row("simulated tokens/s", f"{e['sim_tokens_per_s']:,.0f} out, {e['sim_input_tokens_per_s']:,.0f} in")
     t.add_row("simulated s per wall s", f"{e['sim_s_per_wall_s']:,.0f}")
+    ev = res["engine_varied"]
+    t.add_row("engine, varied lengths", f"prompt {ev['prompt']}, output {ev['output']} (answers end at scattered"
+              " ticks)")
+    t.add_row("ticks/s, varied lengths", f"{ev['ticks_per_s']:,.0f} ({ev['us_per_tick']:.1f} µs a tick)")
+    t.add_row("simulated s per wall s, varied lengths", f"{ev['sim_s_per_wall_s']:,.0f}")
     for k, v in (res.get("render") or {}).items():
         t.add_row(f"render {k}", f"{v:,.2f}" if isinstance(v, float) else str(v))
     console().print(t)
