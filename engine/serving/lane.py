@@ -29,7 +29,6 @@ IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing comi
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
-_NO_ROWS = Rows.new(0)
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 
@@ -234,56 +233,54 @@ class Lane:
         self.stats.preemptions += 1
         return int(row.id[0])
 
+    def _admission_closed(self) -> bool:
+        """No waiting request can join whatever the blocks: no slot, a policy that admits only into an empty
+        batch, or nobody waiting."""
+        n = self.R.n
+        return self.sched.max_batch <= n or (n > 0 and not self.sched.admits_while_running()) or not self.waiting
+
     def _admission_blocked(self, free: int, tokens_planned: int, prefill_planned: bool) -> bool:
-        """No waiting request can join now: no slot, a policy that admits only into an empty batch, nobody
-        waiting, or the first in line does not fit (admission takes a leading run of candidates, and a policy's
-        answer for a candidate depends only on those ahead of it, so the first decides whether any joins)."""
-        R, P, Q = self.R, self.P, self.Q
-        if self.sched.max_batch <= R.n or (R.n > 0 and not self.sched.admits_while_running()) or not self.waiting:
+        """No waiting request can join now. Admission takes a leading run of candidates, and a policy's answer
+        for a candidate depends only on those ahead of it, so the first in line decides whether any joins."""
+        if self._admission_closed():
             return True
+        P = self.P
         # Preempted requests go first, lowest id first; then the queue's head.
-        t = P.col("target")[int(np.argmin(P.col("id")))] if P.n else Q.cols.target[Q.head]
+        t = P.col("target")[int(np.argmin(P.col("id")))] if P.n else self.Q.cols.target[self.Q.head]
         chunk, ok = self.sched.admit_chunks(np.array([t]), tokens_planned, prefill_planned)
         return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
 
-    def _plan_admit(self, free: int, tokens_planned: int, prefill_planned: bool) -> tuple[int, np.ndarray, Rows,
-                                                                                         np.ndarray]:
-        """Which waiting requests would join (preempted first, by id, then FIFO) while slots, `free` blocks and the
-        scheduler's budget allow: (how many, tokens each prefills, the candidates, their rows in P)."""
+    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float) -> np.ndarray:
+        """Admit waiting requests (preempted first, by id, then FIFO) while slots, `free` blocks and the scheduler's
+        budget allow; they move to the end of R holding their first chunk's blocks.
+
+        Returns the tokens each admitted row prefills this step.
+        """
+        if self._admission_closed():
+            return _EMPTY
         R, P, Q = self.R, self.P, self.Q
-        if self._admission_blocked(free, tokens_planned, prefill_planned):
-            return 0, _EMPTY, _NO_ROWS, _EMPTY
         slots = self.sched.max_batch - R.n
         if P.n:
             order = np.argsort(P.col("id"), kind="stable")[:slots]
             mq = min(slots - len(order), Q.size)
-            cand = Rows.join([P.rows().pick(order), Q.rows(mq)])
+            target = np.concatenate([P.col("target")[order], Q.col("target")[:mq]])
         else:
             order = _EMPTY
-            cand = Q.rows(min(slots, Q.size))
-        chunk, ok = self.sched.admit_chunks(cand.target, tokens_planned, prefill_planned)
+            target = Q.col("target")[:min(slots, Q.size)]
+        chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
         ok &= np.cumsum(blocks_for(chunk)) <= free
         k = len(ok) if ok.all() else int(np.argmin(ok))
-        return k, chunk, cand, order
-
-    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float) -> np.ndarray:
-        """Admit what _plan_admit picks: rows move to R (in order) holding their first chunk's blocks.
-
-        Returns the tokens each admitted row prefills this step.
-        """
-        k, chunk, cand, order = self._plan_admit(free, tokens_planned, prefill_planned)
         if k == 0:
             return _EMPTY
-        R, P, Q = self.R, self.P, self.Q
+        kp = min(k, len(order))
+        a = Rows.join([P.rows().pick(order[:kp]), Q.rows(k - kp)]) if kp else Q.rows(k).copy()
         chunk = chunk[:k].copy()
-        a = cand.pick(slice(0, k)).copy()
         a.seq[:] = np.arange(self.seq, self.seq + k)
         self.seq += k
         a.blocks[:] = blocks_for(chunk)
         first = np.isnan(a.admit)
         a.admit[first] = t
         R.append(a)
-        kp = min(k, len(order))
         if kp:
             keep = np.ones(P.n, dtype=bool)
             keep[order[:kp]] = False
