@@ -133,3 +133,50 @@ def test_scene_figures_match_the_claims_table(cid: str, sid: str, metric: str) -
     result = Director(_by_id(sid), "en").play_headless()
     actual = next(c["actual"] for c in result["checkpoints"] if c["claim"] == cid and c["metric"] == metric)
     assert actual == pytest.approx(row["simulated"], rel=1e-9), "every number has one home"
+
+
+# One value each scene file could give every action of the table: (value, what the director shows after it).
+_ACTION_VALUES: dict[str, tuple[Any, Any]] = {
+    "set_users": (3, ("config", "users", 3)), "add_users": (2, ("config", "users", 3)),
+    "compute_mult": (2.0, ("config", "compute_mult", 2.0)), "bandwidth_mult": (1.5, ("config", "bandwidth_mult", 1.5)),
+    "weight_dtype": ("fp8", ("config", "weight_dtype", "fp8")), "kv_dtype": ("fp8", ("config", "kv_dtype", "fp8")),
+    "set_model": ("qwen2.5-7b", ("config", "model", "qwen2.5-7b")),
+    "set_hardware": ("h200", ("config", "hardware", "h200")),
+    "set_scheduler": ("chunked", ("config", "scheduler", "chunked")),
+    "set_prompt": ("100", ("config", "prompt", "100")), "set_output": ("50", ("config", "output", "50")),
+    "set_think": ("10", ("config", "think", "10")), "set_think_time": ("0", ("config", "think_time", "0")),
+    "set_fast_share": (0.5, ("config", "fast_share", 0.5)), "set_ideal": (True, ("config", "ideal", True)),
+    "set_tp": (2, ("config", "tp", 2)), "set_max_batch": (8, ("config", "max_batch", 8)),
+    "probe_batch": (7, ("probe", "batch", 7)), "probe_context": (900, ("probe", "context", 900)),
+    "probe_prompt": (64, ("probe", "prompt", 64)), "run_seconds": (0.05, None), "run_ticks": (2, None),
+    "mark": ("here", None), "reset": (True, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ACTION_VALUES))
+def test_every_action_of_the_table_is_checked_and_played(name: str) -> None:
+    from scenes.actions import ACTIONS
+    from scenes.checks import Ctx
+    from scenes.schema import Action
+
+    assert set(_ACTION_VALUES) == set(ACTIONS)
+    value, shows = _ACTION_VALUES[name]
+    assert ACTIONS[name].check(Ctx("t.toml"), f"a.{name}", value) == value
+    d = Director(_by_id("compute-x2"), "en")
+    d.apply(Action("set_users", 1))
+    before = (d.engine.tick, d.engine.snapshot().time_s)
+    d.apply(Action(name, value))
+    d._sync()
+    if shows is not None:
+        where, field, want = shows
+        assert getattr(d.config if where == "config" else d.probe, field) == want
+        if where == "config":
+            assert getattr(d.engine.config, field) == want  # the engine took it (live or by a reset)
+    elif name == "run_ticks":
+        assert d.engine.tick == before[0] + value
+    elif name == "run_seconds":
+        assert d.engine.snapshot().time_s >= before[1] + value
+    elif name == "mark":
+        assert "here" in d.marks
+    else:  # reset: back at t = 0
+        assert d.engine.tick == 0

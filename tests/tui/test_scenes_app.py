@@ -98,3 +98,15 @@ def test_snapshot_of_each_scenes_key_moment(sid: str, snap_compare: Any) -> None
     scene = find_scene(sid)
     app = make_app([scene], step=scene.key_step)
     assert snap_compare(app, terminal_size=SIZE, run_before=_prepare)
+
+
+def test_the_narration_names_a_bound_step_with_the_floors_word() -> None:
+    from engine.lang import LANGS
+    from tui.i18n import t
+
+    scene = find_scene("reading-fast-writing-slow")
+    for lang in LANGS:
+        d = Director(scene, lang)
+        d.goto(next(i for i, s in enumerate(scene.steps) if "{decode_bound}" in s.narration.get(lang)))
+        assert d.value("decode_bound") == "memory"
+        assert t(lang, "memory") in d.current_narration()
