@@ -69,6 +69,10 @@ USER_LADDER: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64,
 FPS = 30
 MIN_SIZE = (80, 24)  # below this the floor is replaced by a note asking for a bigger terminal
 COMPACT_BELOW = (110, 34)  # below this the floor drops borders and the roofline
+# Rows the floor keeps besides the guide: header + keys, the panels (#top), and the users list's title
+# and two rows (boxed: plus its border). The guide gets what is left, so it never hides the users.
+FLOOR_ROWS = {False: 2 + 22 + 4, True: 2 + 13 + 3}
+NARRATION_MAX = 12  # the guide's rows at most (a boxed guide counts its border)
 STEP_BUDGET_S = 0.012  # wall seconds per frame the engine may use before the view falls behind
 MAX_WALL_DT = 0.25  # a stalled frame (e.g. a suspended terminal) never jumps further than this
 
@@ -183,7 +187,10 @@ class TokensimApp(App[None]):
         note.display = small
         if small:
             note.update(t(self.lang, "too_small", w=MIN_SIZE[0], h=MIN_SIZE[1], cw=width, ch=height))
-        floor.set_class(width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1], "-compact")
+        compact = width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1]
+        floor.set_class(compact, "-compact")
+        guide = self._floor_screen.query_one(Narration)
+        guide.styles.max_height = max(3, min(NARRATION_MAX, height - FLOOR_ROWS[compact]))
 
     # ---- the clock ---------------------------------------------------------------------------
     def _on_timer(self) -> None:
@@ -458,13 +465,16 @@ class TokensimApp(App[None]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Every key's action in the palette (ctrl+p), in the current language, then Textual's own."""
         lang = self.lang
-        for key, action in (
-            ("cmd_play", self.action_toggle_play), ("cmd_step", self.action_step_once),
-            ("cmd_slower", self.action_slower), ("cmd_faster", self.action_faster),
-            ("cmd_more", self.action_more_users), ("cmd_fewer", self.action_fewer_users),
-            ("cmd_compute", self.action_compute), ("cmd_bw", self.action_bandwidth), ("cmd_fp8", self.action_fp8),
-            ("cmd_model", self.action_pick_model), ("cmd_gpu", self.action_pick_gpu),
-            ("cmd_reset", self.action_reset), ("cmd_lang", self.action_toggle_lang), ("cmd_help", self.action_help),
+        for title, key, what, action in (
+            ("cmd_play", "space", "h_space", self.action_toggle_play), ("cmd_step", "n", "h_n", self.action_step_once),
+            ("cmd_slower", "[", "h_speed", self.action_slower), ("cmd_faster", "]", "h_speed", self.action_faster),
+            ("cmd_more", "+", "h_users", self.action_more_users),
+            ("cmd_fewer", "-", "h_users", self.action_fewer_users),
+            ("cmd_compute", "c", "h_c", self.action_compute), ("cmd_bw", "b", "h_b", self.action_bandwidth),
+            ("cmd_fp8", "f", "h_f", self.action_fp8), ("cmd_model", "m", "h_m", self.action_pick_model),
+            ("cmd_gpu", "h", "h_h", self.action_pick_gpu), ("cmd_reset", "r", "h_r", self.action_reset),
+            ("cmd_lang", "l", "h_l", self.action_toggle_lang), ("cmd_help", "?", "h_help", self.action_help),
         ):
-            yield SystemCommand(t(lang, key), "tokensim", action)
+            # The description says what it does and which key does it, so the palette teaches the keys.
+            yield SystemCommand(t(lang, title), f"{key} · {t(lang, what)}", action)
         yield from super().get_system_commands(screen)

@@ -63,8 +63,6 @@ class SceneApp(TokensimApp):
         Binding("right,pagedown", "scene_next", "next step", priority=True),
         Binding("left,pageup", "scene_prev", "previous step", priority=True),
     ]
-    # Narration needs more room than the app's default guide panel; the floor gives way.
-    CSS = "#narration { max-height: 12; }"
 
     def __init__(self, scenes: Sequence[Scene], lang: str = "en", autoplay: bool = True, scene: int = 0,
                  step: int = 0, **kw: Any) -> None:

@@ -188,6 +188,17 @@ async def test_palette_runs_an_action() -> None:
         assert app.engine.step_model.opts.compute_mult == 2.0
 
 
+async def test_palette_entries_say_what_they_do_and_their_key() -> None:
+    """Each entry's description names its key and its effect (it used to read 'tokensim' for all)."""
+    app = make_app()
+    async with app.run_test(size=SIZE):
+        cmds = list(app.get_system_commands(app.screen))
+    helps = {c.title: c.help for c in cmds if c.title in {"Compute ×2 (toggle)", "One step"}}
+    assert helps == {"Compute ×2 (toggle)": "c · what if: compute ×2 (toggle)",
+                     "One step": "n · advance exactly one engine step (tick)"}
+    assert len({c.help for c in cmds}) > 14
+
+
 async def test_resize_to_tiny_shows_the_note_and_back() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -35,7 +35,10 @@ def render(frame: Frame, width: int) -> Text:
     """One row: left the configuration, right the clock, speed and play state."""
     s, lang = frame.snapshot, frame.lang
     dtype = s.opts.weight_dtype or s.model.weight_dtype
-    who = t(lang, "rate_n", rate=frame.rate) if frame.rate > 0 else t(lang, "users_n", n=num(s.users))
+    if frame.rate > 0:
+        who = t(lang, "rate_n", rate=frame.rate)
+    else:
+        who = t(lang, "users_1") if s.users == 1 else t(lang, "users_n", n=num(s.users))
     tp = f" ×{s.opts.tp}" if s.opts.tp > 1 else ""
     left = Text(" tokensim ", style="bold reverse")
     if width >= 100:
@@ -49,7 +52,8 @@ def render(frame: Frame, width: int) -> Text:
     if frame.behind:
         right.append(t(lang, "behind") + "  ", style=pal.COMPUTE)
     right.append(t(lang, "sim", t=clock(frame.clock_s)) + "  ")
-    right.append(speed_label(lang, frame.speed) + "  ", style=pal.WEIGHTS)
+    # Narrow: the bare speed factor, so the left side keeps the user count.
+    right.append((speed_label(lang, frame.speed) if width >= 100 else f"×{frame.speed:g}") + "  ", style=pal.WEIGHTS)
     right.append(t(lang, "playing" if frame.playing else "paused") + " ", style="bold")
     room = width - cell_len(right.plain)
     left.truncate(max(0, room), overflow="ellipsis", pad=True)

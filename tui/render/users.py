@@ -49,7 +49,7 @@ def row_pieces(frame: Frame, y: int, width: int) -> Pieces:
     head: Pieces = [
         (f"{who:>6} ", "bold"),
         (fit(t(lang, PHASE_KEYS.get(ph, "phase_queued")), phase_width(lang)), pal.PHASE.get(ph, "")),
-        (f" KV{blocks:>5} " if blocks else " " * 9, pal.KV_USED),
+        (fit(f" KV{blocks:>5} {t(lang, 'kv_blk')}", 13) if blocks else " " * 13, pal.KV_USED),
         ("⚡" if bool(r.fast[i]) else "  ", ""),
         (" ", ""),
     ]
