@@ -22,9 +22,10 @@ from tui.widgets import part_widget
 NARRATION_REFRESH_S = 0.5  # wall seconds between refreshes of the narration's live figures while playing
 # The few labels the scene player adds (the floor's own labels live in tui.i18n).
 _LABELS: dict[str, dict[str, str]] = {
-    "en": {"step": "step", "scene": "scene", "keys": "→ next · ← back", "end": "end of the tour",
-           "ok": "✓", "fail": "✗"},
-    "zh": {"step": "第", "scene": "幕", "keys": "→ 下一步 · ← 上一步", "end": "导览结束", "ok": "✓", "fail": "✗"},
+    "en": {"step": "step", "scene": "scene", "keys": "→ next · ← back", "end": "end of the tour · ← back · q quit",
+           "end_scene": "end of the scene · ← back · q quit", "ok": "✓", "fail": "✗"},
+    "zh": {"step": "第", "scene": "幕", "keys": "→ 下一步 · ← 上一步", "end": "导览结束 · ← 上一步 · q 退出",
+           "end_scene": "本幕结束 · ← 上一步 · q 退出", "ok": "✓", "fail": "✗"},
 }
 
 
@@ -39,7 +40,10 @@ def indicator(director: Director, scene_pos: int, scene_count: int, lang: str) -
     else:
         step = f"{lb['step']} {director.step_label()}"
         where = f" · {lb['scene']} {scene_pos + 1}/{scene_count}" if scene_count > 1 else ""
-    return f"▶ {title} · {step}{where} · {lb['keys']}"
+    # At the very end the line says so (a toast would cover the narration's last line).
+    last = director.index + 1 >= len(director.steps) and scene_pos + 1 >= scene_count
+    keys = lb["keys"] if not last else lb["end"] if scene_count > 1 else lb["end_scene"]
+    return f"▶ {title} · {step}{where} · {keys}"
 
 
 def narration_lines(director: Director, scene_pos: int = 0, scene_count: int = 1) -> tuple[str, ...]:
@@ -105,8 +109,8 @@ class SceneApp(TokensimApp):
             self.show_director()
         elif self.scene_pos + 1 < len(self.scenes):
             self._load_scene(self.scene_pos + 1)
-        else:
-            self.notify(_LABELS.get(self.lang, _LABELS["en"])["end"], timeout=3)
+        else:  # the end: the guide's first line already says so
+            self.bell()
 
     def action_scene_prev(self) -> None:
         """Previous step (replayed from the scene's start); before the first, the previous scene's last step."""

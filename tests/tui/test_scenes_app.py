@@ -75,6 +75,18 @@ async def test_the_tour_crosses_from_one_scene_to_the_next_and_back() -> None:
         assert "2/2" in app.narration[0]
         await pilot.press("left")
         assert app.director.scene.id == first.id and app.director.index == len(first.steps) - 1
+        assert app.narration[0].endswith("→ next · ← back")
+
+
+async def test_the_last_step_of_the_tour_says_it_is_the_end_in_the_guide() -> None:
+    """Not in a toast, which covered the narration's last line."""
+    first, second = SCENES[0], SCENES[1]
+    app = make_app([first, second], scene=1, step=len(second.steps) - 1)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.narration[0].endswith("end of the tour · ← back · q quit")
+        await pilot.press("right")
+        await pilot.pause()
+        assert app.director.scene.id == second.id and not app.screen.query("Toast")
 
 
 async def test_l_switches_the_narration_language_too() -> None:
