@@ -1,0 +1,144 @@
+"""`tokensim serve`: the live factory floor in a web browser, served by textual-serve.
+
+textual-serve runs a small web server; every browser tab that connects gets its own app process, started
+from a shell command string with Textual's web driver (TEXTUAL_DRIVER=textual.drivers.web_driver:WebDriver),
+which talks to the server over pipes, not a terminal. That command is this Python running `tui.cli` with
+the app's options given to serve, so every tab opens the same configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import shlex
+import socket
+import sys
+
+from engine.errors import InputError
+from tui.commands import app_cmd
+
+DEFAULT_HOST = "127.0.0.1"  # loopback: only this machine can connect unless --host says otherwise
+DEFAULT_PORT = 8000
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 1-65535 (0 would make the page's websocket address unknowable)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 65535, got {v}")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The app's own options (model, workload, --lang, --speed, --paused), then --host, --port, --public-url."""
+    app_cmd.add_arguments(p)
+    s = p.add_argument_group("server")
+    s.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to listen on (default {DEFAULT_HOST}: this machine only; 0.0.0.0 opens it "
+                        "to the network)")
+    s.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
+    s.add_argument("--public-url", default=None,
+                   help="the address browsers use to reach the server, when it is not http://HOST:PORT "
+                        "(listening on 0.0.0.0, or behind a proxy)")
+
+
+def app_argv(args: argparse.Namespace) -> list[str]:
+    """The app's options as given (defaults left out), as words for `tokensim`'s own command line.
+
+    Each is written `--name=value`, so a value that starts with '-' (a negative seed) is not read as an option.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    app_cmd.add_arguments(parser)
+    words: list[str] = []
+    for action in parser._actions:  # argparse keeps no public list of a parser's options
+        if not action.option_strings:
+            continue
+        value = getattr(args, action.dest)
+        if value == action.default:
+            continue
+        name = max(action.option_strings, key=len)  # the long form
+        if action.nargs == 0 and isinstance(action.const, bool):  # a flag (store_true / store_false)
+            words.append(name)
+        elif action.nargs is None and action.const is None:  # a single value
+            words.append(f"{name}={value}")
+        else:
+            raise TypeError(f"serve cannot pass on option {name} ({type(action).__name__})")
+    return words
+
+
+def app_command(args: argparse.Namespace) -> str:
+    """The shell command textual-serve runs for each browser tab: this Python, `tui.cli`, the app's options."""
+    return shlex.join([sys.executable, "-m", "tui.cli", *app_argv(args)])
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address `host` names is on this machine only (127.0.0.0/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
+
+
+# What to try when binding fails, by errno (the default: another port).
+_BIND_HINTS = {
+    errno.EADDRNOTAVAIL: "that is not an address of this machine (try 127.0.0.1)",
+    errno.EACCES: "ports below 1024 need privileges; pick another with --port",
+}
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Bind every address of host:port once and let go, so a taken port or a bad host is one clear line.
+
+    textual-serve prints its banner before it binds; without this check a port in use would first
+    announce that it is serving and then fail with a traceback.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as e:
+        raise InputError(f"--host {host!r}: cannot resolve it ({e.strerror or e}); try 127.0.0.1") from None
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as s:
+            # aiohttp listens with SO_REUSEADDR; set it too so a port in TIME_WAIT is not called "in use".
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(addr)
+            except OSError as e:
+                raise InputError(f"cannot listen on {host} port {port}: {e.strerror or e}; "
+                                 f"{_BIND_HINTS.get(e.errno, 'pick another with --port')}") from None
+
+
+def public_url(host: str, port: int) -> str:
+    """http://HOST:PORT, with an IPv6 literal in brackets."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the options (the engine is built once here, so a bad one fails now), then serve until Ctrl+C."""
+    from engine.serving import Engine
+
+    Engine(app_cmd.config_from_args(args))  # a model that does not fit etc. is one line now, not per tab
+    check_port_free(args.host, args.port)
+    if not is_loopback(args.host):
+        sys.stderr.write(f"tokensim serve: listening on {args.host}: anyone who can reach this machine on port "
+                         f"{args.port} can open the app\n")
+    from textual_serve.server import Server  # imported here: only serve needs the web server
+
+    class _Server(Server):
+        async def on_startup(self, app: object) -> None:
+            """One line saying where to point the browser, in place of textual-serve's banner."""
+            self.console.print(f"tokensim: open {self.public_url} in a web browser (Ctrl+C stops the server)",
+                               highlight=False, soft_wrap=True)
+
+    server = _Server(app_command(args), host=args.host, port=args.port, title="tokensim",
+                     public_url=args.public_url or public_url(args.host, args.port))
+    try:
+        server.serve()
+    except OSError as e:  # lost a race for the port after the check above
+        raise InputError(f"cannot listen on {args.host} port {args.port}: {e.strerror or e}") from None
+    return 0
