@@ -20,12 +20,18 @@ A scene file (scenes/data/NN-<id>.toml, played in NN order):
     narration.zh = '''...'''
 
     [[steps.checkpoints]]
-    claim = "C08"                                       # C01..C25 (CLAIMS.md)
+    claim = "C08"                                       # C01..C26 (CLAIMS.md)
     metric = "step_ms"                                  # a name in scenes.metrics.METRICS
     vs_mark = "before"                                  # optional: compare now / value at the mark
     op = "approx"                                       # approx (needs tolerance) > >= < <= == (text metrics)
     expected = 1.0
     tolerance = { abs = 0.01 }                          # or { rel = 0.05 }: a fraction of expected
+
+    [steps.question]                                    # optional, not on step 1: asked before the step runs
+    metric = "step_ms/before"                           # the engine's figure picks the nearest choice (scenes.quiz);
+    ask = { en = "...{step_ms:.2f}...", zh = "..." }    #   or answer = 2 (1-based) for a question with no figure
+    choices = [{ value = 1.0, en = "...", zh = "..." }, { value = 0.5, en = "...", zh = "..." }]   # 2 to 4
+    explain = { en = "{step_ms/before:.2f}x ...", zh = "..." }   # shown with the verdict once the step has run
 
 Placeholders in narration name metrics ({metric:fmt}), a metric's value at a mark ({metric@mark}) or now
 over then ({metric/mark}); they are filled from the live engine, so the text always shows its figures.

@@ -23,6 +23,7 @@ from engine.step import StepModel
 from scenes.actions import ACTIONS
 from scenes.metrics import METRICS, Probe
 from scenes.placeholders import AT, OVER, Ref, parse_ref, refs
+from scenes.quiz import Question, Reveal, correct_choice
 from scenes.schema import Action, Checkpoint, Scene
 
 
@@ -112,10 +113,15 @@ class Director:
             for cp in step.checkpoints:
                 if cp.vs_mark:
                     need.setdefault(cp.vs_mark, set()).add(cp.metric)
+            q = step.question
+            texts = [step.narration] + ([q.ask, q.explain, *(c.text for c in q.choices)] if q else [])
+            found = [parse_ref(q.metric)] if q and q.metric else []
             for lang in LANGS:
-                for ref in refs(step.narration.get(lang)):
-                    if ref.mark:
-                        need.setdefault(ref.mark, set()).add(ref.metric)
+                for t in texts:
+                    found += refs(t.get(lang))
+            for ref in found:
+                if ref.mark:
+                    need.setdefault(ref.mark, set()).add(ref.metric)
         return need
 
     def _build(self) -> None:
@@ -293,9 +299,39 @@ class Director:
 
     def current_narration(self) -> str:
         """The current step's narration in the director's language, numbers from the live engine."""
-        text = self.steps[self.index].narration.get(self.lang)
+        return self.fill(self.steps[self.index].narration.get(self.lang))
+
+    def fill(self, text: str) -> str:
+        """`text` with its {placeholders} filled from the live engine (one snapshot for all of them)."""
         with self._pass():
             return text.format_map(_Figures(self))
+
+    # ---- predict, then reveal ---------------------------------------------------------------
+    def upcoming_question(self) -> Question | None:
+        """The question the next step asks before it runs (None: the next step just runs, or there is none)."""
+        return None if self.at_end else self.steps[self.index + 1].question
+
+    def ask(self) -> tuple[str, tuple[str, ...]]:
+        """The next step's question and its choices, figures filled from the floor as it is now (before the step)."""
+        q = self.upcoming_question()
+        if q is None:
+            raise ValueError("the next step asks no question")
+        return self.fill(q.ask.get(self.lang)), tuple(self.fill(c.text.get(self.lang)) for c in q.choices)
+
+    def reveal(self) -> Reveal | None:
+        """The current step's question answered by the engine now that the step has run (None: no question)."""
+        q = self.steps[self.index].question
+        if q is None:
+            return None
+        value: float | str | None = None
+        if q.metric is not None:
+            with self._pass():
+                try:
+                    value = self.value(q.metric)
+                except (KeyError, ValueError, ZeroDivisionError, InputError):
+                    value = None
+            value = value if isinstance(value, str) or value is None else float(value)
+        return Reveal(correct=correct_choice(q, value), value=value, explain=self.fill(q.explain.get(self.lang)))
 
     def current_highlight(self) -> str | None:
         """The floor part the current step talks about (schema.FLOOR_PARTS; None: nothing in particular)."""
@@ -329,13 +365,29 @@ class Director:
         self.goto(0)
         steps: list[dict[str, Any]] = []
         results: list[CheckpointResult] = []
+        asked: tuple[str, tuple[str, ...]] | None = None
         while True:
             res = self.evaluate()
             results.extend(res)
             steps.append({"index": self.index, "highlight": self.current_highlight(),
                           "narration": self.current_narration(), "checkpoints": [r.as_dict() for r in res]})
+            if asked is not None:
+                steps[-1]["question"] = self._question_record(asked)
+            asked = self.ask() if self.upcoming_question() is not None else None
             if not self.next():
                 break
+        questions = [st["question"] for st in steps if "question" in st]
         return {"id": self.scene.id, "title": self.scene.title.get(self.lang), "lang": self.lang,
-                "claims": list(self.scene.claims), "ok": all(r.ok for r in results),
-                "checkpoints": [r.as_dict() for r in results], "steps": steps}
+                "claims": list(self.scene.claims), "ok": all(r.ok for r in results) and all(
+                    q["correct"] >= 0 for q in questions), "checkpoints": [r.as_dict() for r in results],
+                "questions": len(questions), "steps": steps}
+
+    def _question_record(self, asked: tuple[str, tuple[str, ...]]) -> dict[str, Any]:
+        """A headless run's record of the current step's question: as asked, and as the engine answered it."""
+        rev, q = self.reveal(), self.steps[self.index].question
+        assert rev is not None and q is not None
+        value = rev.value
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        return {"ask": asked[0], "choices": list(asked[1]), "correct": rev.correct, "value": value,
+                "metric": q.metric, "explain": rev.explain}

@@ -24,6 +24,7 @@ from scenes.actions import ACTIONS
 from scenes.checks import Ctx, dist, flag, is_num, mark_name, positive, share, whole, word
 from scenes.metrics import METRICS, Probe
 from scenes.placeholders import OVER, parse_ref, placeholders
+from scenes.quiz import Question, parse_question
 
 # The parts of the factory floor a step may point at (the app outlines the one a step talks about): the HBM
 # warehouse, the HBM -> L2 -> SM traffic, the L2 shelf, the SM grid, the users, the KV pool and queue, the
@@ -32,7 +33,7 @@ FLOOR_PARTS = ("warehouse", "traffic", "l2", "sm-grid", "users", "kvqueue", "met
 OPS = ("approx", ">", ">=", "<", "<=", "==")
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _TOP_KEYS = ("id", "title", "summary", "setup", "steps")
-_STEP_KEYS = ("narration", "highlight", "actions", "checkpoints", "key")
+_STEP_KEYS = ("narration", "highlight", "actions", "checkpoints", "key", "question")
 _CHECK_KEYS = ("claim", "metric", "expected", "tolerance", "op", "vs_mark")
 # Setup keys beyond EngineConfig's fields: the app's speed and the step-model probe.
 _SETUP_EXTRA = ("speed", "probe_batch", "probe_context", "probe_prompt")
@@ -88,6 +89,7 @@ class Step:
     actions: tuple[Action, ...] = ()
     checkpoints: tuple[Checkpoint, ...] = ()
     key: bool = False
+    question: Question | None = None  # asked before the step runs (predict, then reveal): scenes.quiz
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +275,7 @@ def _step(c: Ctx, i: int, v: Any, marks: set[str]) -> Step:
     if not isinstance(raw_actions, list):
         raise c.fail(f"{where}.actions", "expected a list of one-key tables, e.g. [{ compute_mult = 2 }]")
     actions = []
+    marks_before = set(marks)  # a question is asked before the step's actions run
     for j, a in enumerate(raw_actions):
         w = f"{where}.actions[{j}]"
         if not isinstance(a, dict) or len(a) != 1:
@@ -291,7 +294,29 @@ def _step(c: Ctx, i: int, v: Any, marks: set[str]) -> Step:
         raise c.fail(f"{where}.checkpoints", "expected a list of tables ([[steps.checkpoints]])")
     checks = tuple(_checkpoint(c, f"{where}.checkpoints[{j}]", x, marks) for j, x in enumerate(raw_checks))
     key = flag(c, f"{where}.key", v.get("key", False))
-    return Step(narration=narration, highlight=hl, actions=tuple(actions), checkpoints=checks, key=key)
+    question = None
+    if "question" in v:
+        question = _question(c, i, v["question"], marks_before, marks)
+    return Step(narration=narration, highlight=hl, actions=tuple(actions), checkpoints=checks, key=key,
+                question=question)
+
+
+def _question(c: Ctx, i: int, v: Any, before: set[str], after: set[str]) -> Question:
+    """A step's question: its ask is filled from the floor before the step runs, its explanation after."""
+    where = f"steps[{i}].question"
+    if i == 0:
+        raise c.fail(where, "the first step cannot ask: the question needs a floor to predict from (ask in step 2)")
+    q = parse_question(c, where, v, _text, lambda m: METRICS[m].unit if m in METRICS else None)
+    if q.metric is not None:
+        ref = parse_ref(q.metric)
+        if ref.sep and ref.mark not in after:
+            raise c.fail(f"{where}.metric", f"mark '{ref.mark}' is not set by this or an earlier step")
+    for lang in LANGS:
+        _placeholders(c, f"{where}.ask.{lang}", q.ask.get(lang), before)
+        _placeholders(c, f"{where}.explain.{lang}", q.explain.get(lang), after)
+        for j, ch in enumerate(q.choices):
+            _placeholders(c, f"{where}.choices[{j}].{lang}", ch.text.get(lang), before)
+    return q
 
 
 def parse_scene(data: dict[str, Any], path: str, number: int = 0) -> Scene:

@@ -159,6 +159,15 @@ EN: dict[str, str] = {
     "too_small": "tokensim needs at least {w}×{h} cells; this terminal is {cw}×{ch}.\nPlease enlarge the window.",
     "narration": "guide",
     "rebuilt": "now: {what}",
+    # predict, then reveal (scene questions)
+    "quiz_title": "predict, then watch",
+    "quiz_keys": "press 1-{n} to answer · esc to skip",
+    "quiz_answer": "the engine's answer",
+    "quiz_no_answer": "no choice matches the engine's figure",
+    "quiz_right": "✓ right: {choice}",
+    "quiz_wrong": "✗ you said {picked}; the floor says {choice}",
+    "quiz_skipped": "the floor says {choice}",
+    "quiz_score": "score {right}/{asked}",
 }
 
 ZH: dict[str, str] = {
@@ -293,6 +302,14 @@ ZH: dict[str, str] = {
     "too_small": "tokensim 至少需要 {w}×{h} 字符，当前终端为 {cw}×{ch}。\n请放大窗口。",
     "narration": "导览",
     "rebuilt": "已切换：{what}",
+    "quiz_title": "先预测，再看结果",
+    "quiz_keys": "按 1-{n} 作答 · Esc 跳过",
+    "quiz_answer": "引擎给出的答案",
+    "quiz_no_answer": "没有一个选项对得上引擎算出的数",
+    "quiz_right": "✓ 答对了：{choice}",
+    "quiz_wrong": "✗ 你选了 {picked}；车间给出的是 {choice}",
+    "quiz_skipped": "车间给出的是 {choice}",
+    "quiz_score": "得分 {right}/{asked}",
 }
 
 TABLES: Mapping[str, Mapping[str, str]] = {"en": EN, "zh": ZH}

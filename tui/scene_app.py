@@ -17,6 +17,8 @@ from textual.binding import Binding, BindingType
 from scenes.director import Director
 from scenes.schema import Scene
 from tui.app import TokensimApp
+from tui.i18n import t
+from tui.screens.question import QuestionScreen
 from tui.widgets import part_widget
 
 NARRATION_REFRESH_S = 0.5  # wall seconds between refreshes of the narration's live figures while playing
@@ -29,8 +31,9 @@ _LABELS: dict[str, dict[str, str]] = {
 }
 
 
-def indicator(director: Director, scene_pos: int, scene_count: int, lang: str) -> str:
-    """The first narration line: '3. The L2 shelf · step 2/3 · scene 3/15 · → next · ← back'."""
+def indicator(director: Director, scene_pos: int, scene_count: int, lang: str,
+              score: tuple[int, int] | None = None) -> str:
+    """The first narration line: '3. The L2 shelf · step 2/3 · scene 3/15 · score 2/3 · → next · ← back'."""
     lb = _LABELS.get(lang, _LABELS["en"])
     s = director.scene
     title = f"{s.number}. {s.title.get(lang)}" if s.number else s.title.get(lang)
@@ -43,13 +46,41 @@ def indicator(director: Director, scene_pos: int, scene_count: int, lang: str) -
     # At the very end the line says so (a toast would cover the narration's last line).
     last = director.index + 1 >= len(director.steps) and scene_pos + 1 >= scene_count
     keys = lb["keys"] if not last else lb["end"] if scene_count > 1 else lb["end_scene"]
-    return f"▶ {title} · {step}{where} · {keys}"
+    tally = f" · {t(lang, 'quiz_score', right=score[0], asked=score[1])}" if score and score[1] else ""
+    return f"▶ {title} · {step}{where}{tally} · {keys}"
 
 
-def narration_lines(director: Director, scene_pos: int = 0, scene_count: int = 1) -> tuple[str, ...]:
-    """What the narration panel shows: the indicator, the paragraphs, and the step's checkpoint results."""
+def reveal_lines(director: Director, picked: int | None) -> list[str]:
+    """After a question: whether the pick agreed with the floor, and why (the director's filled explanation)."""
+    rev = director.reveal()
+    q = director.steps[director.index].question
+    if rev is None or q is None or rev.correct < 0:
+        return []
+    lang = director.lang
+    fill = director.fill
+
+    def name(i: int) -> str:
+        """'3) the same time'."""
+        return f"{i + 1}) {fill(q.choices[i].text.get(lang))}"
+
+    if picked is None:
+        verdict = t(lang, "quiz_skipped", choice=name(rev.correct))
+    elif rev.verdict(picked):
+        verdict = t(lang, "quiz_right", choice=name(rev.correct))
+    else:
+        verdict = t(lang, "quiz_wrong", picked=name(picked), choice=name(rev.correct))
+    return [verdict, rev.explain.replace("\n", " ").strip()]
+
+
+def narration_lines(director: Director, scene_pos: int = 0, scene_count: int = 1, *,
+                    score: tuple[int, int] | None = None, reveal: bool = False,
+                    picked: int | None = None) -> tuple[str, ...]:
+    """What the narration panel shows: the indicator, the reveal of the step's question when it was just asked
+    (`picked`: the choice, None when skipped), the paragraphs, and the step's checkpoint results."""
     lb = _LABELS.get(director.lang, _LABELS["en"])
-    lines = [indicator(director, scene_pos, scene_count, director.lang)]
+    lines = [indicator(director, scene_pos, scene_count, director.lang, score)]
+    if reveal:
+        lines += reveal_lines(director, picked)
     lines += [p.replace("\n", " ").strip() for p in director.current_narration().split("\n\n") if p.strip()]
     held: dict[str, bool] = {}
     for r in director.evaluate():
@@ -75,6 +106,10 @@ class SceneApp(TokensimApp):
             raise ValueError("SceneApp needs at least one scene")
         self.scenes = list(scenes)
         self.scene_pos = scene
+        # Predict, then reveal: whether each question's first answer was right (None: skipped), by (scene id,
+        # step index); and the step whose reveal the narration shows now ((scene position, step, pick) or None).
+        self.answers: dict[tuple[str, int], bool | None] = {}
+        self._revealed: tuple[int, int, int | None] | None = None
         self._next_text = 0.0
         self.director = Director(self.scenes[scene], lang)
         if step:
@@ -85,8 +120,17 @@ class SceneApp(TokensimApp):
         self._cost = self.engine.snapshot().last_step  # start on the step the director ran last
         self.frame = self._build_frame()
 
+    @property
+    def score(self) -> tuple[int, int]:
+        """(right, answered) over the questions answered so far: first answers count, skipped ones do not."""
+        marks = [ok for ok in self.answers.values() if ok is not None]
+        return sum(marks), len(marks)
+
     def _lines(self) -> tuple[str, ...]:
-        return narration_lines(self.director, self.scene_pos, len(self.scenes))
+        rev = self._revealed
+        here = rev is not None and rev[:2] == (self.scene_pos, self.director.index)
+        return narration_lines(self.director, self.scene_pos, len(self.scenes), score=self.score, reveal=here,
+                               picked=rev[2] if rev is not None and here else None)
 
     def show_director(self, new_scene: bool = False) -> None:
         """Redraw the floor from the director's engine (it changed under the app) and show the step's text."""
@@ -104,13 +148,26 @@ class SceneApp(TokensimApp):
         self.show_director(new_scene=True)
 
     def action_scene_next(self) -> None:
-        """Next step; past a scene's last step, the next scene (in a tour)."""
-        if self.director.next():
+        """Next step (first asking its question, if it has one); past a scene's last step, the next scene."""
+        if self.director.upcoming_question() is not None:
+            ask, choices = self.director.ask()
+            self.push_screen(QuestionScreen(ask, choices, self.lang), self._answered)
+        elif self.director.next():
+            self._revealed = None
             self.show_director()
         elif self.scene_pos + 1 < len(self.scenes):
             self._load_scene(self.scene_pos + 1)
         else:  # the end: the guide's first line already says so
             self.bell()
+
+    def _answered(self, picked: int | None) -> None:
+        """The question was answered (or skipped): run the step, keep the first answer, show the reveal."""
+        self.director.next()
+        rev = self.director.reveal()
+        if rev is not None:
+            self.answers.setdefault((self.director.scene.id, self.director.index), rev.verdict(picked))
+        self._revealed = (self.scene_pos, self.director.index, picked)
+        self.show_director()
 
     def action_scene_prev(self) -> None:
         """Previous step (replayed from the scene's start); before the first, the previous scene's last step."""

@@ -60,8 +60,22 @@ def test_a_broken_scene_file_is_one_line_and_exit_2(tmp_path: object, capsys: py
 
 def test_tour_headless_checks_every_scene(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tour", "--headless", "--lang", "en", "--start", "13"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    scenes = [line for line in lines if not line.startswith("    ")]
+    assert [line.split()[1] for line in scenes] == [s.id for s in load_shipped()[12:]]
+    # Each question, as asked, and the choice the engine's figure picked.
+    asked = [line.strip() for line in lines if line.startswith("    ? ")]
+    assert len(asked) == sum(st.question is not None for s in load_shipped()[12:] for st in s.steps) >= 2
+    assert any("→ 2) about 13 ms (drain_ms = 13.09)" in q for q in asked), asked
+
+
+def test_headless_scene_prints_the_question_then_the_engines_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scene", "compute-x2", "--headless", "--lang", "en"]) == 0
     out = capsys.readouterr().out
-    assert [line.split()[1] for line in out.strip().splitlines()] == [s.id for s in load_shipped()[12:]]
+    ask = out.index("? One user is decoding; a step takes")
+    answer = out.index("→ the engine's answer: 3) the same time (step_ms/before = 1)")
+    assert ask < out.index("   1) half the time") < answer < out.index("The step now takes 1.000x") < out.index(
+        "Press compute x2")
 
 
 def test_headless_scene_never_imports_textual() -> None:

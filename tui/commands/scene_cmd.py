@@ -74,12 +74,41 @@ def print_headless(result: dict[str, Any]) -> None:
     for st in result["steps"]:
         hl = f" · {st['highlight']}" if st["highlight"] else ""
         out.print(f"\n[bold]── {st['index'] + 1}/{n}{hl}[/]")
+        if "question" in st:
+            _print_question(st["question"], result.get("lang", "en"))
         out.print(escape(st["narration"]))
         for c in st["checkpoints"]:
             out.print(("[green]✓[/] " if c["ok"] else "[red]✗[/] ") + escape(_describe(c)))
     total = len(result["checkpoints"])
     good = sum(c["ok"] for c in result["checkpoints"])
     out.print(f"\n{'[green]' if result['ok'] else '[red]'}{good}/{total} checkpoints hold[/]")
+
+
+def _print_question(q: dict[str, Any], lang: str) -> None:
+    """A step's question as asked (before the step ran), then the engine's answer and why."""
+    from rich.markup import escape
+
+    from tui.i18n import t as label
+
+    out = console()
+    out.print(f"[bold cyan]? {escape(q['ask'])}[/]")
+    for i, c in enumerate(q["choices"]):
+        out.print(f"   {i + 1}) {escape(c)}")
+    if q["correct"] < 0:
+        out.print(f"[red]✗ {label(lang, 'quiz_no_answer')}: {q['metric']} = {q['value']}[/]")
+        return
+    fig = f" ({q['metric']} = {_num(q['value'])})" if q["metric"] else ""
+    right = f"{q['correct'] + 1}) {escape(q['choices'][q['correct']])}"
+    out.print(f"[green]→ {label(lang, 'quiz_answer')}: {right}[/]{fig}")
+    out.print(escape(q["explain"]))
+
+
+def question_line(q: dict[str, Any]) -> str:
+    """One line for a tour summary: '? Compute doubles ... → 3) the same time (step_ms/before = 1)'."""
+    if q["correct"] < 0:
+        return f"? {q['ask']} → ✗ {q['metric']} = {q['value']}"
+    fig = f" ({q['metric']} = {_num(q['value'])})" if q["metric"] else ""
+    return f"? {q['ask']} → {q['correct'] + 1}) {q['choices'][q['correct']]}{fig}"
 
 
 def _num(v: float | str) -> str:

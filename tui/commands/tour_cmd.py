@@ -11,7 +11,7 @@ import argparse
 from engine.lang import LANGS
 from scenes.schema import find_scene, load_shipped
 from tui.commands.options import console, print_json, require_terminal
-from tui.commands.scene_cmd import pick_lang, play_headless
+from tui.commands.scene_cmd import pick_lang, play_headless, question_line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,11 +33,16 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(results)
         else:
+            from rich.markup import escape
+
             out = console()
             for r in results:
                 good = sum(c["ok"] for c in r["checkpoints"])
                 mark = "[green]✓[/]" if r["ok"] else "[red]✗[/]"
                 out.print(f"{mark} {r['id']:<28} {good}/{len(r['checkpoints'])} checkpoints  {' '.join(r['claims'])}")
+                for st in r["steps"]:
+                    if "question" in st:
+                        out.print("    " + escape(question_line(st["question"])), soft_wrap=True)
         return 0 if all(r["ok"] for r in results) else 1
     require_terminal("to play it without one: tokensim tour --headless")
     from tui.scene_app import SceneApp
