@@ -117,6 +117,9 @@ for _c in FloatCol:
 FIELDS = tuple(c.name.lower() for c in IntCol) + tuple(c.name.lower() for c in FloatCol)
 
 
+_FEW_GAPS = 8  # keep(): up to this many dropped rows are closed by sliding runs; more by masking each field
+
+
 class Table:
     """Rows of requests, grown by doubling; live rows are [start, n)."""
 
@@ -170,14 +173,27 @@ class Table:
 
     def keep(self, mask: np.ndarray) -> None:
         """Drop the live rows where mask is False, keeping order (each field compacts in place)."""
-        m = int(np.count_nonzero(mask))
-        if m == self.size:
+        gone = np.flatnonzero(~mask)
+        if not gone.size:
             return
-        idx = np.flatnonzero(mask)
-        c = self.cols
-        c.i[:, :m] = c.i[:, idx]
-        c.f[:, :m] = c.f[:, idx]
-        self.n = m
+        c, n = self.cols, self.n
+        if gone.size <= _FEW_GAPS:
+            # A few finished rows: slide each run of kept rows left over the gaps (contiguous moves per field,
+            # nothing before the first gap is touched).
+            w = int(gone[0])
+            for a, b in zip(gone.tolist(), gone[1:].tolist() + [n], strict=True):
+                seg = b - a - 1
+                if seg:
+                    c.i[:, w:w + seg] = c.i[:, a + 1:b]
+                    c.f[:, w:w + seg] = c.f[:, a + 1:b]
+                w += seg
+        else:
+            m = n - gone.size
+            for row in c.i:
+                row[:m] = row[:n][mask]
+            for row in c.f:
+                row[:m] = row[:n][mask]
+        self.n = n - gone.size
 
     def pop_last(self) -> Rows:
         """Remove the last row and return it (copies)."""

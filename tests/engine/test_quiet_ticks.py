@@ -1,0 +1,106 @@
+"""Skipping quiet ticks changes nothing: run() and advance() with skip_quiet on and off give the same metrics.
+
+A quiet run of decode steps is priced in one vectorised call (Lane.jump); these tests run each config both
+ways and compare every metric (and the per-tick history the UI draws) to a tight relative tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.serving import Engine
+from engine.serving.lane import Lane
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "closed": dict(users=24, requests=120, output="uniform:20,200"),
+    "open": dict(users=0, rate=15.0, requests=150, prompt="uniform:50,1500", output="exp:100"),
+    "static": dict(users=12, scheduler="static", requests=60, output="uniform:10,120"),
+    "chunked": dict(users=40, scheduler="chunked", max_batched_tokens=1024, prompt="uniform:200,3000",
+                    requests=120),
+    "fast-lane": dict(users=20, fast_share=0.25, requests=120, output="uniform:10,150"),
+    "preempting": dict(users=32, kv_pool_blocks=300, prompt="uniform:50,400", output="uniform:50,500",
+                       requests=100),
+    "think": dict(users=10, think="uniform:20,200", think_time="exp:1", requests=60, slo_ttft=1.0, slo_tpot=0.05),
+    "sliding": dict(model="gpt-oss-20b", users=12, prompt="uniform:100,3000", output="uniform:50,400",
+                    requests=40),
+    "chunked-attention": dict(model="llama-4-maverick", hardware="b200", tp=8, users=8,
+                              prompt="uniform:7000,9000", output="uniform:100,2000", requests=16),
+    "moe": dict(model="qwen3-30b-a3b", users=30, requests=80, output="uniform:10,300"),
+    "duration": dict(users=8, duration=12.0, output="uniform:10,300", requests=None),
+}
+
+
+def _engine(skip: bool, **kw: Any) -> Engine:
+    base: dict[str, Any] = {"prompt": "200", "output": "100", "seed": 3, "debug": True}
+    base.update(kw)
+    e = Engine(EngineConfig(**base))
+    e.skip_quiet = skip
+    return e
+
+
+def _same(a: Any, b: Any, path: str = "") -> None:
+    """Every number equal to 1e-12 relative (NaN matches NaN), every other value equal."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12, abs=1e-300), path
+    elif isinstance(a, tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def _compare(on: Engine, off: Engine) -> None:
+    _same(on.metrics(), off.metrics())
+    if on.config.fast_share:
+        _same(on.metrics(fast=True), off.metrics(fast=True))
+    s_on, s_off = on.snapshot(), off.snapshot()
+    _same(s_on.history, s_off.history)
+    assert s_on.last_step == s_off.last_step and s_on.tick == s_off.tick
+    assert s_on.kv_blocks_used == s_off.kv_blocks_used and s_on.requests.generated.tolist() == \
+        s_off.requests.generated.tolist()
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_run_is_the_same_with_quiet_ticks_skipped(name: str) -> None:
+    on, off = _engine(True, **CONFIGS[name]), _engine(False, **CONFIGS[name])
+    assert on.run() == off.run()
+    _compare(on, off)
+
+
+@pytest.mark.parametrize("name", ["closed", "fast-lane", "think"])
+def test_advance_is_the_same_with_quiet_ticks_skipped(name: str) -> None:
+    kw = dict(CONFIGS[name], requests=None)
+    on, off = _engine(True, **kw), _engine(False, **kw)
+    for dt in (0.37, 2.0, 5.5, 0.01, 9.0):
+        assert on.advance(dt) == off.advance(dt)
+        assert on.clock == off.clock
+        _compare(on, off)
+
+
+def test_quiet_runs_take_one_call_and_step_stays_one_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    stepped: list[int] = []
+    one_step = Lane.step
+
+    def counted(self: Lane, limit: float, tick: int) -> Any:
+        stepped.append(tick)
+        return one_step(self, limit, tick)
+
+    monkeypatch.setattr(Lane, "step", counted)
+    e = _engine(True, users=4, requests=40, output="300")
+    e.run()
+    # 40 answers of 300 tokens at batch 4 are ~3,000 ticks; only ticks with an event go one by one.
+    assert e.tick >= 3000 and len(stepped) < e.tick / 20
+    # One tick at a time is still there for slow motion: step() moves the tick count by exactly one.
+    e2 = _engine(True, users=4, requests=None, output="300")
+    for i in range(1, 200):
+        e2.step()
+        assert e2.tick == i
