@@ -11,20 +11,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-T = TypeVar("T")
+from tests.tui.served import SERVER_START_S, serving, wait_for
+
 BUDGET_S = 30.0  # wall time for the whole page interaction; a normal run takes about 3 s
-SERVER_START_S = 15.0
 # Chromium flags for a shared, offline machine: no sandbox (root in CI), no GPU, and nothing fetched in the
 # background. Every host name but 127.0.0.1 fails to resolve, so the page's web-font link goes nowhere.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -62,24 +58,6 @@ def browser_paths() -> tuple[str, str] | None:
     return (chromium, driver) if chromium and driver else None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(what: str, probe: Callable[[], T | None], deadline: float) -> T:
-    """Poll probe every 0.1 s until it returns something truthy; fail naming `what` at the deadline."""
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
     """Headless Chromium through chromedriver, with a fresh profile; always quit afterwards."""
@@ -108,44 +86,9 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    """`tokensim serve --paused --lang en` on a free 127.0.0.1 port; its URL. The server and every app it
-    started share one process group, which is always ended afterwards."""
-    port = free_port()
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "serve", "--port", str(port), "--paused",
-                                 "--lang", "en"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        def listening() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(f"tokensim serve exited with {proc.returncode}: {log.read_text()[-500:]}")
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_for("tokensim serve to listen", listening, time.monotonic() + SERVER_START_S)
+    """`tokensim serve --paused --lang en` on a free 127.0.0.1 port; its URL."""
+    with serving(tmp_path / "serve.log", "--paused", "--lang", "en") as port:
         yield f"http://127.0.0.1:{port}/"
-    finally:
-        _end_group(proc)
-
-
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group (server and app processes), SIGKILL what is left after 5 s."""
-    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        if sig == signal.SIGTERM:  # the server is gone; make sure no app process outlived it
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        break
 
 
 def test_the_app_runs_in_a_browser(browser: Any, server: str) -> None:

@@ -7,9 +7,12 @@ import contextlib
 import shlex
 import socket
 import sys
+import urllib.request
+from pathlib import Path
 
 import pytest
 
+from tests.tui.served import serving
 from tui.cli import build_parser, main
 from tui.commands import serve_cmd
 
@@ -119,3 +122,25 @@ async def test_the_app_starts_under_textual_serves_web_driver() -> None:
                     process.kill()
                 await process.wait()
     assert b"paused" in received  # --paused reached the app through the command string
+
+
+def fetch_page(port: int, host_header: str) -> str:
+    """GET / from the server on 127.0.0.1 as if the browser had typed host_header (no proxy, 5 s at most)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"Host": host_header})
+    with opener.open(request, timeout=5) as response:
+        return response.read().decode()
+
+
+def test_the_page_points_its_websocket_at_the_address_the_browser_used(tmp_path: Path) -> None:
+    # Listening on 127.0.0.1 stands in for 0.0.0.0 here: what matters is that the page is built per request.
+    with serving(tmp_path / "serve.log") as port:
+        assert f'data-session-websocket-url="ws://127.0.0.1:{port}/ws"' in fetch_page(port, f"127.0.0.1:{port}")
+        assert 'data-session-websocket-url="ws://gpu-box.lan:9000/ws"' in fetch_page(port, "gpu-box.lan:9000")
+
+
+def test_public_url_fixes_the_address(tmp_path: Path) -> None:
+    with serving(tmp_path / "serve.log", "--public-url", "https://sim.example.org") as port:
+        page = fetch_page(port, f"127.0.0.1:{port}")
+    assert 'data-session-websocket-url="wss://sim.example.org/ws"' in page
+    assert "https://sim.example.org/static/js/textual.js" in page

@@ -14,6 +14,7 @@ import ipaddress
 import shlex
 import socket
 import sys
+from typing import Any
 
 from engine.errors import InputError
 from tui.commands import app_cmd
@@ -42,8 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "to the network)")
     s.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
     s.add_argument("--public-url", default=None,
-                   help="the address browsers use to reach the server, when it is not http://HOST:PORT "
-                        "(listening on 0.0.0.0, or behind a proxy)")
+                   help="the server's address as browsers see it, e.g. https://... behind a proxy (default: "
+                        "the address each browser used to fetch the page)")
 
 
 def app_argv(args: argparse.Namespace) -> list[str]:
@@ -118,6 +119,32 @@ def public_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def make_server(command: str, host: str, port: int, fixed_url: str | None = None) -> Any:
+    """textual-serve's Server for `command`, announcing itself in one line.
+
+    The page names the websocket the browser opens next; unless fixed_url is given, it names the address
+    the browser used to fetch the page, which reaches the server from wherever that browser is
+    (textual-serve's own default, http://HOST:PORT, fails from another machine when HOST is 0.0.0.0).
+    """
+    from textual_serve.server import Server  # imported here: only serve needs the web server
+
+    class TokensimServer(Server):
+        async def on_startup(self, app: object) -> None:
+            """Where to point the browser, in place of textual-serve's banner."""
+            self.console.print(f"tokensim: open {self.public_url} in a web browser (Ctrl+C stops the server)",
+                               highlight=False, soft_wrap=True)
+
+        async def handle_index(self, request: Any) -> Any:
+            """The page, its links built on the address this request came to (or on fixed_url)."""
+            if fixed_url is None:
+                # Safe across concurrent requests: the wrapped handler reads public_url before it first awaits.
+                self.public_url = f"{request.scheme}://{request.host}"
+            return await super().handle_index(request)
+
+    return TokensimServer(command, host=host, port=port, title="tokensim",
+                          public_url=fixed_url or public_url(host, port))
+
+
 def run(args: argparse.Namespace) -> int:
     """Check the options (the engine is built once here, so a bad one fails now), then serve until Ctrl+C."""
     from engine.serving import Engine
@@ -127,16 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         sys.stderr.write(f"tokensim serve: listening on {args.host}: anyone who can reach this machine on port "
                          f"{args.port} can open the app\n")
-    from textual_serve.server import Server  # imported here: only serve needs the web server
-
-    class _Server(Server):
-        async def on_startup(self, app: object) -> None:
-            """One line saying where to point the browser, in place of textual-serve's banner."""
-            self.console.print(f"tokensim: open {self.public_url} in a web browser (Ctrl+C stops the server)",
-                               highlight=False, soft_wrap=True)
-
-    server = _Server(app_command(args), host=args.host, port=args.port, title="tokensim",
-                     public_url=args.public_url or public_url(args.host, args.port))
+    server = make_server(app_command(args), args.host, args.port, args.public_url)
     try:
         server.serve()
     except OSError as e:  # lost a race for the port after the check above
