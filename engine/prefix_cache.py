@@ -170,9 +170,10 @@ class BlockPool:
             return
         slots = self._slots_of(keys)
         ref = self._ref
-        revived = int(np.count_nonzero(ref[slots] == 0))
-        ref[slots] += 1
-        self._stamp[slots] = -1
+        u = np.unique(slots)
+        revived = int(np.count_nonzero(ref[u] == 0))
+        np.add.at(ref, slots, 1)  # several requests' keys at once may repeat a shared block
+        self._stamp[u] = -1
         self.cached -= revived
         self.keyed_used += revived
 
@@ -229,17 +230,21 @@ class BlockPool:
                 ref[s] += 1
 
     def release(self, keys: np.ndarray, n_private: int) -> None:
-        """A request lets go of its keyed blocks (in block order) and n_private private ones. Keyed blocks
-        no one else holds become cached; the request's last blocks are released first, so they go first."""
+        """Requests let go of their keyed blocks (each request's in block order, requests one after another)
+        and n_private private ones. Keyed blocks no one else holds become cached, last ones first."""
         assert 0 <= n_private <= self.private, f"releasing {n_private} private blocks of {self.private}"
         self.private -= n_private
         if not len(keys):
             return
         slots = self._slots_of(keys)
         ref = self._ref
-        assert (ref[slots] > 0).all(), "released a block no one holds"
-        ref[slots] -= 1
-        dead = slots[ref[slots] == 0][::-1]  # tail first: vLLM frees a request's blocks in reverse
+        np.subtract.at(ref, slots, 1)  # several requests' keys at once may repeat a shared block
+        assert (ref[slots] >= 0).all(), "released a block no one holds"
+        # Tail first: vLLM frees a request's blocks in reverse, so its last blocks are reclaimed first.
+        rev = slots[::-1]
+        rev = rev[ref[rev] == 0]
+        _, first = np.unique(rev, return_index=True)
+        dead = rev[np.sort(first)]
         m = len(dead)
         if m:
             st = np.arange(self._clock, self._clock + m, dtype=np.int64)

@@ -162,6 +162,20 @@ def test_filling_a_key_that_exists_shares_it_and_frees_the_copy() -> None:
     pool.check()
 
 
+def test_two_holders_released_in_one_call() -> None:
+    pool = BlockPool(8)
+    k = keys_of(3, -1, 0, 1, 48, 1)
+    assert pool.alloc(3)
+    pool.fill(k)
+    pool.take(np.concatenate([k[:2], k[:2]]))  # two more requests hit the first two blocks, taken together
+    assert pool.holders(k).tolist() == [3, 3, 1]
+    pool.release(np.concatenate([k, k[:2]]), 0)
+    assert pool.holders(k).tolist() == [1, 1, 0] and (pool.used, pool.cached) == (2, 1)
+    pool.release(k[:2], 0)
+    assert (pool.used, pool.cached, pool.free) == (0, 3, 5)
+    pool.check()
+
+
 def test_caching_off_keeps_nothing() -> None:
     pool = BlockPool(4, caching=False)
     k = keys_of(2, -1, 0, 1, 32, 1)
