@@ -30,7 +30,8 @@ BLOCK = KV_BLOCK_TOKENS
 # one request's own tokens. Ids of different kinds never collide.
 TAG_GROUP, TAG_PROMPT, TAG_SESSION, TAG_REQUEST = 1, 2, 3, 4
 _TAG_SHIFT = 56
-NO_GROUP = -1  # group stream of a request without a shared prefix (prefix_len is 0 then)
+NONE = 0  # no stream: a request without a shared prefix (its prefix_len is 0), or whose body is its own
+NO_GROUP = NONE
 
 _M = 0x9E3779B97F4A7C15  # odd, so invertible mod 2^64
 _M_INV = pow(_M, -1, 1 << 64)
@@ -105,7 +106,7 @@ class BlockPool:
     of cached blocks, and free ones. With caching off every block is private and nothing is kept."""
 
     __slots__ = ("total", "caching", "private", "keyed_used", "cached", "_slot", "_key", "_ref", "_stamp",
-                 "_spare", "_n_spare", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted")
+                 "_spare", "_n_spare", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted", "peak", "keys_added")
 
     def __init__(self, total: int, caching: bool = True) -> None:
         self.total = int(total)
@@ -114,6 +115,8 @@ class BlockPool:
         self.keyed_used = 0  # keyed blocks some request holds
         self.cached = 0  # keyed blocks no request holds (in the LRU)
         self.evicted = 0  # cached blocks reclaimed so far
+        self.peak = 0  # most blocks in use at once
+        self.keys_added = 0  # keys ever filled (a match can only grow when this does)
         n = self.total if caching else 0
         self._slot: dict[int, int] = {}  # key -> slot of a keyed block
         self._key = np.zeros(n, dtype=np.uint64)
@@ -137,6 +140,11 @@ class BlockPool:
     def free(self) -> int:
         """Blocks holding nothing."""
         return self.total - self.private - self.keyed_used - self.cached
+
+    @property
+    def util(self) -> float:
+        """Fraction of the pool in use (cached blocks are not in use; 0 for an empty pool)."""
+        return self.used / self.total if self.total else 0.0
 
     @property
     def available(self) -> int:
@@ -164,7 +172,7 @@ class BlockPool:
         return np.where(a >= 0, self._ref[np.maximum(a, 0)] if len(a) else a, 0)
 
     # ---- changes ------------------------------------------------------------------------------
-    def take(self, keys: np.ndarray) -> None:
+    def hold(self, keys: np.ndarray) -> None:
         """A request starts holding these present keys (its cache hits): counts go up, cached ones leave the LRU."""
         if not len(keys):
             return
@@ -176,18 +184,25 @@ class BlockPool:
         self._stamp[u] = -1
         self.cached -= revived
         self.keyed_used += revived
+        if self.used > self.peak:
+            self.peak = self.used
 
-    def admit(self, hits: np.ndarray, n: int) -> bool:
+    def revivable(self, keys: np.ndarray) -> int:
+        """How many of these present keys are cached (no one holds them): a request taking them makes them
+        no longer reclaimable."""
+        return int(np.count_nonzero(self._ref[self._slots_of(keys)] == 0)) if len(keys) else 0
+
+    def admit(self, hits: np.ndarray, n: int, reserve: int = 0) -> bool:
         """A request starts holding its cache hits and n private blocks, or (False) nothing changes.
 
         The hits are taken before anything is reclaimed, so an allocation never evicts the very blocks
-        the request is about to reuse; cached hits count as no longer reclaimable.
+        the request is about to reuse; cached hits count as no longer reclaimable. `reserve` blocks stay
+        available for others (the running batch's growth this step).
         """
+        if n > self.available - self.revivable(hits) - reserve:
+            return False
         if len(hits):
-            revivable = int(np.count_nonzero(self._ref[self._slots_of(hits)] == 0))
-            if n > self.available - revivable:
-                return False
-            self.take(hits)
+            self.hold(hits)
         return self.alloc(n)
 
     def alloc(self, n: int) -> bool:
@@ -201,7 +216,31 @@ class BlockPool:
         if short > 0:
             self._evict(short)
         self.private += n
+        if self.used > self.peak:
+            self.peak = self.used
         return True
+
+    def resize(self, total: int) -> None:
+        """A new pool size: cached blocks beyond it are reclaimed (the caller preempts while used > total)."""
+        self.total = int(total)
+        if self.caching and self.total > self._key.size:
+            grow = self.total - self._key.size
+            old = self._key.size
+            self._key = np.concatenate([self._key, np.zeros(grow, dtype=np.uint64)])
+            self._ref = np.concatenate([self._ref, np.zeros(grow, dtype=np.int64)])
+            self._stamp = np.concatenate([self._stamp, np.full(grow, -1, dtype=np.int64)])
+            spare = np.empty(self._key.size, dtype=np.int64)
+            spare[:self._n_spare] = self._spare[:self._n_spare]
+            spare[self._n_spare:self._n_spare + grow] = np.arange(old, old + grow)[::-1]
+            self._spare = spare
+            self._n_spare += grow
+        self.trim()
+
+    def trim(self) -> None:
+        """Reclaim cached blocks while the pool holds more than its size (after a shrink)."""
+        excess = min(self.cached, self.used + self.cached - self.total)
+        if excess > 0:
+            self._evict(excess)
 
     def fill(self, keys: np.ndarray) -> None:
         """len(keys) of a request's private blocks are now full with these (distinct) keys: they become shared
@@ -222,6 +261,7 @@ class BlockPool:
                 self._key[s] = key
                 ref[s] = 1
                 self.keyed_used += 1
+                self.keys_added += 1
             else:
                 if ref[s] == 0:
                     stamp[s] = -1
@@ -321,7 +361,7 @@ class BlockPool:
         assert int(np.count_nonzero(ref > 0)) == self.keyed_used, "held keyed blocks out of count"
         assert int(np.count_nonzero(ref == 0)) == self.cached, "cached blocks out of count"
         assert ((self._stamp[slots] >= 0) == (ref == 0)).all(), "a held block sits in the LRU (or a cached one not)"
-        assert self._n_spare + len(slots) == self.total, "slots lost"
-        spare = np.zeros(self.total, dtype=bool)
+        assert self._n_spare + len(slots) == self._key.size, "slots lost"
+        spare = np.zeros(self._key.size, dtype=bool)
         spare[self._spare[:self._n_spare]] = True
         assert not spare[slots].any(), "a keyed block's slot is also spare"

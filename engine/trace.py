@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError, suggest
-from engine.prefix_cache import NO_GROUP, TAG_GROUP, TAG_SESSION, stream_id
+from engine.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_SESSION, stream_id
 from engine.workload_file import Requests
 
 # Accepted column names (lower case) for each field; the first of each is the one the docs use.
@@ -70,7 +70,7 @@ class Trace:
             prompt=self.prompt[idx], output=self.output[idx], think=np.zeros(idx.size, dtype=np.int64),
             group=np.where(has_pre, stream_id(TAG_GROUP, np.maximum(pre, 0)), NO_GROUP),
             prefix_len=np.where(has_pre, self.prefix_len[idx], 0),
-            body=np.where(has_ses, stream_id(TAG_SESSION, np.maximum(ses, 0)), -1),
+            body=np.where(has_ses, stream_id(TAG_SESSION, np.maximum(ses, 0)), NONE),
             session=has_ses, stage=np.zeros(idx.size, dtype=np.int64))
 
 

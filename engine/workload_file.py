@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError
-from engine.prefix_cache import NO_GROUP, TAG_GROUP, TAG_PROMPT, stream_id
+from engine.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_PROMPT, stream_id
 from engine.workload import Dist, Sampler, parse_dist, seeded_rngs
 
 _STAGE_KEYS = ("rate", "users", "think_time", "duration", "prompt", "output")
@@ -263,7 +263,7 @@ class Requests:
     """What k new requests send (struct of arrays): lengths and their token content, for the prefix cache.
 
     group / body are stream ids (engine.prefix_cache): positions below prefix_len come from the group's
-    stream (NO_GROUP: none), the rest of the prompt from the body's (-1: this request's own tokens).
+    stream (NO_GROUP: none), the rest of the prompt from the body's (NONE: this request's own tokens).
     Generated tokens are the request's own, except in a chat session (`session`), whose next turn reads
     them back: there they continue the body's stream.
     """
@@ -369,7 +369,7 @@ class Plan:
         prompt = np.zeros(k, dtype=np.int64)
         group = np.full(k, NO_GROUP, dtype=np.int64)
         prefix = np.zeros(k, dtype=np.int64)
-        body = np.full(k, -1, dtype=np.int64)
+        body = np.full(k, NONE, dtype=np.int64)
         output = np.zeros(k, dtype=np.int64)
         think = np.zeros(k, dtype=np.int64)
         for s in np.unique(stage).tolist():

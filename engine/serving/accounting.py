@@ -66,6 +66,8 @@ class LaneStats:
     busy_s: float = 0.0
     charge_in_s: float = 0.0
     charge_out_s: float = 0.0
+    charge_cached_s: float = 0.0  # seconds charged to prompt tokens read from the prefix cache
+    cached_in_tokens: int = 0  # prompt tokens read from the prefix cache instead of computed (part of in_tokens)
     flops: float = 0.0
     flops_useful: float = 0.0
     bytes: float = 0.0

@@ -8,10 +8,13 @@ would own the arrivals and hand each request to a lane; the lane only needs `due
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import numpy as np
 
+from engine.trace import Trace
 from engine.workload import Sampler
+from engine.workload_file import Plan, Requests
 
 
 class Budget:
@@ -96,15 +99,17 @@ class Arrivals:
         """Recompute the earliest closed-loop send time."""
         self.next_user = float(self.u_next.min()) if self.u_next.size else math.inf
 
-    def due(self, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """Every send and Poisson arrival at or before t that the budget takes, in time order: (times, users);
-        users whose send falls past the run's bounds never send again."""
+    def due(self, t: float, script: Script | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every send, Poisson and scripted arrival at or before t that the budget takes, in time order: (times,
+        users, script tags; -1 where not scripted); users whose send falls past the run's bounds never send again."""
         times: list[np.ndarray] = []
         users: list[np.ndarray] = []
+        tags: list[np.ndarray] = []
         if self.next_user <= t:
             u = np.flatnonzero(self.u_next <= t)
             times.append(self.u_next[u])
             users.append(u)
+            tags.append(np.full(u.size, -1, dtype=np.int64))
             self.u_next[u] = np.inf
             self.u_pending[u] = False
             self._refresh()
@@ -117,25 +122,32 @@ class Arrivals:
             self.next_poisson = nxt
             times.append(np.array(ts))
             users.append(np.full(len(ts), -1, dtype=np.int64))
+            tags.append(np.full(len(ts), -1, dtype=np.int64))
+        if script is not None and script.next_time <= t:
+            st, sg = script.pop_until(t)
+            times.append(st)
+            users.append(np.full(st.size, -1, dtype=np.int64))
+            tags.append(sg)
         if not times:
-            return np.zeros(0), np.zeros(0, dtype=np.int64)
+            return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         tt = np.concatenate(times) if len(times) > 1 else times[0]
         uu = np.concatenate(users) if len(users) > 1 else users[0]
+        gg = np.concatenate(tags) if len(tags) > 1 else tags[0]
         if len(tt) > 1:
             order = np.argsort(tt, kind="stable")
-            tt, uu = tt[order], uu[order]
+            tt, uu, gg = tt[order], uu[order], gg[order]
         b = self.budget
         if b.duration is not None:
             keep = tt <= b.duration
             if not keep.all():
                 self._drop(uu[~keep])
-                tt, uu = tt[keep], uu[keep]
+                tt, uu, gg = tt[keep], uu[keep], gg[keep]
         if b.limit is not None:
             room = b.limit - b.accepted
             if len(tt) > room:
                 self._drop(uu[room:])
-                tt, uu = tt[:room], uu[:room]
-        return tt, uu
+                tt, uu, gg = tt[:room], uu[:room], gg[:room]
+        return tt, uu, gg
 
     def _drop(self, uu: np.ndarray) -> None:
         """Users whose send fell past the run's bounds never send again (they are not requests)."""
@@ -155,3 +167,66 @@ class Arrivals:
                 m = float(tt.min())
                 if m < self.next_user:
                     self.next_user = m
+
+
+class Script(Protocol):
+    """Requests that arrive on a script rather than from users: a workload file's Poisson stages, or a trace.
+    `pop_until` hands out (times, tags) in order; `content` says what the tagged requests send."""
+
+    @property
+    def next_time(self) -> float: ...
+
+    def pop_until(self, t: float) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def content(self, tags: np.ndarray, users: np.ndarray, times: np.ndarray) -> Requests: ...
+
+
+class PlanScript:
+    """A workload file's plan: Poisson arrivals per stage; every request (users' too) sends the plan's content."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    @property
+    def next_time(self) -> float:
+        """The next Poisson arrival of any stage."""
+        return self.plan.next_time
+
+    def pop_until(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Poisson arrivals at or before t, tagged with their stage."""
+        return self.plan.pop_until(t)
+
+    def content(self, tags: np.ndarray, users: np.ndarray, times: np.ndarray) -> Requests:
+        """Closed-loop users send in the stage running when they send; scripted arrivals in their own."""
+        stage = np.where(users >= 0, self.plan.wl.stage_at(times), tags)
+        return self.plan.take(stage)
+
+
+class TraceScript:
+    """A trace replayed in order: row i arrives at its time and sends its lengths and content."""
+
+    __slots__ = ("trace", "pos")
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.pos = 0
+
+    @property
+    def next_time(self) -> float:
+        """The next row's arrival (inf after the last)."""
+        a = self.trace.arrival
+        return float(a[self.pos]) if self.pos < a.size else math.inf
+
+    def pop_until(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Rows arriving at or before t: times and row numbers."""
+        a = self.trace.arrival
+        end = int(np.searchsorted(a, t, side="right"))
+        rows = np.arange(self.pos, max(end, self.pos), dtype=np.int64)
+        self.pos = max(end, self.pos)
+        return a[rows], rows
+
+    def content(self, tags: np.ndarray, users: np.ndarray, times: np.ndarray) -> Requests:
+        """The rows' lengths and content."""
+        return self.trace.requests(tags)

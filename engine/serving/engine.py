@@ -21,14 +21,16 @@ import numpy as np
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.serving.accounting import H, Rates, rolling, run_metrics
-from engine.serving.arrivals import Budget
+from engine.serving.arrivals import Budget, PlanScript, Script, TraceScript
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
 from engine.serving.tables import BLOCK, done_view
 from engine.snapshot import Phase, RequestView, Snapshot
 from engine.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.step import StepModel, StepOptions
+from engine.trace import load_trace
 from engine.workload import Dist, parse_dist, seeded_rngs
+from engine.workload_file import Plan, load_workload
 
 SNAPSHOT_QUEUE_ROWS = 1024  # queued requests shown in a snapshot (the count is always exact)
 assert set(SCHEDULERS) == set(POLICIES), "config.SCHEDULERS and the scheduler classes name the same policies"
@@ -72,7 +74,8 @@ class Engine:
                              parse_dist(cfg.think, "--think", 0), parse_dist(cfg.think_time, "--think-time", 0))
         blocks = self._pool_blocks(sm)
         self._check_lengths(sm, blocks)
-        self._budget = Budget(cfg.requests, cfg.users, cfg.duration)
+        self._script = self._load_script(cfg)
+        self._budget = Budget(*self._bounds(cfg))
         rngs = seeded_rngs(cfg.seed, 10)
         self._lanes = [self._lane(False, blocks, rngs[:5])]
         if cfg.fast_share > 0:
@@ -86,8 +89,33 @@ class Engine:
         share = cfg.fast_share if fast else 1.0 - cfg.fast_share
         spec = LaneSpec(fast=fast, fast_share=cfg.fast_share, rate=cfg.rate * share, prompt=wl.prompt,
                         output=wl.output, think=wl.think, think_time=wl.think_time, slo_ttft=cfg.slo_ttft,
-                        slo_tpot=cfg.slo_tpot, debug=cfg.debug)
-        return Lane(spec, self._sm, self._scheduler(fast), self._budget, blocks, rngs)
+                        slo_tpot=cfg.slo_tpot, debug=cfg.debug, prefix_caching=prefix_caching(cfg))
+        return Lane(spec, self._sm, self._scheduler(fast), self._budget, blocks, rngs, self._script)
+
+    def _load_script(self, cfg: EngineConfig) -> Script | None:
+        """The workload file's plan or the trace the config names (one-line InputErrors for bad files)."""
+        if cfg.workload is None and cfg.trace is None:
+            return None
+        if cfg.workload is not None and cfg.trace is not None:
+            raise InputError("--workload and --trace both say where requests come from: give one")
+        if cfg.fast_share > 0:
+            raise InputError("--fast-share splits closed-loop users; it does not apply to --workload or --trace")
+        if cfg.workload is not None:
+            wl = load_workload(cfg.workload, cfg.prompt, cfg.output, cfg.think)
+            return PlanScript(Plan(wl, cfg.seed))
+        return TraceScript(load_trace(cfg.trace, cfg.trace_speed))
+
+    def _bounds(self, cfg: EngineConfig) -> tuple[int | None, int, float | None]:
+        """Request limit, closed-loop users and duration: a workload file runs its stages' time; a trace its
+        rows (--requests and --duration cut either short)."""
+        s = self._script
+        if isinstance(s, PlanScript):
+            d = s.plan.wl.duration
+            return cfg.requests, s.plan.wl.stages[0].users, d if cfg.duration is None else min(d, cfg.duration)
+        if isinstance(s, TraceScript):
+            n = len(s.trace)
+            return (n if cfg.requests is None else min(n, cfg.requests)), 0, cfg.duration
+        return cfg.requests, cfg.users, cfg.duration
 
     def _scheduler(self, fast: bool) -> Scheduler:
         """The config's policy for one lane; the fast lane's batch is capped at fast_max_batch."""
@@ -394,6 +422,18 @@ class Engine:
 
 
 # ---- validation -------------------------------------------------------------------------------------
+
+# Runtimes that cache prefixes unless told not to: vLLM (enable_prefix_caching, on by default since its V1
+# engine), SGLang (RadixAttention) and TensorRT-LLM (KV cache block reuse).
+CACHING_RUNTIMES = ("vllm", "sglang", "trtllm")
+
+
+def prefix_caching(cfg: EngineConfig) -> bool:
+    """Whether this run caches prefixes: the config's choice, else what its runtime does."""
+    if cfg.prefix_caching is not None:
+        return bool(cfg.prefix_caching)
+    return isinstance(cfg.runtime, str) and cfg.runtime in CACHING_RUNTIMES
+
 
 def _positive_number(x: float, what: str) -> float:
     """A finite number > 0 for a live knob, or a one-line InputError."""

@@ -17,18 +17,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.prefix_cache import TAG_REQUEST, chain_keys, stream_id
 from engine.serving.accounting import RECENT_DONE, H, L, LaneStats
-from engine.serving.arrivals import Arrivals, Budget
+from engine.serving.arrivals import Arrivals, Budget, PlanScript, Script
 from engine.serving.kvpool import KVPool
 from engine.serving.scheduler import Scheduler
-from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, Queue, Ring, Rows, Table, blocks_for, done_rows
+from engine.serving.tables import BLOCK, DONE_COLS, SHIFT, FloatCol, Queue, Ring, Rows, Table, blocks_for, done_rows
 from engine.step import StepCost, StepModel
 from engine.workload import Dist, Sampler
+from engine.workload_file import Requests
 
 IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
+_NOKEYS = np.zeros(0, dtype=np.uint64)
+_ALL = np.int64(1) << 40  # "every block" in _shareable
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 
@@ -79,13 +83,14 @@ class LaneSpec:
     slo_ttft: float | None
     slo_tpot: float | None
     debug: bool
+    prefix_caching: bool = False  # full blocks keyed by content, shared and kept (engine.prefix_cache)
 
 
 class Lane:
     """One GPU group serving its share of the users: tables R (running), Q (queue), P (preempted)."""
 
     def __init__(self, spec: LaneSpec, sm: StepModel, sched: Scheduler, budget: Budget, pool_blocks: int,
-                 rngs: list[np.random.Generator]) -> None:
+                 rngs: list[np.random.Generator], script: Script | None = None) -> None:
         self.spec = spec
         self.fast = spec.fast
         self.sm = sm
@@ -95,7 +100,8 @@ class Lane:
         self.R = Table(64)
         self.Q = Queue(64)
         self.P = Table(16)
-        self.pool = KVPool(pool_blocks)
+        self.pool = KVPool(pool_blocks, spec.prefix_caching)
+        self.caching = spec.prefix_caching
         self.n_pf = 0  # running rows still prefilling (cached < target)
         self.seq = 0  # admission order: the newest running request is the last row of R
         # samplers: independent streams, so lengths never depend on how arrivals interleave
@@ -107,8 +113,19 @@ class Lane:
         self.arrivals = Arrivals(budget, spec.fast, spec.fast_share, spec.rate,
                                  Sampler(spec.think_time, rngs[3], False, 0.0),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
-        self.stats = LaneStats(sched.max_batch)
+        self.stats = LaneStats(sched.max_batch, len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1)
+        self.staged = self.stats.stages > 1
         self.recent = Ring(RECENT_DONE, DONE_COLS)  # the last finished requests (for the snapshot)
+        # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.
+        self.script = script
+        self._blocked: tuple[int, int, int, int] = (-1, -1, 0, 0)  # (head id, keys added, free, planned) that failed
+        self._head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
+        self.shared_content = False  # some request shares tokens with another (only then are blocks keyed as filled)
+        self.stage = -1
+        self.next_stage = math.inf
+        if isinstance(script, PlanScript):
+            self.stage, self.next_stage = 0, 0.0
+            budget.users = script.plan.wl.stages[0].users
         self.set_users(budget.users, 0.0)
 
     # ---- configuration ------------------------------------------------------------------------
@@ -124,19 +141,23 @@ class Lane:
 
     def set_pool(self, blocks_total: int) -> list[int]:
         """Resize the KV pool; if it shrank below what is held, preempt the newest until it fits."""
-        self.pool.total = blocks_total
+        self.pool.resize(blocks_total)
         self.cap_tokens = min(self.sm.model.max_context, blocks_total * BLOCK)
         self.s_prompt.hi = max(1, self.cap_tokens - 1)
         out = []
         while self.pool.used > self.pool.total and self.R.n:
             out.append(self._preempt_newest())
+        self.pool.trim()  # what the preempted released is cached: reclaim what no longer fits
         return out
 
     # ---- state queries ------------------------------------------------------------------------
     @property
     def next_arrival(self) -> float:
-        """Time of the next request this lane will get (inf past the run's bounds)."""
-        return self.arrivals.next_time
+        """Time of the next request (or stage change) this lane will get (inf past the run's bounds)."""
+        t = self.arrivals.next_time
+        if self.script is not None:
+            t = min(t, self.budget.bound(min(self.script.next_time, self.next_stage)))
+        return t
 
     @property
     def waiting(self) -> int:
@@ -163,18 +184,43 @@ class Lane:
 
     # ---- arrivals -----------------------------------------------------------------------------
     def _arrive(self, t: float) -> None:
-        """Turn every send and Poisson arrival at or before t into a queued request."""
-        tt, uu = self.arrivals.due(t)
+        """Turn every send, Poisson and scripted arrival at or before t into a queued request."""
+        if self.next_stage <= t:
+            self._enter_stages(t)
+        tt, uu, gg = self.arrivals.due_tagged(t, self.script)
         if len(tt):
-            self._create(tt, uu)
+            self._create(tt, uu, None if self.script is None else self.script.content(gg, uu, tt))
 
-    def _create(self, tt: np.ndarray, uu: np.ndarray) -> None:
-        """Append k new requests to the queue, with seeded lengths clipped to what the model and pool allow."""
+    def _enter_stages(self, t: float) -> None:
+        """Stages that began by t take over: their users (new ones send at the stage's start) and think time."""
+        assert isinstance(self.script, PlanScript)
+        plan = self.script.plan
+        stages = plan.wl.stages
+        while self.next_stage <= t:
+            s = stages[self.stage]
+            self.arrivals.think_time = plan.think_time[s.index]
+            self.budget.users = s.users
+            self.set_users(s.users, s.start)
+            if self.stage + 1 < len(stages):
+                self.stage += 1
+                self.next_stage = stages[self.stage].start
+            else:
+                self.next_stage = math.inf
+
+    def _create(self, tt: np.ndarray, uu: np.ndarray, content: Requests | None = None) -> None:
+        """Append k new requests to the queue, with seeded (or scripted) lengths clipped to what the model and
+        pool allow."""
         k = len(tt)
         b = self.budget
-        prompt = self.s_prompt.take(k)
-        think = self.s_think.take(k)
-        output = self.s_output.take(k)
+        if content is None:
+            prompt = self.s_prompt.take(k)
+            think = self.s_think.take(k)
+            output = self.s_output.take(k)
+        else:
+            prompt = np.minimum(content.prompt, self.s_prompt.hi).astype(np.int64)
+            self.s_prompt.clipped += int(np.count_nonzero(content.prompt > prompt))
+            think = content.think.copy()
+            output = content.output.copy()
         # A request's whole cache (prompt + every generated token) must fit the context and the pool.
         room = self.cap_tokens - prompt
         over = think + output > room
@@ -194,6 +240,14 @@ class Lane:
         r.target[:] = prompt
         if self.fast:
             r.fast[:] = 1
+        if content is not None:
+            r.group[:] = content.group
+            r.prefix[:] = np.minimum(content.prefix_len, prompt)
+            r.body[:] = content.body
+            r.sess[:] = content.session
+            r.stage[:] = content.stage
+            if self.caching and not self.shared_content and (r.group.any() or r.body.any()):
+                self.shared_content = True
         r.arrival[:] = tt
         b.next_id += k
         b.accepted += k
@@ -220,14 +274,18 @@ class Lane:
 
     def _preempt_newest(self) -> int:
         """Evict the newest running request: free its blocks; it waits (ahead of fresh arrivals) to be recomputed."""
+        if self.caching:
+            self._fill(np.array([self.R.n - 1]), every=True)  # its own blocks too: it will want them back
         row = self.R.pop_last()
-        self.pool.give(int(row.blocks[0]))
+        self._release(row)
         if row.cached[0] < row.target[0]:
             self.n_pf -= 1
         # Recompute every known token (prompt + generated) before decoding resumes.
         row.target[0] = row.prompt[0] + row.gen[0]
         row.cached[0] = 0
         row.blocks[0] = 0
+        row.full[0] = 0
+        row.hkey[0] = 0
         row.preempts[0] += 1
         self.P.append(row)
         self.stats.preemptions += 1
@@ -246,8 +304,14 @@ class Lane:
             return True
         P = self.P
         # Preempted requests go first, lowest id first; then the queue's head.
-        t = P.col("target")[int(np.argmin(P.col("id")))] if P.n else self.Q.cols.target[self.Q.head]
-        chunk, ok = self.sched.admit_chunks(np.array([t]), tokens_planned, prefill_planned)
+        if P.n:
+            j = int(np.argmin(P.col("id")))
+            head = P.cols.pick(slice(j, j + 1))
+        else:
+            head = self.Q.cols.pick(slice(self.Q.head, self.Q.head + 1))
+        if self.caching:
+            return self._admit_cached(head, free, tokens_planned, prefill_planned, dry=True)[0] == 0
+        chunk, ok = self.sched.admit_chunks(head.target.copy(), tokens_planned, prefill_planned)
         return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
 
     def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float) -> np.ndarray:
@@ -266,10 +330,15 @@ class Lane:
             target = np.concatenate([P.col("target")[order], Q.col("target")[:mq]])
         else:
             order = _EMPTY
-            target = Q.col("target")[:min(slots, Q.size)]
-        chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
-        ok &= np.cumsum(blocks_for(chunk)) <= free
-        k = len(ok) if ok.all() else int(np.argmin(ok))
+            mq = min(slots, Q.size)
+            target = Q.col("target")[:mq]
+        if self.caching:
+            cand = Rows.join([P.rows().pick(order), Q.rows(mq)]) if len(order) else Q.rows(mq)
+            k, chunk, hit, hkey = self._admit_cached(cand, free, tokens_planned, prefill_planned)
+        else:
+            chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
+            ok &= np.cumsum(blocks_for(chunk)) <= free
+            k = len(ok) if ok.all() else int(np.argmin(ok))
         if k == 0:
             return _EMPTY
         kp = min(k, len(order))
@@ -277,7 +346,20 @@ class Lane:
         chunk = chunk[:k].copy()
         a.seq[:] = np.arange(self.seq, self.seq + k)
         self.seq += k
-        a.blocks[:] = blocks_for(chunk)
+        if self.caching:
+            # Reused blocks are in the cache already: the row starts with them, computes the rest.
+            a.full[:] = hit[:k]
+            a.hkey[:] = hkey[:k]
+            a.cached[:] = hit[:k] * BLOCK
+            fresh = np.maximum(np.minimum(a.cached, a.prompt) - a.input, 0)  # prompt tokens never read before
+            a.input += fresh
+            a.hit += fresh
+            nf = int(fresh.sum())
+            self.stats.in_tokens += nf
+            self.stats.cached_in_tokens += nf
+        else:
+            self.pool.alloc(int(blocks_for(chunk).sum()))
+        a.blocks[:] = blocks_for(a.cached + chunk)
         first = np.isnan(a.admit)
         a.admit[first] = t
         R.append(a)
@@ -287,9 +369,126 @@ class Lane:
             P.keep(keep)
         if k > kp:
             Q.pop(k - kp)
-        self.pool.take(int(a.blocks.sum()))
         self.n_pf += k
         return chunk
+
+    def _admit_cached(self, cand: Rows, free: int, tokens_planned: int, prefill_planned: bool,
+                      dry: bool = False) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """Admission with prefix caching, candidate by candidate in order: each reuses the longest run of cached
+        blocks of its content (never the block holding its last token, which must be computed), then takes
+        blocks for the rest of its first chunk. Stops at the first that does not fit the budget or the pool.
+        Returns how many were admitted, their chunks, reused blocks and last reused key. `dry`: only whether the
+        first would join (1 or 0), changing nothing."""
+        pool = self.pool
+        reserve = pool.available - free  # the running batch's growth this step
+        n = len(cand)
+        # The same head that did not fit last time still does not while nothing that could help has happened:
+        # no more blocks to be had, no new keys in the cache, no more of the token budget.
+        memo = (int(cand.id[0]), pool.keys_added)
+        if self._blocked[:2] == memo and free <= self._blocked[2] and tokens_planned >= self._blocked[3]:
+            return 0, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        chunks = np.zeros(n, dtype=np.int64)
+        hits = np.zeros(n, dtype=np.int64)
+        hkeys = np.zeros(n, dtype=np.int64)
+        planned, pf_planned = tokens_planned, prefill_planned
+        # Blocks a candidate could find cached: never the one holding its last token (it must be computed), and
+        # only shareable ones unless it was preempted (its own blocks were cached when it left).
+        maxhit = (cand.target - 1) >> SHIFT
+        maxhit = np.where(cand.preempts > 0, maxhit, np.minimum(maxhit, self._shareable(cand.prompt, cand.prefix,
+                                                                                          cand.body, cand.sess)))
+        if not maxhit.any():
+            chunk, ok = self.sched.admit_chunks(cand.target, tokens_planned, prefill_planned)
+            ok &= np.cumsum(blocks_for(chunk)) <= free
+            k = len(ok) if ok.all() else int(np.argmin(ok))
+            if dry:
+                return min(k, 1), chunk, hits, hkeys
+            if k:
+                pool.alloc(int(blocks_for(chunk[:k]).sum()))
+            return k, chunk, hits, hkeys
+        j, batch = 0, 1
+        while j < n:
+            # Keys for a few candidates at a time (1, 4, 16, ...): a blocked queue head costs one request's keys.
+            sl = slice(j, min(n, j + batch))
+            mh = maxhit[sl]
+            if j == 0 and self._head_keys[0] == memo[0] and self._head_keys[1].size == mh[0]:
+                keys = self._head_keys[1]  # a waiting head is tried every tick: its keys do not change
+            else:
+                keys = self._keys(cand.id[sl], cand.group[sl], cand.prefix[sl], cand.body[sl], cand.sess[sl],
+                                  cand.prompt[sl], np.zeros_like(mh), mh, np.zeros(len(mh), dtype=np.int64))
+                if j == 0:
+                    self._head_keys = (memo[0], keys)
+            ends = np.cumsum(mh)
+            tg = cand.target[sl]
+            for i in range(len(mh)):
+                kk = keys[ends[i] - mh[i]:ends[i]]
+                h = pool.match(kk)
+                rem = int(tg[i]) - h * BLOCK
+                ch, ok = self.sched.admit_chunks(np.array([rem], dtype=np.int64), planned, pf_planned)
+                nb = int(blocks_for(h * BLOCK + ch[0])) - h
+                if dry:
+                    fits = bool(ok[0]) and nb <= pool.available - pool.revivable(kk[:h]) - reserve
+                    return int(fits), chunks, hits, hkeys
+                if not ok[0] or not pool.admit(kk[:h], nb, reserve):
+                    if j + i == 0:
+                        self._blocked = (*memo, free, tokens_planned)
+                    return j + i, chunks, hits, hkeys
+                chunks[j + i], hits[j + i] = ch[0], h
+                if h:
+                    hkeys[j + i] = np.int64(kk[h - 1].astype(np.int64))
+                planned += int(ch[0])
+                pf_planned = True
+            j += len(mh)
+            batch *= 4
+        return n, chunks, hits, hkeys
+
+    # ---- the prefix cache: keys, filling, releasing -------------------------------------------------
+    @staticmethod
+    def _keys(rid: np.ndarray, group: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray,
+              prompt: np.ndarray, first: np.ndarray, count: np.ndarray, parent: np.ndarray) -> np.ndarray:
+        """Content keys of blocks first..first+count-1 of these requests (flattened): the group's prefix, then the
+        body (the request's own stream when it has none), then generated tokens (the body's stream in a session)."""
+        own = stream_id(TAG_REQUEST, rid)
+        b = np.where(body != 0, body, own)
+        gen = np.where(sess != 0, b, own)
+        return chain_keys(parent.astype(np.uint64), first, count, group, prefix, b, prompt, gen)
+
+    @staticmethod
+    def _shareable(prompt: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray) -> np.ndarray:
+        """Leading blocks another request could ask for: a session's every block, a shared prompt's full blocks,
+        else the group prefix's. A request's own tokens are keyed only when it is preempted (so its return
+        reuses them): no one else can hit them, and keying them would cost every request work for nothing."""
+        return np.where(sess != 0, _ALL, np.where(body != 0, prompt >> SHIFT, prefix >> SHIFT))
+
+    def _fill(self, idx: np.ndarray, every: bool = False) -> None:
+        """Running rows `idx` may have completed blocks: key the shareable ones (all of them when `every`) into
+        the cache; where another request computed the same block, the row shares that one and its copy is freed."""
+        c = self.R.cols
+        first = c.full[idx]
+        full = c.cached[idx] >> SHIFT
+        if not every:
+            full = np.minimum(full, self._shareable(c.prompt[idx], c.prefix[idx], c.body[idx], c.sess[idx]))
+        cnt = full - first
+        grow = cnt > 0
+        if not grow.all():
+            idx, first, cnt = idx[grow], first[grow], cnt[grow]
+        if not idx.size:
+            return
+        keys = self._keys(c.id[idx], c.group[idx], c.prefix[idx], c.body[idx], c.sess[idx], c.prompt[idx], first,
+                          cnt, c.hkey[idx])
+        self.pool.fill(keys)
+        c.full[idx] += cnt
+        c.hkey[idx] = keys[np.cumsum(cnt) - 1].astype(np.int64)
+
+    def _release(self, r: Rows) -> None:
+        """Rows leaving the batch give back every block: keyed ones go to the cache when no one else holds them."""
+        private = int((r.blocks - r.full).sum())
+        if not self.caching or not r.full.any():
+            self.pool.release(_NOKEYS, private)
+            return
+        z = np.zeros(len(r), dtype=np.int64)
+        keys = self._keys(r.id, r.group, r.prefix, r.body, r.sess, r.prompt, z, r.full, z)
+        self.pool.release(keys, private)
+
 
     # ---- one tick -----------------------------------------------------------------------------
     def step(self, limit: float, tick: int) -> TickResult:
@@ -302,7 +501,7 @@ class Lane:
         # 1. Keep the running batch going; under KV pressure evict the newest until the step fits.
         new, nb, need = self._plan_running()
         preempted: list[int] = []
-        while need > pool.free:
+        while need > pool.available:
             preempted.append(self._preempt_newest())
             new, nb, need = self._plan_running()
         n_run = R.n
@@ -310,7 +509,7 @@ class Lane:
         # Decode rows add one token each; anything beyond that is prefill already in this step.
         prefill_planned = new is not None and tokens_planned > n_run - self.n_pf
         # 2. Admit while blocks, batch slots and the token budget allow.
-        chunks = self._admit(pool.free - need, tokens_planned, prefill_planned, t0)
+        chunks = self._admit(pool.available - need, tokens_planned, prefill_planned, t0)
         n = R.n
         k = n - n_run
         admitted = R.cols.id[n_run:n].copy() if k else _EMPTY
@@ -320,7 +519,7 @@ class Lane:
         if k:
             new = np.concatenate([_ones(n_run) if new is None else new, chunks])
             nb = None
-        pool.take(need)
+        pool.alloc(need)
         # 3. Price the step from aggregates, advance the clock, apply, account.
         if new is None:
             return self._decode_step(n, nb, tick, admitted, pre)
@@ -355,15 +554,16 @@ class Lane:
         opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK)
         j = np.arange(k)
         need = opens[j & (BLOCK - 1)]
-        used = self.pool.used + np.cumsum(need)
-        if not self._admission_blocked(self.pool.free - int(need[0]), n, False):
+        grown = np.cumsum(need)
+        used = self.pool.used + grown
+        if not self._admission_blocked(self.pool.available - int(need[0]), n, False):
             return 0
-        over = used > self.pool.total
+        over = grown > self.pool.available  # cached blocks are reclaimed before anyone is preempted
         if over.any():
             k = int(np.argmax(over))  # the step that would preempt is taken by step()
             if k < 2:
                 return 0
-            j, need, used = j[:k], need[:k], used[:k]
+            j, need, used, grown = j[:k], need[:k], used[:k], grown[:k]
         # Price: step j has every row one token further on (cached + j) and adds one token each.
         s0 = int(cached.sum())
         sum_ctx = (s0 + j * n).astype(np.float64)
@@ -379,7 +579,7 @@ class Lane:
         k = min(len(j), int(np.searchsorted(clock[:-1], min(self.next_arrival, stop), side="left")))
         if k < 2:
             return 0
-        dts, flops, byts, used, ends = dts[:k], flops[:k], byts[:k], used[:k], clock[1:k + 1]
+        dts, flops, byts, used, grown, ends = dts[:k], flops[:k], byts[:k], used[:k], grown[:k], clock[1:k + 1]
         t1 = float(ends[-1])
         # Apply: caches and generated counts move k on; visible answers start where they start.
         think = c.think[:n]
@@ -394,7 +594,10 @@ class Lane:
         cached += k
         gen += k
         c.blocks[:n] = blocks_for(cached)
-        self.pool.take(int(used[-1]) - self.pool.used)
+        self.pool.alloc(int(grown[-1]))
+        if self.shared_content:
+            self._fill(np.flatnonzero((cached >> SHIFT) > c.full[:n]))
+        self.stats.itl.add_steps(dts, c.stage[:n] if self.staged else 0, n)
         self.clock = t1
         # Account each step as _account would, in the same order.
         st = self.stats
@@ -449,6 +652,8 @@ class Lane:
         cached += 1
         c.blocks[:n] += nb
         gen += 1
+        if self.shared_content:
+            self._fill(np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
         ids = c.id[:n].copy()
         think = c.think[:n]
         if self.think_zero:
@@ -458,6 +663,7 @@ class Lane:
             if vis.any():
                 c.visible[:n][vis] = t1
             vis_tokens = int(np.count_nonzero(gen > think))
+        self.stats.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # every row had its first token already
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
         self._account(cost, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
@@ -500,7 +706,9 @@ class Lane:
         # step's FLOPs. Every token passes through the same weights, so the matmuls (and the weight
         # read they share) go by token count; attention goes to whoever attends; the LM head to
         # whoever needs logits. Prefill time is then charged to input tokens, decode time to output.
-        share_in = 0.0
+        # Prompt tokens that came from the prefix cache cost only the attention that reads them: that part
+        # of the prefill rows' attention is charged to cached input (its own price line).
+        share_in = share_cached = 0.0
         if t_pf:
             fl = cost.flops
             ftot = cost.flops_total
@@ -508,9 +716,12 @@ class Lane:
             part = fl["matmul"] * t_pf / tokens
             if attn:
                 part += fl["attention"] * float(a[pf].sum()) / attn
+                if self.caching:
+                    reads = float((nf[pf] * np.minimum(c.hit[:n][pf], cached[pf])).sum())
+                    share_cached = fl["attention"] * reads / attn / ftot if ftot else 0.0
             if logits:
                 part += fl["lm_head"] * lg_pf / logits
-            share_in = part / ftot if ftot else 0.0
+            share_in = part / ftot - share_cached if ftot else 0.0
         dt = cost.time_s
         t1 = self.clock + dt
         self.clock = t1
@@ -518,6 +729,8 @@ class Lane:
         gen = c.gen[:n]
         cached[:] = fresh_end
         c.blocks[:n] = blocks_for(fresh_end)
+        if self.shared_content:
+            self._fill(np.flatnonzero((fresh_end >> SHIFT) > c.full[:n]))
         gen += emit
         first = emit & (gen == 1)
         if first.any():
@@ -528,16 +741,18 @@ class Lane:
             c.visible[:n][vis] = t1
         ids = c.id[:n][emit]
         n_emit = len(ids)
+        later = emit & (gen > 1)  # tokens after a request's first: their gap is this step
+        self.stats.itl.add(dt, c.stage[:n][later] if self.staged else 0, int(np.count_nonzero(later)))
         self.n_pf = int(np.count_nonzero(cached < target))
         vis_tokens = n_emit if self.think_zero else int(np.count_nonzero(emit & (gen > think)))
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(cost, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt)
+        self._account(cost, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
         return TickResult(tick, t1, dt, cost, self.fast, ids, _ones(n_emit), admitted, pre,
                           completed)
 
     def _account(self, cost: StepCost, n: int, n_emit: int, vis_tokens: int, in_new: int, recomputed: int,
-                 share_in: float, t1: float, dt: float) -> None:
+                 share_in: float, t1: float, dt: float, share_cached: float = 0.0) -> None:
         """Add one priced step of `n` sequences to the lane's totals and per-tick history."""
         st = self.stats
         st.ticks += 1
@@ -547,8 +762,10 @@ class Lane:
         st.recomputed_tokens += recomputed
         st.busy_s += dt
         c_in = dt * share_in
+        c_cached = dt * share_cached
         st.charge_in_s += c_in
-        st.charge_out_s += dt - c_in
+        st.charge_cached_s += c_cached
+        st.charge_out_s += dt - c_in - c_cached
         ftot = cost.flops_total
         st.flops += ftot
         useful = ftot * (1.0 - recomputed / cost.tokens) if recomputed else ftot
@@ -585,7 +802,7 @@ class Lane:
         d = R.rows().pick(done)
         d.done[:] = t
         k = len(d)
-        self.pool.give(int(d.blocks.sum()))
+        self._release(d)
         R.keep(~done)
         st = self.stats
         st.completed += k
@@ -598,6 +815,11 @@ class Lane:
         lat[[L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE]] = d.f[[FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE,
                                                           FloatCol.ADMIT]] - arr
         lat[L.TPOT] = tpot
+        lat[L.STAGE] = d.stage
+        if self.staged:
+            st.stage_done += np.bincount(d.stage, minlength=st.stages)
+        else:
+            st.stage_done[0] += k
         ttft = lat[L.TTFT]
         lat = lat.T
         st.lat.push(lat)
@@ -631,8 +853,17 @@ class Lane:
         assert count == st.accepted, \
             f"{lane}: running {R.n} + preempted {P.n} + queued {Q.size} + done {st.completed}" \
             f" != accepted {st.accepted}"
-        held = int(r.blocks.sum())
-        assert held == self.pool.used, f"{lane}: blocks held by requests {held} != pool's count {self.pool.used}"
+        pool = self.pool
+        private = int((r.blocks - r.full).sum())
+        assert private == pool.private, f"{lane}: private blocks held by requests {private} != pool's {pool.private}"
+        assert (r.full <= r.cached >> SHIFT).all(), f"{lane}: a request holds a keyed block it has not filled"
+        if self.caching:
+            pool.check()
+            held = int(r.full.sum())
+            refs = int(pool._ref.sum())
+            assert held == refs, f"{lane}: keyed blocks held by requests {held} != the pool's references {refs}"
+        else:
+            assert not r.full.any(), f"{lane}: keyed blocks with prefix caching off"
         assert self.pool.used <= self.pool.total, \
             f"{lane}: KV blocks used {self.pool.used} exceed capacity {self.pool.total}"
         assert (r.blocks == blocks_for(r.cached)).all(), \

@@ -31,6 +31,15 @@ class IntCol(IntEnum):
     FAST = 10  # 1 in the fast lane
     PREEMPTS = 11  # times evicted
     INPUT = 12  # prompt tokens read at least once (re-reading after a preemption is recompute)
+    # Token content, for the prefix cache (engine.prefix_cache streams; 0: none / the request's own):
+    GROUP = 13  # stream of the shared prefix
+    PREFIX = 14  # tokens of the shared prefix
+    BODY = 15  # stream of the rest of the prompt
+    SESS = 16  # 1: generated tokens continue the body (a chat session's next turn reads them back)
+    FULL = 17  # keyed (full, cached) blocks held: the first `full` blocks of the request's content
+    HKEY = 18  # key of block full-1 (uint64 bits), the parent of the next block to fill
+    HIT = 19  # prompt tokens read from the prefix cache instead of computed
+    STAGE = 20  # workload stage the request was sent in
 
 
 class FloatCol(IntEnum):
@@ -98,6 +107,14 @@ class Rows:
     fast: np.ndarray
     preempts: np.ndarray
     input: np.ndarray
+    group: np.ndarray
+    prefix: np.ndarray
+    body: np.ndarray
+    sess: np.ndarray
+    full: np.ndarray
+    hkey: np.ndarray
+    hit: np.ndarray
+    stage: np.ndarray
     arrival: np.ndarray
     admit: np.ndarray
     first: np.ndarray

@@ -25,7 +25,7 @@ _MASK = (1 << 64) - 1
 def keys_of(n: int, group: int, prefix: int, prompt_id: int, prompt_len: int, gen: int, first: int = 0,
             parent: int = 0) -> np.ndarray:
     """Keys of blocks first..first+n-1 of one request."""
-    g = stream_id(TAG_GROUP, group) if group >= 0 else -1
+    g = stream_id(TAG_GROUP, group) if group >= 0 else 0
     return chain_keys(np.array([parent], dtype=np.uint64), np.array([first]), np.array([n]), np.array([g]),
                       np.array([prefix]), np.array([stream_id(TAG_PROMPT, prompt_id)]), np.array([prompt_len]),
                       np.array([stream_id(TAG_REQUEST, gen)]))
@@ -94,7 +94,7 @@ def test_identical_prompts_share_every_block_and_groups_share_their_prefix() -> 
 def test_a_session_reads_back_its_previous_turn() -> None:
     s = stream_id(TAG_SESSION, 9)
     one = lambda n, plen: chain_keys(np.zeros(1, np.uint64), np.array([0]), np.array([n]),  # noqa: E731
-                                     np.array([-1]), np.array([0]), np.array([s]), np.array([plen]), np.array([s]))
+                                     np.array([0]), np.array([0]), np.array([s]), np.array([plen]), np.array([s]))
     turn1 = one(12, 100)  # 100 prompt tokens + ~92 generated: 12 full blocks
     turn2 = one(20, 330)  # the next prompt holds all of that, then the new question
     assert (turn1 == turn2[:12]).all()
@@ -126,7 +126,7 @@ def test_a_hit_revives_a_cached_block_and_shared_blocks_outlive_one_holder() -> 
     k = keys_of(4, -1, 0, 1, 64, 1)
     assert pool.alloc(4)
     pool.fill(k)
-    pool.take(k[:3])  # a second request hits the first three
+    pool.hold(k[:3])  # a second request hits the first three
     pool.release(k, 0)  # the first finishes: its 4th block is cached, the three shared ones stay held
     assert (pool.used, pool.cached) == (3, 1)
     assert pool.holders(k).tolist() == [1, 1, 1, 0]
@@ -167,7 +167,7 @@ def test_two_holders_released_in_one_call() -> None:
     k = keys_of(3, -1, 0, 1, 48, 1)
     assert pool.alloc(3)
     pool.fill(k)
-    pool.take(np.concatenate([k[:2], k[:2]]))  # two more requests hit the first two blocks, taken together
+    pool.hold(np.concatenate([k[:2], k[:2]]))  # two more requests hit the first two blocks, taken together
     assert pool.holders(k).tolist() == [3, 3, 1]
     pool.release(np.concatenate([k, k[:2]]), 0)
     assert pool.holders(k).tolist() == [1, 1, 0] and (pool.used, pool.cached) == (2, 1)

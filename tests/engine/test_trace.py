@@ -41,7 +41,7 @@ def test_csv_with_sessions_and_prefixes(tmp_path: Path) -> None:
     assert tr.session.tolist() == [0, -1, 0] and tr.prefix.tolist() == [0, 0, -1]
     r = tr.requests(np.arange(3))
     assert r.session.tolist() == [True, False, True]
-    assert r.body[0] == r.body[2] and r.body[1] == -1  # the session's stream; the loner's own tokens
+    assert r.body[0] == r.body[2] and r.body[1] == NO_GROUP  # the session's stream; the loner's own tokens
     assert r.group[0] == r.group[1] != NO_GROUP and r.group[2] == NO_GROUP
     assert r.prefix_len.tolist() == [32, 32, 0]
 

@@ -63,7 +63,7 @@ def test_sampled_prompt_lengths_are_fixed_per_prompt_id_and_never_below_the_pref
 def test_without_users_per_group_every_prompt_is_new(tmp_path: Path) -> None:
     text = '[[stage]]\nrate = 2\nduration = 10\n[prompt]\ntokens = "uniform:100,200"\n'
     r = Plan(load_workload(write(tmp_path, text)), seed=1).take(np.zeros(50, dtype=np.int64))
-    assert (r.body == -1).all() and (r.group == NO_GROUP).all() and (r.prefix_len == 0).all()
+    assert (r.body == NO_GROUP).all() and (r.group == NO_GROUP).all() and (r.prefix_len == 0).all()
     assert 100 <= r.prompt.min() and r.prompt.max() <= 200 and np.unique(r.prompt).size > 10
 
 
