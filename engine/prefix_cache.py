@@ -106,7 +106,8 @@ class BlockPool:
     of cached blocks, and free ones. With caching off every block is private and nothing is kept."""
 
     __slots__ = ("total", "caching", "private", "keyed_used", "cached", "_slot", "_key", "_ref", "_stamp",
-                 "_spare", "_n_spare", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted", "peak", "keys_added")
+                 "_spare", "_n_spare", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted", "peak",
+                 "keys_added")
 
     def __init__(self, total: int, caching: bool = True) -> None:
         self.total = int(total)

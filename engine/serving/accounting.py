@@ -47,6 +47,64 @@ class L(IntEnum):
     TPOT = 2  # per generated token after the first
     E2E = 3  # last token - arrival
     QUEUE = 4  # first admission - arrival
+    STAGE = 5  # workload stage the request was sent in
+
+
+# Inter-token latencies are kept as a histogram (one sample per token after the first: millions in a run):
+# log-spaced bins from 1 us to 1000 s, 1 % wide, so percentiles are read to about 1 %.
+ITL_EDGES = np.logspace(-6, 3, 2085)
+ITL_MID = np.sqrt(ITL_EDGES[:-1] * ITL_EDGES[1:])
+
+
+class Itl:
+    """Inter-token latency histogram per stage: counts per bin, and the exact sum and count for the mean."""
+
+    __slots__ = ("counts", "sum", "n")
+
+    def __init__(self, stages: int = 1) -> None:
+        self.counts = np.zeros((stages, ITL_MID.size), dtype=np.int64)
+        self.sum = np.zeros(stages)
+        self.n = np.zeros(stages, dtype=np.int64)
+
+    def add(self, dt: float, stage: np.ndarray | int, k: int) -> None:
+        """k tokens (of rows in `stage`, an array or one index) came dt seconds after their previous ones."""
+        if k <= 0:
+            return
+        b = min(max(int(np.searchsorted(ITL_EDGES, dt)) - 1, 0), ITL_MID.size - 1)
+        if isinstance(stage, int) or self.n.size == 1:
+            s = stage if isinstance(stage, int) else 0
+            self.counts[s, b] += k
+            self.sum[s] += dt * k
+            self.n[s] += k
+            return
+        per = np.bincount(stage, minlength=self.n.size)
+        self.counts[:, b] += per
+        self.sum += dt * per
+        self.n += per
+
+    def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
+        """Several decode steps in a row, each giving n rows (in `stage`) their next token after dts[j]."""
+        if n <= 0 or not len(dts):
+            return
+        b = np.clip(np.searchsorted(ITL_EDGES, dts) - 1, 0, ITL_MID.size - 1)
+        per = np.array([n]) if isinstance(stage, int) or self.n.size == 1 else np.bincount(stage, minlength=self.n.size)
+        rows = [stage if isinstance(stage, int) else 0] if per.size == 1 else list(np.flatnonzero(per))
+        for s in rows:
+            m = int(per[s] if per.size > 1 else per[0])
+            np.add.at(self.counts[s], b, m)
+            self.sum[s] += m * float(dts.sum())
+            self.n[s] += m * len(dts)
+
+    def summary(self, s: int | None = None) -> Summary:
+        """Mean and percentiles of stage s (every stage if None)."""
+        c = self.counts.sum(axis=0) if s is None else self.counts[s]
+        n = int(self.n.sum() if s is None else self.n[s])
+        if n == 0:
+            return Summary(None, None, None, None)
+        cum = np.cumsum(c)
+        p = [float(ITL_MID[int(np.searchsorted(cum, q * n / 100.0))]) for q in (50, 90, 99)]
+        total = float(self.sum.sum() if s is None else self.sum[s])
+        return Summary(total / n, p[0], p[1], p[2])
 
 
 @dataclass(slots=True)
@@ -54,6 +112,7 @@ class LaneStats:
     """One lane's running totals (per GPU of its group) and bounded histories."""
 
     max_batch: int
+    stages: int = 1  # workload stages (per-stage completions and inter-token latencies)
     ticks: int = 0
     accepted: int = 0
     completed: int = 0
@@ -75,14 +134,20 @@ class LaneStats:
     slo_ok_tokens: int = 0
     last_cost: StepCost | None = None
     last_batch: int = 0
+    spec_steps: int = 0  # speculative verify steps' sequences, and the tokens they emitted
+    spec_tokens: int = 0
     batch_hist: np.ndarray = field(init=False)  # ticks per batch size (sizes above the cap count at the cap)
     hist: Ring = field(init=False)
     lat: Ring = field(init=False)
+    itl: Itl = field(init=False)
+    stage_done: np.ndarray = field(init=False)  # requests completed per stage (exact; the ring is bounded)
 
     def __post_init__(self) -> None:
         self.batch_hist = np.zeros(max(self.max_batch, 1) + 1, dtype=np.int64)
         self.hist = Ring(HISTORY_POINTS, len(H))
         self.lat = Ring(LATENCY_SAMPLES, len(L))
+        self.itl = Itl(self.stages)
+        self.stage_done = np.zeros(self.stages, dtype=np.int64)
 
     def set_max_batch(self, max_batch: int) -> None:
         """A new batch cap: the histogram grows to hold it (it never shrinks; bigger batches count at the cap)."""
@@ -101,21 +166,23 @@ class Rates(NamedTuple):
     dollars_per_s: float  # one lane's GPU group
 
 
-class Percentiles(NamedTuple):
-    """p50/p90/p99 of the finite values (None where there are none)."""
+class Summary(NamedTuple):
+    """Mean and p50/p90/p99 of the finite values (None where there are none)."""
 
+    mean: float | None
     p50: float | None
     p90: float | None
     p99: float | None
 
     @staticmethod
-    def of(x: np.ndarray) -> Percentiles:
-        """Percentiles of the finite values of x."""
+    def of(x: np.ndarray) -> Summary:
+        """Mean and percentiles of the finite values of x."""
         x = x[np.isfinite(x)]
         if x.size == 0:
-            return Percentiles(None, None, None)
+            return Summary(None, None, None, None)
         v = np.percentile(x, (50, 90, 99))
-        return Percentiles(float(v[0]), float(v[1]), float(v[2]))
+        return Summary(float(x.mean()), float(v[0]), float(v[1]), float(v[2]))
+
 
 
 def _median(x: np.ndarray) -> float:
@@ -236,12 +303,16 @@ class RunMetrics:
     ticks: int
     throughput_in_tok_s: float
     throughput_out_tok_s: float
-    ttft_s: Percentiles
-    ttft_raw_s: Percentiles
-    tpot_s: Percentiles
-    e2e_s: Percentiles
-    queue_delay_s: Percentiles
+    ttft_s: Summary
+    ttft_raw_s: Summary
+    tpot_s: Summary
+    itl_s: Summary  # every token after a request's first: the gap since its previous token
+    e2e_s: Summary
+    queue_delay_s: Summary
     latency_samples: int
+    requests_unfinished: int  # accepted, not done when the run ended (queued, preempted or running)
+    prefix_cache_hit_rate: float | None  # prompt tokens read from the prefix cache / prompt tokens (None: none)
+    cached_input_tokens: int
     goodput_req_s: float | None  # None without an SLO
     goodput_tok_s: float | None
     slo_attainment: float | None
@@ -257,6 +328,9 @@ class RunMetrics:
     price_per_hour: float
     cost_per_mtok_in: float | None  # busy time only: prefill time to input tokens, decode time to output
     cost_per_mtok_out: float | None
+    cost_per_mtok_cached_in: float | None  # prompt tokens from the prefix cache: the attention reading them
+    spec_tokens_per_step: float | None  # tokens a sequence emitted per speculative verify step (None: off)
+    stages: tuple[dict[str, Any], ...]  # one per workload stage, over the requests sent in it
     batch_p50: float
     clipped_requests: int
     lanes: int
@@ -267,8 +341,10 @@ class RunMetrics:
         m: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, Percentiles):
+            if isinstance(v, Summary):
                 v = v._asdict()
+            elif f.name == "stages":
+                v = [dict(s) for s in v]
             if f.name != "rolling":
                 m[f.name] = v
         r = self.rolling.as_dict()
@@ -277,8 +353,39 @@ class RunMetrics:
         return m
 
 
+def stage_metrics(lanes: list[LaneLike], stages: tuple[Any, ...]) -> tuple[dict[str, Any], ...]:
+    """Per workload stage (engine.workload_file.Stage): its rate or users, length, and the latencies of the
+    requests sent during it (completions exact, percentiles over the latency ring)."""
+    st = [ln.stats for ln in lanes]
+    lat = np.concatenate([s.lat.last() for s in st])
+    out = []
+    for s in stages:
+        m = lat[:, L.STAGE] == s.index
+        itl = st[0].itl.summary(s.index) if len(st) == 1 else Summary(None, None, None, None)
+        out.append({
+            "stage": s.index, "start_s": s.start, "duration_s": s.duration,
+            "rate": s.rate if not s.closed else None, "users": s.users if s.closed else None,
+            "requests_completed": int(sum(int(x.stage_done[s.index]) for x in st)),
+            "ttft_s": Summary.of(lat[m, L.TTFT])._asdict(), "itl_s": itl._asdict(),
+            "e2e_s": Summary.of(lat[m, L.E2E])._asdict(),
+        })
+    return tuple(out)
+
+
+def _itl(st: list[LaneStats]) -> Summary:
+    """Inter-token latency over every lane's histogram."""
+    if len(st) == 1:
+        return st[0].itl.summary()
+    agg = Itl(1)
+    for s in st:
+        agg.counts[0] += s.itl.counts.sum(axis=0)
+        agg.sum[0] += s.itl.sum.sum()
+        agg.n[0] += s.itl.n.sum()
+    return agg.summary()
+
+
 def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_bytes: float,
-                kv_bytes_per_token: float, slo: bool, tp: int) -> RunMetrics:
+                kv_bytes_per_token: float, slo: bool, tp: int, stages: tuple[Any, ...] = ()) -> RunMetrics:
     """The run metrics of `lanes` (one lane, or every lane of an engine) after `ticks` engine ticks."""
     st = [ln.stats for ln in lanes]
     sim = max(ln.clock for ln in lanes)
@@ -288,6 +395,8 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
     completed = sum(s.completed for s in st)
     out = sum(s.out_tokens for s in st)
     inp = sum(s.in_tokens for s in st)
+    cached = sum(s.cached_in_tokens for s in st)
+    spec_steps = sum(s.spec_steps for s in st)
     peak_blocks = max(ln.pool.peak for ln in lanes)
     total = lanes[0].pool.total
     slo_ok = sum(s.slo_ok for s in st)
@@ -303,12 +412,16 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
         ticks=ticks,
         throughput_in_tok_s=inp / sim if sim else 0.0,
         throughput_out_tok_s=out / sim if sim else 0.0,
-        ttft_s=Percentiles.of(lat[:, L.TTFT]),
-        ttft_raw_s=Percentiles.of(lat[:, L.TTFT_RAW]),
-        tpot_s=Percentiles.of(lat[:, L.TPOT]),
-        e2e_s=Percentiles.of(lat[:, L.E2E]),
-        queue_delay_s=Percentiles.of(lat[:, L.QUEUE]),
+        ttft_s=Summary.of(lat[:, L.TTFT]),
+        ttft_raw_s=Summary.of(lat[:, L.TTFT_RAW]),
+        tpot_s=Summary.of(lat[:, L.TPOT]),
+        itl_s=_itl(st),
+        e2e_s=Summary.of(lat[:, L.E2E]),
+        queue_delay_s=Summary.of(lat[:, L.QUEUE]),
         latency_samples=len(lat),
+        requests_unfinished=sum(s.accepted - s.completed for s in st),
+        prefix_cache_hit_rate=cached / inp if inp and any(ln.pool.caching for ln in lanes) else None,
+        cached_input_tokens=cached,
         goodput_req_s=(slo_ok / sim if sim else 0.0) if slo else None,
         goodput_tok_s=(sum(s.slo_ok_tokens for s in st) / sim if sim else 0.0) if slo else None,
         slo_attainment=(slo_ok / completed if completed else None) if slo else None,
@@ -322,8 +435,12 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
         bw_util=sum(s.bytes for s in st) / (rates.bandwidth * sim * nl) if sim else 0.0,
         busy_fraction=busy / (sim * nl) if sim else 0.0,
         price_per_hour=ps * 3600 / tp,
-        cost_per_mtok_in=_per_mtok(ps, sum(s.charge_in_s for s in st), inp),
+        # Computed input and cached input have their own prices (APIs bill cached input at about a tenth).
+        cost_per_mtok_in=_per_mtok(ps, sum(s.charge_in_s for s in st), inp - cached),
         cost_per_mtok_out=_per_mtok(ps, sum(s.charge_out_s for s in st), out),
+        cost_per_mtok_cached_in=_per_mtok(ps, sum(s.charge_cached_s for s in st), cached),
+        spec_tokens_per_step=(sum(s.spec_tokens for s in st) / spec_steps) if spec_steps else None,
+        stages=stage_metrics(lanes, stages),
         # Median batch of the first lane given (the main one when both are): mixing lanes' ticks would
         # mostly count the fast lane's many small steps.
         batch_p50=batch_p50(st[:1]),

@@ -185,6 +185,16 @@ class Engine:
         return sum(lane.stats.completed for lane in self._lanes)
 
     @property
+    def prefix_caching(self) -> bool:
+        """Whether the lanes cache prefixes (the config's choice or the runtime's default)."""
+        return self._lanes[0].caching
+
+    @property
+    def bounds(self) -> tuple[int | None, float | None]:
+        """The run's request limit and duration (a workload file or a trace sets them when the config does not)."""
+        return self._budget.limit, self._budget.duration
+
+    @property
     def kv_blocks_total(self) -> int:
         """KV pool size in 16-token blocks (per GPU group of the main lane)."""
         return self._lanes[0].pool.total
@@ -417,8 +427,9 @@ class Engine:
             raise InputError("this engine has no fast lane (fast_share is 0)")
         cfg, sm = self._cfg, self._sm
         slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
+        stages = self._script.plan.wl.stages if isinstance(self._script, PlanScript) else ()
         return run_metrics(lanes, self._rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
-                           cfg.tp).as_dict()
+                           cfg.tp, stages).as_dict()
 
 
 # ---- validation -------------------------------------------------------------------------------------

@@ -66,6 +66,15 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help=f"stop after this many requests are served (default max({DEFAULT_REQUESTS}, 3 x users))")
     w.add_argument("--duration", "-d", type=positive_float, default=None, help="stop at this simulated time (s)")
     w.add_argument("--seed", type=int, default=0, help="random seed (default 0): the same seed gives the same run")
+    w.add_argument("--workload", metavar="FILE.toml", default=None,
+                   help="stages of traffic from a file ([[stage]] rate or users, duration; [prompt]; [output]);"
+                        " --prompt/--output fill in what it leaves out")
+    w.add_argument("--trace", metavar="FILE", default=None,
+                   help="replay a request trace (CSV or JSONL: arrival, prompt and output tokens, optional session"
+                        " and prefix ids), or a bundled one: azure-conv-sample")
+    w.add_argument("--trace-speed", type=positive_float, default=1.0, help="replay the trace this many times faster")
+    w.add_argument("--prefix-caching", choices=("on", "off"), default=None,
+                   help="reuse cached KV blocks of shared prefixes (default: what the runtime does; on for vllm)")
     s = p.add_argument_group("scheduler")
     s.add_argument("--scheduler", choices=SCHEDULERS, default="continuous", help="batching policy (default continuous)")
     s.add_argument("--max-batch", "--max-num-seqs", type=positive_int, default=256,
@@ -94,16 +103,24 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     """The EngineConfig the options describe; contradictions are one-line InputErrors."""
+    scripted = args.workload is not None or args.trace is not None
+    if scripted:
+        src = "--workload" if args.workload is not None else "--trace"
+        for flag, v in (("--users", args.users), ("--rate", args.rate), ("--think-time", args.think_time)):
+            if v is not None:
+                raise InputError(f"{flag} contradicts {src}, which says when requests come")
+        if args.trace is not None and args.workload is not None:
+            raise InputError("--workload and --trace both say where requests come from: give one")
     if not args.users and not args.rate and (args.users is not None or args.rate is not None):
         raise InputError("no workload: --users and --rate are both zero; give --users N or --rate R")
     if args.users is not None and args.rate is not None:
         raise InputError("--users (closed loop) and --rate (open loop) contradict each other: give one")
     rate = args.rate or 0.0
-    users = args.users if args.users is not None else (0 if args.rate is not None else 4)
+    users = args.users if args.users is not None else (0 if args.rate is not None or scripted else 4)
     if args.think_time is not None and users == 0:
         raise InputError("--think-time applies to closed-loop --users; open-loop --rate arrivals do not think")
     requests = args.requests
-    if requests is None and args.duration is None:
+    if requests is None and args.duration is None and not scripted:
         requests = max(DEFAULT_REQUESTS, 3 * users)
     return EngineConfig(
         hardware=args.hardware, model=args.model, tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
@@ -114,6 +131,8 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         requests=requests, duration=args.duration, seed=args.seed, price_per_hour=args.price_per_hour,
         slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot, debug=args.debug, kv_pool_blocks=args.kv_blocks,
         gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
+        prefix_caching=None if args.prefix_caching is None else args.prefix_caching == "on",
+        workload=args.workload, trace=args.trace, trace_speed=args.trace_speed,
     )
 
 
@@ -157,11 +176,11 @@ def build(args: argparse.Namespace) -> Engine | Fleet:
 
 def run_engine(engine: Engine | Fleet, show_progress: bool) -> int:
     """Run to the config's bound, with a progress bar on stderr when it is a terminal; returns ticks run."""
-    cfg = engine.config
     if not show_progress:
         return engine.run()
-    by_time = cfg.duration is not None
-    total = cfg.duration if by_time else float(cfg.requests or 1)
+    limit, duration = engine.bounds
+    by_time = duration is not None
+    total = duration if by_time else float(limit or 1)
     with Progress(TextColumn("[bold]serving"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console(stderr=True), transient=True) as bar:
         task = bar.add_task("", total=total)
@@ -186,7 +205,8 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
         "fast_share": cfg.fast_share, "users": cfg.users, "rate": cfg.rate, "prompt": cfg.prompt,
         "output": cfg.output, "think": cfg.think, "think_time": cfg.think_time, "requests": cfg.requests,
         "duration": cfg.duration, "seed": cfg.seed, "gpu_memory_utilization": cfg.gpu_memory_utilization,
-        "max_model_len": sm.model.max_context,
+        "max_model_len": sm.model.max_context, "workload": cfg.workload, "trace": cfg.trace,
+        "trace_speed": cfg.trace_speed if cfg.trace else None, "prefix_caching": engine.prefix_caching,
     }
     out.update(m)
     if cfg.fast_share > 0:
@@ -211,10 +231,14 @@ def _print(r: dict[str, Any]) -> None:
     """The Rich report: workload, throughput, latency percentiles, KV pool, utilisation and cost."""
     con = console()
     loop = f"{r['users']} users (closed loop)" if r["users"] else f"{r['rate']:g} req/s (open loop)"
+    lengths = f" · prompt {r['prompt']} · output {r['output']}"
+    if r.get("workload") or r.get("trace"):
+        loop = f"workload {r['workload']}" if r.get("workload") else f"trace {r['trace']} x{r['trace_speed']:g}"
+        lengths = ""
     tp = f" x{r['tp']}" if r["tp"] > 1 else ""
     think = f" · think {r['think']}" if r["think"] != "0" else ""
     con.print(f"[bold]{r['model']}[/] on [bold]{r['hardware']}[/]{tp} · {r['scheduler']} (max batch {r['max_batch']})"
-              f" · {loop} · prompt {r['prompt']} · output {r['output']}{think}")
+              f" · {loop}{lengths}{think}")
     con.print(f"{r['requests_completed']:,} requests in {r['sim_time_s']:,.2f} s simulated ({r['ticks']:,} ticks)"
               f" · {r['input_tokens']:,} tokens in · {r['output_tokens']:,} tokens out")
     t = Table(header_style="bold", show_edge=False, title="latency", title_justify="left")
@@ -239,6 +263,12 @@ def _print(r: dict[str, Any]) -> None:
     s.add_row("MFU / bandwidth used", f"{fixed(r['mfu'], 100, 1)} % / {fixed(r['bw_util'], 100, 1)} %")
     s.add_row("$/Mtok in / out", f"${fixed(r['cost_per_mtok_in'], 1, 3)} / ${fixed(r['cost_per_mtok_out'], 1, 3)}"
               f" at ${r['price_per_hour']:g}/GPU-hour")
+    if r.get("prefix_cache_hit_rate") is not None:
+        ci = r["cost_per_mtok_cached_in"]
+        s.add_row("prefix cache", f"{fixed(r['prefix_cache_hit_rate'], 100, 1)} % of prompt tokens reused"
+                  f" ({r['cached_input_tokens']:,}); cached input ${'-' if ci is None else format(ci, '.2g')}/Mtok")
+    if r.get("spec_tokens_per_step") is not None:
+        s.add_row("speculative decoding", f"{fixed(r['spec_tokens_per_step'], 1, 2)} tokens per sequence per step")
     if r.get("goodput_req_s") is not None:
         s.add_row("goodput (within SLO)", f"{fixed(r['goodput_req_s'], 1, 2)} req/s, {fixed(r['goodput_tok_s'], 1, 0)}"
                   f" tok/s ({fixed(r['slo_attainment'], 100, 0)} % of requests)")
@@ -250,6 +280,18 @@ def _print(r: dict[str, Any]) -> None:
     con.print(s)
     if r.get("replicas"):
         _print_fleet(con, r)
+    if r.get("stages") and len(r["stages"]) > 1:
+        g = Table(header_style="bold", show_edge=False, title="stages", title_justify="left")
+        for h in ("stage", "from", "load", "done", "TTFT p50", "TTFT p99", "ITL p50", "e2e p50"):
+            g.add_column(h, justify="right")
+        for x in r["stages"]:
+            load = f"{x['rate']:g} req/s" if x["rate"] is not None else f"{x['users']} users"
+            g.add_row(str(x["stage"] + 1), f"{x['start_s']:g} s", load, f"{x['requests_completed']:,}",
+                      fixed(x["ttft_s"]["p50"], 1e3, 1, " ms"), fixed(x["ttft_s"]["p99"], 1e3, 1, " ms"),
+                      fixed(x["itl_s"]["p50"], 1e3, 1, " ms"), fixed(x["e2e_s"]["p50"], 1, 2, " s"))
+        con.print(g)
+    if r["requests_unfinished"]:
+        con.print(f"note: {r['requests_unfinished']:,} requests were still queued or running when the run ended")
     if r["clipped_requests"]:
         con.print(f"[yellow]note:[/] {r['clipped_requests']:,} sampled requests were clipped to fit the model's context"
                   " or the KV pool")
