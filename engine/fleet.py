@@ -121,7 +121,7 @@ class _Replica:
     @property
     def free_blocks(self) -> int:
         """KV blocks neither a running request nor a copy holds (queued requests will want some of them)."""
-        return self.lane.pool.free
+        return self.lane.pool.available  # cached blocks count: they are reclaimed when needed
 
     @property
     def blocked(self) -> bool:

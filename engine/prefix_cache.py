@@ -221,6 +221,15 @@ class BlockPool:
             self.peak = self.used
         return True
 
+    def take(self, n: int) -> None:
+        """Hold n private blocks the caller checked are available (e.g. pinned for a KV copy)."""
+        ok = self.alloc(n)
+        assert ok, f"took {n} blocks with {self.available} available"
+
+    def give(self, n: int) -> None:
+        """Return n private blocks."""
+        self.release(np.zeros(0, dtype=np.uint64), n)
+
     def resize(self, total: int) -> None:
         """A new pool size: cached blocks beyond it are reclaimed (the caller preempts while used > total)."""
         self.total = int(total)

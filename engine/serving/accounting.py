@@ -185,6 +185,9 @@ class Summary(NamedTuple):
 
 
 
+Percentiles = Summary  # the name the fleet reads
+
+
 def _median(x: np.ndarray) -> float:
     """p50 of the finite values (NaN where there are none)."""
     x = x[np.isfinite(x)]

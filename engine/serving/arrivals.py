@@ -99,7 +99,12 @@ class Arrivals:
         """Recompute the earliest closed-loop send time."""
         self.next_user = float(self.u_next.min()) if self.u_next.size else math.inf
 
-    def due(self, t: float, script: Script | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def due(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Every send and Poisson arrival at or before t that the budget takes, in time order: (times, users)."""
+        tt, uu, _ = self.due_tagged(t)
+        return tt, uu
+
+    def due_tagged(self, t: float, script: Script | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every send, Poisson and scripted arrival at or before t that the budget takes, in time order: (times,
         users, script tags; -1 where not scripted); users whose send falls past the run's bounds never send again."""
         times: list[np.ndarray] = []

@@ -178,7 +178,8 @@ def run_engine(engine: Engine | Fleet, show_progress: bool) -> int:
     """Run to the config's bound, with a progress bar on stderr when it is a terminal; returns ticks run."""
     if not show_progress:
         return engine.run()
-    limit, duration = engine.bounds
+    cfg = engine.config
+    limit, duration = getattr(engine, "bounds", (cfg.requests, cfg.duration))  # a fleet runs its config's bounds
     by_time = duration is not None
     total = duration if by_time else float(limit or 1)
     with Progress(TextColumn("[bold]serving"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
@@ -206,7 +207,7 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
         "output": cfg.output, "think": cfg.think, "think_time": cfg.think_time, "requests": cfg.requests,
         "duration": cfg.duration, "seed": cfg.seed, "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "max_model_len": sm.model.max_context, "workload": cfg.workload, "trace": cfg.trace,
-        "trace_speed": cfg.trace_speed if cfg.trace else None, "prefix_caching": engine.prefix_caching,
+        "trace_speed": cfg.trace_speed if cfg.trace else None, "prefix_caching": getattr(engine, "prefix_caching", None),
     }
     out.update(m)
     if cfg.fast_share > 0:
