@@ -207,7 +207,8 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
         "output": cfg.output, "think": cfg.think, "think_time": cfg.think_time, "requests": cfg.requests,
         "duration": cfg.duration, "seed": cfg.seed, "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "max_model_len": sm.model.max_context, "workload": cfg.workload, "trace": cfg.trace,
-        "trace_speed": cfg.trace_speed if cfg.trace else None, "prefix_caching": getattr(engine, "prefix_caching", None),
+        "trace_speed": cfg.trace_speed if cfg.trace else None,
+        "prefix_caching": getattr(engine, "prefix_caching", None),
     }
     out.update(m)
     if cfg.fast_share > 0:
