@@ -73,8 +73,9 @@ class Engine:
         self._wl = _Workload(parse_dist(cfg.prompt, "--prompt", 1), parse_dist(cfg.output, "--output", 1),
                              parse_dist(cfg.think, "--think", 0), parse_dist(cfg.think_time, "--think-time", 0))
         blocks = self._pool_blocks(sm)
-        self._check_lengths(sm, blocks)
         self._script = self._load_script(cfg)
+        if self._script is None:  # a file's lengths are clipped to the pool and context, and reported
+            self._check_lengths(sm, blocks)
         self._budget = Budget(*self._bounds(cfg))
         rngs = seeded_rngs(cfg.seed, 10)
         self._lanes = [self._lane(False, blocks, rngs[:5])]

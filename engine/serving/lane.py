@@ -352,8 +352,8 @@ class Lane:
             a.hkey[:] = hkey[:k]
             a.cached[:] = hit[:k] * BLOCK
             fresh = np.maximum(np.minimum(a.cached, a.prompt) - a.input, 0)  # prompt tokens never read before
-            a.input += fresh
-            a.hit += fresh
+            a.input[:] += fresh
+            a.hit[:] += fresh
             nf = int(fresh.sum())
             self.stats.in_tokens += nf
             self.stats.cached_in_tokens += nf
