@@ -11,12 +11,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import pytest
 
 T = TypeVar("T")
 SERVER_START_S = 15.0
+
+
+class Served(NamedTuple):
+    """A running `tokensim serve`: its port on 127.0.0.1 and its process (the leader of its process group)."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
 
 
 def free_port() -> int:
@@ -38,8 +45,8 @@ def wait_for(what: str, probe: Callable[[], T | None], deadline: float) -> T:
 
 
 @contextlib.contextmanager
-def serving(log: Path, *options: str) -> Iterator[int]:
-    """`tokensim serve OPTIONS` on a free 127.0.0.1 port, once it listens; yields the port.
+def serving(log: Path, *options: str) -> Iterator[Served]:
+    """`tokensim serve OPTIONS` on a free 127.0.0.1 port, once it listens.
 
     The server and every app process it starts share one new process group, which is ended on exit."""
     port = free_port()
@@ -54,19 +61,15 @@ def serving(log: Path, *options: str) -> Iterator[int]:
                 return s.connect_ex(("127.0.0.1", port)) == 0
 
         wait_for("tokensim serve to listen", listening, time.monotonic() + SERVER_START_S)
-        yield port
+        yield Served(port, proc)
     finally:
         end_group(proc)
 
 
 def end_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group (server and apps); SIGKILL whatever is left once the server is gone or in 5 s."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(5)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)

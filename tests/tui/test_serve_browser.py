@@ -87,8 +87,8 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     """`tokensim serve --paused --lang en` on a free 127.0.0.1 port; its URL."""
-    with serving(tmp_path / "serve.log", "--paused", "--lang", "en") as port:
-        yield f"http://127.0.0.1:{port}/"
+    with serving(tmp_path / "serve.log", "--paused", "--lang", "en") as served:
+        yield f"http://127.0.0.1:{served.port}/"
 
 
 def test_the_app_runs_in_a_browser(browser: Any, server: str) -> None:

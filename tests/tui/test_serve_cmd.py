@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
+import signal
 import socket
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.tui.served import serving
+from tests.tui.served import serving, wait_for
 from tui.cli import build_parser, main
 from tui.commands import serve_cmd
 
@@ -134,13 +137,46 @@ def fetch_page(port: int, host_header: str) -> str:
 
 def test_the_page_points_its_websocket_at_the_address_the_browser_used(tmp_path: Path) -> None:
     # Listening on 127.0.0.1 stands in for 0.0.0.0 here: what matters is that the page is built per request.
-    with serving(tmp_path / "serve.log") as port:
+    with serving(tmp_path / "serve.log") as (port, _):
         assert f'data-session-websocket-url="ws://127.0.0.1:{port}/ws"' in fetch_page(port, f"127.0.0.1:{port}")
         assert 'data-session-websocket-url="ws://gpu-box.lan:9000/ws"' in fetch_page(port, "gpu-box.lan:9000")
 
 
 def test_public_url_fixes_the_address(tmp_path: Path) -> None:
-    with serving(tmp_path / "serve.log", "--public-url", "https://sim.example.org") as port:
+    with serving(tmp_path / "serve.log", "--public-url", "https://sim.example.org") as (port, _):
         page = fetch_page(port, f"127.0.0.1:{port}")
     assert 'data-session-websocket-url="wss://sim.example.org/ws"' in page
     assert "https://sim.example.org/static/js/textual.js" in page
+
+
+async def test_ctrl_c_with_a_tab_open_stops_the_server_and_its_app_at_once(tmp_path: Path) -> None:
+    import aiohttp  # textual-serve's own web library
+
+    with serving(tmp_path / "serve.log", "--lang", "en") as (port, proc):
+        async with aiohttp.ClientSession() as http, http.ws_connect(f"http://127.0.0.1:{port}/ws?width=100&height=30",
+                                                                    timeout=aiohttp.ClientWSTimeout(ws_close=5)) as tab:
+            async def until_header() -> None:
+                received = b""
+                async for message in tab:
+                    received += message.data if message.type == aiohttp.WSMsgType.BINARY else b""
+                    if b"tokensim" in received:
+                        return
+
+            await asyncio.wait_for(until_header(), timeout=20)  # the tab's app is up
+            os.kill(proc.pid, signal.SIGINT)  # Ctrl+C, to the server alone
+
+            async def until_closed() -> None:
+                async for _ in tab:
+                    pass
+
+            await asyncio.wait_for(until_closed(), timeout=5)  # aiohttp alone would keep it open a minute
+        assert await asyncio.to_thread(proc.wait, 5) == 0
+
+        def group_gone() -> bool:
+            try:
+                os.killpg(proc.pid, 0)  # signal 0: only asks whether any process of the group is left
+            except ProcessLookupError:
+                return True
+            return False
+
+        await asyncio.to_thread(wait_for, "the tab's app to quit", group_gone, time.monotonic() + 5)

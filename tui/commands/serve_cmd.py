@@ -141,6 +141,21 @@ def make_server(command: str, host: str, port: int, fixed_url: str | None = None
                 self.public_url = f"{request.scheme}://{request.host}"
             return await super().handle_index(request)
 
+        async def _process_messages(self, websocket: Any, app_service: Any) -> None:
+            """textual-serve's loop over one tab's messages, with the tab's websocket on record while it runs."""
+            open_tabs.add(websocket)
+            try:
+                await super()._process_messages(websocket, app_service)
+            finally:
+                open_tabs.discard(websocket)
+
+        async def on_shutdown(self, app: object) -> None:
+            """Close every open tab's websocket, so Ctrl+C stops at once: aiohttp would otherwise wait up to a
+            minute for them to end by themselves (each tab's app is then told to quit)."""
+            for websocket in list(open_tabs):
+                await websocket.close(code=1001, message=b"server stopped")  # 1001: going away
+
+    open_tabs: set[Any] = set()
     return TokensimServer(command, host=host, port=port, title="tokensim",
                           public_url=fixed_url or public_url(host, port))
 
