@@ -407,7 +407,7 @@ class Engine:
         hbm = main.stats.bytes
         return Snapshot(
             tick=self._tick, time_s=self._clock, hardware=sm.hw, model=sm.model, opts=sm.opts, roof=sm.roof,
-            scheduler=self._cfg.scheduler, users=self._budget.users, requests=view, last_step=main.stats.last_cost,
+            scheduler=self._cfg.scheduler, users=self._budget.users, requests=view, last_step=main.last_cost,
             batch_size=main.stats.last_batch, kv_blocks_used=main.pool.used, kv_blocks_total=main.pool.total,
             weights_bytes=sm.weight_bytes_per_gpu, kv_capacity_bytes=sm.kv_capacity_bytes,
             reserve_bytes=sm.reserve_bytes, queued=queued, running=running, preempted=preempted, done=done,

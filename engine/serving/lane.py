@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import reduce
+from operator import add
 
 import numpy as np
 
@@ -113,6 +115,7 @@ class Lane:
         self.arrivals = Arrivals(budget, spec.fast, spec.fast_share, spec.rate,
                                  Sampler(spec.think_time, rngs[3], False, 0.0),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
+        self._last_agg: tuple[StepModel, int, float, float, float, float] | None = None  # see last_cost
         self.stats = LaneStats(sched.max_batch, len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1)
         self.staged = self.stats.stages > 1
         self.recent = Ring(RECENT_DONE, DONE_COLS)  # the last finished requests (for the snapshot)
@@ -151,6 +154,16 @@ class Lane:
         return out
 
     # ---- state queries ------------------------------------------------------------------------
+    @property
+    def last_cost(self) -> StepCost | None:
+        """The cost of the step that ran last (None before the first); after jump(), priced when first asked."""
+        p = self._last_agg
+        if p is not None:
+            sm, n, ctx, win, attn, attn_win = p
+            self.stats.last_cost = sm.cost_agg(n, n, ctx, win, attn, attn_win, n, attn_decode=attn)
+            self._last_agg = None
+        return self.stats.last_cost
+
     @property
     def next_arrival(self) -> float:
         """Time of the next request (or stage change) this lane will get (inf past the run's bounds)."""
@@ -604,11 +617,13 @@ class Lane:
         st.ticks += k
         st.out_tokens += n * k
         st.visible_tokens += vis_tokens
-        st.busy_s = float(np.add.accumulate(np.concatenate(([st.busy_s], dts)))[-1])
-        st.charge_out_s = float(np.add.accumulate(np.concatenate(([st.charge_out_s], dts)))[-1])
-        st.flops = float(np.add.accumulate(np.concatenate(([st.flops], flops)))[-1])
-        st.flops_useful = float(np.add.accumulate(np.concatenate(([st.flops_useful], flops)))[-1])
-        st.bytes = float(np.add.accumulate(np.concatenate(([st.bytes], byts)))[-1])
+        # Left folds add one step at a time, as _account's += does (numpy's sum would pair them up).
+        dl, fl = dts.tolist(), flops.tolist()
+        st.busy_s = reduce(add, dl, st.busy_s)
+        st.charge_out_s = reduce(add, dl, st.charge_out_s)
+        st.flops = reduce(add, fl, st.flops)
+        st.flops_useful = reduce(add, fl, st.flops_useful)
+        st.bytes = reduce(add, byts.tolist(), st.bytes)
         st.batch_hist[min(n, st.max_batch)] += k
         done = gen >= c.total[:n]
         if done.any():
@@ -626,8 +641,9 @@ class Lane:
         h[:, H.BYTES] = byts
         st.hist.push(h)
         last = k - 1
-        st.last_cost = self.sm.cost_agg(n, n, float(sum_ctx[last]), float(sum_win[last]), float(attn[last]),
-                                        float(attn_win[last]), n, attn_decode=float(attn[last]))
+        # The last step's StepCost is built only if someone reads it (last_cost): headless runs never do.
+        self._last_agg = (self.sm, n, float(sum_ctx[last]), float(sum_win[last]), float(attn[last]),
+                          float(attn_win[last]))
         st.last_batch = n
         return k
 
@@ -777,6 +793,7 @@ class Lane:
         st.hist.push_row((t1, dt, self.pool.util, self.Q.size + self.P.n, n, n_emit, in_new, c_in, dt - c_in,
                           useful, b))
         st.last_cost = cost
+        self._last_agg = None
         st.last_batch = n
 
     def _idle(self, limit: float, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
