@@ -86,14 +86,16 @@ class _Replica:
         self.held = 0  # KV blocks pinned by copies (prefill: until the copy lands; decode: reserved for it)
         self.inflight = 0  # decode: batch slots reserved for copies on their way
         self.finished_rows: list[Rows] = []
-        if role == "prefill":
-            # A prefill replica hands every finished prompt to the fleet: keep the rows _complete drops.
-            complete = self.lane._complete
+        # The fleet hears of every finished request (a prefill replica's prompt to copy, a closed-loop user to
+        # wake), however the lane ran the step: keep the rows _complete drops.
+        complete = self.lane._complete
 
-            def keep_rows(done: np.ndarray, t: float) -> np.ndarray:
-                self.finished_rows.append(self.lane.R.rows().pick(done).copy())
-                return complete(done, t)
-            self.lane._complete = keep_rows  # type: ignore[method-assign]
+        def keep_rows(done: np.ndarray, t: float) -> np.ndarray:
+            rows = self.lane.R.rows().pick(done).copy()
+            rows.done[:] = t
+            self.finished_rows.append(rows)
+            return complete(done, t)
+        self.lane._complete = keep_rows  # type: ignore[method-assign]
 
     @property
     def clock(self) -> float:
@@ -164,12 +166,11 @@ class _Replica:
         ln.n_pf += 1  # it still computes one token of its prompt (see Fleet._handoff)
         ln.stats.accepted += 1
 
-    def step(self, limit: float) -> np.ndarray:
-        """One engine step of this replica (never past `limit`, the fleet's next event); ids it finished."""
+    def step(self, limit: float) -> None:
+        """One engine step of this replica (never past `limit`, the fleet's next event)."""
         self.eng._tick += 1
-        done = self.lane.step(limit, self.eng._tick).completed
+        self.lane.step(limit, self.eng._tick)
         self.queue_peak = max(self.queue_peak, self.lane.waiting)
-        return done
 
     def latencies(self) -> np.ndarray:
         """Latency rows of the answers it finished (TTFT, raw TTFT, TPOT, e2e, queue delay)."""
@@ -225,8 +226,10 @@ class Fleet:
         self.ticks = 0
         self.rr = 0
         self.u_last = np.full(cfg.users, -1, dtype=np.int64)  # replica of each user's previous turn
-        self.owner: dict[int, int] = {}  # request id -> user, for closed-loop requests in flight
         self.last_routes: list[int] = []  # the router's latest choices (replica indices), newest last
+        # Replicas with a step to take, a heap by (clock, index): the one furthest behind steps next.
+        self.ready: list[tuple[float, int]] = []
+        self.queued = [False] * len(self.reps)
 
     # ---- what `tokensim run` reads (the same names as Engine's) ----------------------------------
     @property
@@ -287,30 +290,45 @@ class Fleet:
         if self.budget.limit is None and self.budget.duration is None:
             raise InputError("an unbounded workload never finishes: give --requests N or --duration S")
         n = 0
+        ready = self.ready
+        reps = self.reps
+        d = self.budget.duration
         while max_ticks is None or n < max_ticks:
             ta = self.arrivals.next_time
             tl = self.landings[0][0] if self.landings else math.inf
-            busy = self._steppable()
-            tmin = min((r.clock for r in busy), default=math.inf)
+            tmin = ready[0][0] if ready else math.inf
             if tl <= tmin and tl <= ta and tl < math.inf:
                 self._land()
                 continue
             if ta <= tmin and ta < math.inf:
                 self._arrive(ta)
                 continue
-            if not busy:
+            if not ready:
                 break
-            r = busy[0] if len(busy) == 1 else min(busy, key=lambda x: x.clock)
-            done = r.step(min(ta, tl))
+            _, i = heapq.heappop(ready)
+            self.queued[i] = False
+            r = reps[i]
+            if not r.busy or r.blocked or (d is not None and r.clock >= d):
+                continue  # it waits for a copy to land (which wakes it) or is past the run's end
+            r.step(min(ta, tl))
             n += 1
             self.ticks += 1
-            if r.role == "prefill":
-                self._handoff(r)
-            elif done.size and self.owner:
-                self._think(done, r.clock)
+            if r.finished_rows:
+                if r.role == "prefill":
+                    self._handoff(r)
+                else:
+                    self._think(r)
             if self.waiting and r.role == "decode":
                 self._start_copies(r.clock)
+            self._wake(r)
         return n
+
+    def _wake(self, r: _Replica) -> None:
+        """Put a replica with a step to take on the heap of ready replicas (by clock, then index), once."""
+        d = self.budget.duration
+        if not self.queued[r.index] and r.busy and not r.blocked and (d is None or r.clock < d):
+            heapq.heappush(self.ready, (r.clock, r.index))
+            self.queued[r.index] = True
 
     # ---- arrivals and routing -----------------------------------------------------------------
     def _arrive(self, t: float) -> None:
@@ -352,7 +370,6 @@ class Fleet:
         rep = self._route(user)
         self.last_routes = (self.last_routes + [rep.index])[-16:]
         if user >= 0:
-            self.owner[rid] = user
             self.u_last[user] = rep.index
         if rep.role == "prefill":
             # It reads the prompt and computes one token; the answer comes from a decode replica.
@@ -361,6 +378,7 @@ class Fleet:
             row.total[0] = 1
         rep.inject(row)
         rep.clock = max(rep.clock, t)
+        self._wake(rep)
 
     def _route(self, user: int) -> _Replica:
         """The replica (of those that read prompts) the router picks for a request from `user`."""
@@ -379,11 +397,11 @@ class Fleet:
             return self.reps[int(self.u_last[user])]
         return min(reps, key=lambda r: (r.load, r.index))
 
-    def _think(self, done: np.ndarray, t: float) -> None:
-        """Closed-loop users whose answer just finished think, then send again."""
-        users = [self.owner.pop(rid) for rid in done.tolist() if rid in self.owner]
-        if users:
-            self.arrivals.think(np.array(users, dtype=np.int64), t)
+    def _think(self, r: _Replica) -> None:
+        """Closed-loop users whose answers a replica just finished think, then send again."""
+        for rows in r.finished_rows:
+            self.arrivals.think(rows.user, float(rows.done[0]))
+        r.finished_rows.clear()
 
     # ---- prefill/decode disaggregation --------------------------------------------------------
     def _handoff(self, r: _Replica) -> None:
@@ -439,6 +457,8 @@ class Fleet:
         d = self.reps[c.dst]
         d.land(c.row)
         d.clock = max(d.clock, t)
+        self._wake(d)
+        self._wake(self.reps[c.src])  # its pinned blocks are free again: it may have been waiting for them
         if self.waiting:
             self._start_copies(t)
 
