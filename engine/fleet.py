@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -166,11 +167,17 @@ class _Replica:
         ln.n_pf += 1  # it still computes one token of its prompt (see Fleet._handoff)
         ln.stats.accepted += 1
 
-    def step(self, limit: float) -> None:
-        """One engine step of this replica (never past `limit`, the fleet's next event)."""
-        self.eng._tick += 1
-        self.lane.step(limit, self.eng._tick)
+    def step(self, limit: float, max_steps: int) -> int:
+        """Move this replica on without crossing `limit` (the fleet's next event): a run of up to `max_steps`
+        quiet decode steps priced at once when the lane can (the same numbers as one by one), else one step.
+        Returns the steps taken."""
+        k = self.lane.jump(limit, max_steps) if max_steps >= 2 else 0
+        if not k:
+            self.lane.step(limit, self.eng._tick + 1)
+            k = 1
+        self.eng._tick += k
         self.queue_peak = max(self.queue_peak, self.lane.waiting)
+        return k
 
     def latencies(self) -> np.ndarray:
         """Latency rows of the answers it finished (TTFT, raw TTFT, TPOT, e2e, queue delay)."""
@@ -188,7 +195,7 @@ class _Replica:
 class Fleet:
     """Replicas of one deployment behind a router, on one clock: run(), metrics(), latencies()."""
 
-    def __init__(self, spec: FleetSpec) -> None:
+    def __init__(self, spec: FleetSpec, preroute: bool = True) -> None:
         cfg = spec.config
         _validate(spec)
         self.spec = spec
@@ -230,6 +237,13 @@ class Fleet:
         # Replicas with a step to take, a heap by (clock, index): the one furthest behind steps next.
         self.ready: list[tuple[float, int]] = []
         self.queued = [False] * len(self.reps)
+        # Round-robin over open-loop arrivals routes without looking at any replica: each replica gets an inbox
+        # of requests dealt to it in advance, and runs to its own next one (see _run_prerouted).
+        self.inbox: list[deque[Rows]] | None = None
+        if preroute and spec.router == "round-robin" and cfg.users == 0 and spec.pd is None and spec.replicas > 1:
+            self.inbox = [deque() for _ in self.reps]
+            self.ready = [(0.0, i) for i in range(len(self.reps))]
+            self.queued = [True] * len(self.reps)
 
     # ---- what `tokensim run` reads (the same names as Engine's) ----------------------------------
     @property
@@ -279,7 +293,7 @@ class Fleet:
     def finished(self) -> bool:
         """No request will come, no copy is under way, and every replica has drained (or the duration passed)."""
         return (self.arrivals.next_time == math.inf and not self.landings and not self.waiting
-                and not self._steppable())
+                and not (self.inbox and any(self.inbox)) and not self._steppable())
 
     def run(self, max_ticks: int | None = None) -> int:
         """Run to the bound (--requests served or --duration passed); returns replica steps taken.
@@ -289,6 +303,8 @@ class Fleet:
         """
         if self.budget.limit is None and self.budget.duration is None:
             raise InputError("an unbounded workload never finishes: give --requests N or --duration S")
+        if self.inbox is not None:
+            return self._run_prerouted(max_ticks)
         n = 0
         ready = self.ready
         reps = self.reps
@@ -310,9 +326,10 @@ class Fleet:
             r = reps[i]
             if not r.busy or r.blocked or (d is not None and r.clock >= d):
                 continue  # it waits for a copy to land (which wakes it) or is past the run's end
-            r.step(min(ta, tl))
-            n += 1
-            self.ticks += 1
+            stop = min(ta, tl) if d is None else min(ta, tl, d)
+            k = r.step(stop, (1 << 20) if max_ticks is None else max_ticks - n)
+            n += k
+            self.ticks += k
             if r.finished_rows:
                 if r.role == "prefill":
                     self._handoff(r)
@@ -322,6 +339,46 @@ class Fleet:
                 self._start_copies(r.clock)
             self._wake(r)
         return n
+
+    def _run_prerouted(self, max_ticks: int | None) -> int:
+        """run() when every request's replica is known before it arrives (round-robin over open-loop arrivals):
+        each replica then runs to its own next request, not to everyone's, so its quiet decode runs are
+        long. The requests, their replicas and every step are those of the event-ordered loop."""
+        inbox = self.inbox
+        assert inbox is not None
+        ready = self.ready
+        reps = self.reps
+        d = self.budget.duration
+        n = 0
+        while ready and (max_ticks is None or n < max_ticks):
+            _, i = heapq.heappop(ready)
+            self.queued[i] = False
+            r = reps[i]
+            box = inbox[i]
+            while not box and self.arrivals.next_time < math.inf:
+                self._deal(self._draw(self.arrivals.next_time))
+            nxt = float(box[0].arrival[0]) if box else math.inf
+            if nxt < math.inf and (nxt <= r.clock or not r.busy):
+                r.inject(box.popleft())
+                self.last_routes = (self.last_routes + [i])[-16:]
+                r.clock = max(r.clock, nxt)
+            elif r.busy and (d is None or r.clock < d):
+                k = r.step(nxt if d is None else min(nxt, d), (1 << 20) if max_ticks is None else max_ticks - n)
+                n += k
+                self.ticks += k
+                r.finished_rows.clear()  # open loop: nobody to wake
+            else:
+                continue  # drained, nothing more coming: it leaves the heap
+            heapq.heappush(ready, (r.clock, i))
+            self.queued[i] = True
+        return n
+
+    def _deal(self, rows: Rows) -> None:
+        """Deal drawn requests to the replicas' inboxes in turn (round-robin decided at the draw)."""
+        assert self.inbox is not None
+        for j in range(len(rows)):
+            self.inbox[self.rr].append(rows.pick(slice(j, j + 1)).copy())
+            self.rr = (self.rr + 1) % len(self.front)
 
     def _wake(self, r: _Replica) -> None:
         """Put a replica with a step to take on the heap of ready replicas (by clock, then index), once."""
@@ -333,10 +390,14 @@ class Fleet:
     # ---- arrivals and routing -----------------------------------------------------------------
     def _arrive(self, t: float) -> None:
         """Every request due at t: draw its lengths (as a lane would), route it, queue it."""
+        rows = self._draw(t)
+        for j in range(len(rows)):
+            self._send(rows.pick(slice(j, j + 1)).copy(), t)
+
+    def _draw(self, t: float) -> Rows:
+        """The requests due at t (in time order) with their ids and seeded lengths, clipped to fit."""
         tt, uu = self.arrivals.due(t)
         k = len(tt)
-        if not k:
-            return
         prompt = self.s_prompt.take(k)
         think = self.s_think.take(k)
         output = self.s_output.take(k)
@@ -360,8 +421,7 @@ class Fleet:
         rows.arrival[:] = tt
         b.next_id += k
         b.accepted += k
-        for j in range(k):
-            self._send(rows.pick(slice(j, j + 1)).copy(), t)
+        return rows
 
     def _send(self, row: Rows, t: float) -> None:
         """One request to the replica the router picks (a prefill replica reads only its prompt)."""

@@ -68,7 +68,7 @@ def test_routers_read_the_replicas_state() -> None:
     f.reps[0].inject(_request(100, 10))
     f.reps[0].inject(_request(101, 10))
     f.reps[1].inject(_request(102, 30_000))
-    f.reps[1].step(1.0)
+    f.reps[1].step(1.0, 1)
     assert f._route(-1).index == 2
     # kv-aware: replicas 0 and 2 have all their blocks free; 2 is less loaded, and 1 holds 30,000 tokens.
     f.spec = FleetSpec(f.spec.config, replicas=3, router="kv-aware")
@@ -141,3 +141,19 @@ def test_bad_fleets_are_one_line_errors() -> None:
         Fleet(FleetSpec(OPEN, replicas=2, pd=(1, 2)))
     with pytest.raises(InputError, match="router"):
         Fleet(FleetSpec(OPEN, replicas=2, router="random"))
+
+
+@pytest.mark.parametrize("bound", [{"requests": 500}, {"duration": 60.0}])
+def test_prerouted_round_robin_is_the_event_ordered_loop(bound: dict) -> None:
+    # Round-robin over open-loop arrivals deals requests in advance so each replica runs to its own next
+    # request; every number must equal the loop that stops every replica at every arrival.
+    cfg = EngineConfig(rate=8, users=0, prompt="lognormal:1000,0.8", output="lognormal:200,0.8", **bound)
+    runs = []
+    for pre in (False, True):
+        f = Fleet(FleetSpec(cfg, replicas=3), preroute=pre)
+        assert (f.inbox is not None) == pre
+        f.run()
+        m = f.metrics()
+        m.pop("rolling")
+        runs.append(m)
+    assert runs[0] == runs[1] and runs[0]["requests_completed"] > 400

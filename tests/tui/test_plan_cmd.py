@@ -86,3 +86,13 @@ def test_the_default_path_never_imports_ray() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("False")
+
+
+def test_fleet_bench_rows_report_what_they_ran() -> None:
+    from tui.commands.fleet_bench import fleet_day, plan_grid
+
+    day = fleet_day(hours=0.05, replicas=2)
+    assert day["sim_s"] >= 0.05 * 3600 and day["requests"] > 0.5 * day["rate"] * 0.05 * 3600
+    assert day["replicas"] == 2 and day["wall_s"] > 0
+    grid = plan_grid(configs=3, minutes=0.5, workers=1)
+    assert grid["configs"] == grid["simulated"] == 3 and grid["requests_each"] == 60

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from engine.config import EngineConfig
 from engine.serving import Engine
-from tui.commands.options import console, positive_int, print_json
+from tui.commands.options import console, positive_float, positive_int, print_json
 
 BENCH_USERS = 1000
 WARMUP_TICKS = 3000  # fill the batch before timing: the first ticks are one big prefill wave
@@ -35,6 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """--ticks, --users, --json."""
     p.add_argument("--ticks", type=positive_int, default=20_000, help="engine ticks to time (default 20,000)")
     p.add_argument("--users", type=positive_int, default=BENCH_USERS, help=f"closed-loop users (default {BENCH_USERS})")
+    p.add_argument("--fleet", action="store_true",
+                   help="also time a simulated day of a 10,000-user service on 8 replicas, and a 1,000-point plan"
+                        " (minutes)")
+    p.add_argument("--fleet-hours", type=positive_float, default=24.0, help="simulated hours of the fleet row")
+    p.add_argument("--plan-configs", type=positive_int, default=1000, help="configurations of the plan row")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -90,6 +95,11 @@ def collect(ticks: int, users: int) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark sections and print them."""
     res = collect(args.ticks, args.users)
+    if args.fleet:
+        from tui.commands.fleet_bench import fleet_day, plan_grid
+
+        res["fleet_day"] = fleet_day(args.fleet_hours)
+        res["plan_grid"] = plan_grid(args.plan_configs)
     if args.json:
         print_json(res)
         return 0
@@ -107,6 +117,13 @@ def run(args: argparse.Namespace) -> int:
               " ticks)")
     t.add_row("ticks/s, varied lengths", f"{ev['ticks_per_s']:,.0f} ({ev['us_per_tick']:.1f} µs a tick)")
     t.add_row("simulated s per wall s, varied lengths", f"{ev['sim_s_per_wall_s']:,.0f}")
+    if "fleet_day" in res:
+        f, g = res["fleet_day"], res["plan_grid"]
+        t.add_row("fleet", f"{f['sim_s'] / 3600:g} h of {f['users']:,} users ({f['rate']:.2f} req/s) on"
+                  f" {f['replicas']} replicas, {f['router']}: {f['wall_s']:,.1f} s ({f['requests']:,} requests,"
+                  f" {f['sim_s_per_wall_s']:,.0f} sim s per wall s)")
+        t.add_row("plan", f"{g['configs']:,} configurations of {g['sim_minutes']:g} simulated minutes on"
+                  f" {g['workers']} workers: {g['wall_s']:,.1f} s ({g['s_per_config']:.2f} s each)")
     for k, v in (res.get("render") or {}).items():
         t.add_row(f"render {k}", f"{v:,.2f}" if isinstance(v, float) else str(v))
     console().print(t)

@@ -1,0 +1,68 @@
+"""`tokensim bench --fleet`: how fast a fleet simulates and how fast `plan` sweeps a grid.
+
+Two rows, each a benchmark (figures, no assertion): a simulated day of a 10,000-user service on 8
+replicas, and a plan over 1,000 configurations of a 10-minute workload on the local process pool.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from engine import plan as pl
+from engine.config import EngineConfig
+from engine.fleet import Fleet, FleetSpec
+
+DAY_S = 86_400.0
+SERVICE_USERS = 10_000
+ASKS_PER_USER_HOUR = 1.0  # each user sends about one request an hour: 10,000 users are 2.8 requests/s
+LENGTHS = {"prompt": "lognormal:1000,0.8", "output": "lognormal:200,0.8"}
+
+
+def service_config(hours: float = 24.0) -> EngineConfig:
+    """The 10,000-user service as an open loop (its users' requests pooled into one Poisson stream)."""
+    return EngineConfig(hardware="h100-sxm", model="generic-14b", users=0,
+                        rate=SERVICE_USERS * ASKS_PER_USER_HOUR / 3600.0, duration=hours * 3600.0, **LENGTHS)
+
+
+def fleet_day(hours: float = 24.0, replicas: int = 8, router: str = "least-loaded") -> dict[str, Any]:
+    """Wall time of `hours` simulated hours of the service on `replicas` replicas behind `router`."""
+    cfg = service_config(hours)
+    t0 = time.perf_counter()
+    f = Fleet(FleetSpec(cfg, replicas=replicas, router=router))
+    f.run()
+    m = f.metrics()
+    wall = time.perf_counter() - t0
+    return {"sim_s": m["sim_time_s"], "wall_s": wall, "requests": m["requests_completed"], "replicas": replicas,
+            "router": router, "steps": f.ticks, "sim_s_per_wall_s": m["sim_time_s"] / wall, "rate": cfg.rate,
+            "users": SERVICE_USERS, "ttft_p99_s": m["ttft_s"]["p99"]}
+
+
+def grid_space(configs: int) -> pl.Space:
+    """A realistic search space of about `configs` points: GPUs x tp x replicas x batch caps x routers."""
+    full = pl.Space(hardware=("h100-sxm", "a100-80g", "l40s", "h200", "b200"), model=("generic-14b",),
+                    tp=(1, 2, 4, 8), replicas=tuple(range(1, 10)), max_num_seqs=(64, 256),
+                    router=("round-robin", "least-loaded", "kv-aware"))
+    if configs >= 1000:
+        return full
+    # Smaller runs keep the shape: fewer GPUs and replica counts.
+    return pl.Space(hardware=("h100-sxm",), model=("generic-14b",), tp=(1, 2), replicas=tuple(range(1, 3)),
+                    max_num_seqs=(64, 256), router=("round-robin",))
+
+
+def plan_grid(configs: int = 1000, minutes: float = 10.0, workers: int | None = None) -> dict[str, Any]:
+    """Wall time of a plan over the grid (pruning, every simulation on the local pool, the summary)."""
+    base = EngineConfig(users=0, rate=2.0, requests=int(2.0 * minutes * 60), **LENGTHS)
+    slo = pl.Slo(ttft=0.5, tpot=0.05)
+    workers = workers or os.cpu_count() or 1
+    t0 = time.perf_counter()
+    points = grid_space(configs).points()[:configs]
+    keep = [p for p in points if pl.prune(p, base) is None]
+    results = pl.run_grid([(p, base, slo, None) for p in keep], lambda jobs: pl.pool_map(jobs, workers))
+    out = pl.summarize(results, [], slo)
+    wall = time.perf_counter() - t0
+    return {"configs": len(points), "simulated": len(results), "workers": workers, "wall_s": wall,
+            "s_per_config": wall / max(1, len(points)), "sim_minutes": minutes, "requests_each": base.requests,
+            "best": None if out["best"] is None else {k: out["best"][k] for k in ("hardware", "tp", "replicas",
+                                                                                   "cost_per_hour")}}
