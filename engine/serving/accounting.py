@@ -89,9 +89,10 @@ class Itl:
         b = np.clip(np.searchsorted(ITL_EDGES, dts) - 1, 0, ITL_MID.size - 1)
         per = np.array([n]) if isinstance(stage, int) or self.n.size == 1 else np.bincount(stage, minlength=self.n.size)
         rows = [stage if isinstance(stage, int) else 0] if per.size == 1 else list(np.flatnonzero(per))
+        hist = np.bincount(b, minlength=ITL_MID.size)
         for s in rows:
             m = int(per[s] if per.size > 1 else per[0])
-            np.add.at(self.counts[s], b, m)
+            self.counts[s] += hist * m
             self.sum[s] += m * float(dts.sum())
             self.n[s] += m * len(dts)
 

@@ -345,7 +345,9 @@ class Lane:
             order = _EMPTY
             mq = min(slots, Q.size)
             target = Q.col("target")[:mq]
-        if self.caching:
+        # Nothing can be found in the cache unless some content is shared or a preempted request left its own.
+        cached_path = self.caching and (self.shared_content or P.n > 0)
+        if cached_path:
             cand = Rows.join([P.rows().pick(order), Q.rows(mq)]) if len(order) else Q.rows(mq)
             k, chunk, hit, hkey = self._admit_cached(cand, free, tokens_planned, prefill_planned)
         else:
@@ -359,7 +361,7 @@ class Lane:
         chunk = chunk[:k].copy()
         a.seq[:] = np.arange(self.seq, self.seq + k)
         self.seq += k
-        if self.caching:
+        if cached_path:
             # Reused blocks are in the cache already: the row starts with them, computes the rest.
             a.full[:] = hit[:k]
             a.hkey[:] = hkey[:k]

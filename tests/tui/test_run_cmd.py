@@ -92,3 +92,6 @@ def test_bench_json_engine_section() -> None:
     v = res["engine_varied"]
     assert v["ticks_per_s"] > 0 and v["sim_s_per_wall_s"] > 0 and v["ticks"] == 300
     assert v["prompt"].startswith("uniform:") and v["output"].startswith("uniform:")
+    # The trace row replays the bundled sample to its end.
+    tr = res["trace"]
+    assert tr["requests"] == 300 and tr["sim_time_s"] > 84 and tr["wall_s"] > 0
