@@ -55,3 +55,8 @@ class EngineConfig:
     workload: str | None = None
     trace: str | None = None
     trace_speed: float = 1.0
+    # speculative decoding: draft spec_tokens tokens per step, each accepted with spec_accept (0: off);
+    # spec_draft: "mtp" (the model's multi-token-prediction head), "ngram" (prompt lookup) or a draft model
+    spec_tokens: int = 0
+    spec_accept: float = 0.7
+    spec_draft: str = "mtp"

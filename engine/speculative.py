@@ -60,6 +60,8 @@ class Drafter:
         self.kind = draft
         self.k = k
         self.sm: StepModel | None = None
+        self.extra_weight_bytes = 0.0
+        self.extra_kv_bytes_per_token = 0.0
         if draft == "ngram":
             return
         if draft == "mtp":

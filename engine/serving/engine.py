@@ -27,6 +27,8 @@ from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
 from engine.serving.tables import BLOCK, done_view
 from engine.snapshot import Phase, RequestView, Snapshot
 from engine.specs import WEIGHT_DTYPES, load_hardware, load_model
+from engine.speculative import Drafter
+from engine.speculative import check as check_spec
 from engine.step import StepModel, StepOptions
 from engine.trace import load_trace
 from engine.workload import Dist, parse_dist, seeded_rngs
@@ -72,6 +74,8 @@ class Engine:
         self._sm = sm
         self._wl = _Workload(parse_dist(cfg.prompt, "--prompt", 1), parse_dist(cfg.output, "--output", 1),
                              parse_dist(cfg.think, "--think", 0), parse_dist(cfg.think_time, "--think-time", 0))
+        check_spec(cfg.spec_tokens, cfg.spec_accept)
+        self._drafter = Drafter(sm, cfg.spec_draft, cfg.spec_tokens) if cfg.spec_tokens else None
         blocks = self._pool_blocks(sm)
         self._script = self._load_script(cfg)
         if self._script is None:  # a file's lengths are clipped to the pool and context, and reported
@@ -90,7 +94,8 @@ class Engine:
         share = cfg.fast_share if fast else 1.0 - cfg.fast_share
         spec = LaneSpec(fast=fast, fast_share=cfg.fast_share, rate=cfg.rate * share, prompt=wl.prompt,
                         output=wl.output, think=wl.think, think_time=wl.think_time, slo_ttft=cfg.slo_ttft,
-                        slo_tpot=cfg.slo_tpot, debug=cfg.debug, prefix_caching=prefix_caching(cfg))
+                        slo_tpot=cfg.slo_tpot, debug=cfg.debug, prefix_caching=prefix_caching(cfg),
+                        spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept, drafter=self._drafter, seed=cfg.seed)
         return Lane(spec, self._sm, self._scheduler(fast), self._budget, blocks, rngs, self._script)
 
     def _load_script(self, cfg: EngineConfig) -> Script | None:
@@ -128,6 +133,10 @@ class Engine:
         """KV pool in 16-token blocks: per-GPU capacity over per-GPU bytes per block (or the config's override)."""
         if self._cfg.kv_pool_blocks is not None:
             return int(self._cfg.kv_pool_blocks)
+        d = getattr(self, "_drafter", None)
+        if d is not None:  # the drafter's weights and its own KV per token live beside the model's
+            return max(0, int((sm.kv_capacity_bytes - d.extra_weight_bytes)
+                              // (BLOCK * (sm.kv_bytes_per_token + d.extra_kv_bytes_per_token))))
         return int(sm.kv_capacity_bytes // (BLOCK * sm.kv_bytes_per_token))
 
     def _check_lengths(self, sm: StepModel, blocks: int) -> None:

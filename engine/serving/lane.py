@@ -25,6 +25,7 @@ from engine.serving.arrivals import Arrivals, Budget, PlanScript, Script
 from engine.serving.kvpool import KVPool
 from engine.serving.scheduler import Scheduler
 from engine.serving.tables import BLOCK, DONE_COLS, SHIFT, FloatCol, Queue, Ring, Rows, Table, blocks_for, done_rows
+from engine.speculative import Drafter, sample_accepted
 from engine.step import StepCost, StepModel
 from engine.workload import Dist, Sampler
 from engine.workload_file import Requests
@@ -86,6 +87,10 @@ class LaneSpec:
     slo_tpot: float | None
     debug: bool
     prefix_caching: bool = False  # full blocks keyed by content, shared and kept (engine.prefix_cache)
+    spec_tokens: int = 0  # speculative decoding: drafts per decode step (0: off)
+    spec_accept: float = 0.0  # each draft's acceptance probability
+    drafter: Drafter | None = None  # what drafting costs
+    seed: int = 0
 
 
 class Lane:
@@ -104,6 +109,8 @@ class Lane:
         self.P = Table(16)
         self.pool = KVPool(pool_blocks, spec.prefix_caching)
         self.caching = spec.prefix_caching
+        self.spec_k = spec.spec_tokens
+        self.spec_rng = np.random.default_rng([spec.seed, 0x5BEC, int(spec.fast)])
         self.n_pf = 0  # running rows still prefilling (cached < target)
         self.seq = 0  # admission order: the newest running request is the last row of R
         # samplers: independent streams, so lengths never depend on how arrivals interleave
@@ -276,6 +283,9 @@ class Lane:
         c = self.R.cols
         cached = c.cached[:n]
         if self.n_pf == 0:
+            if self.spec_k:
+                # A verify step writes K+1 tokens per row before the rejected ones are rolled back.
+                return None, None, int((blocks_for(cached + self.spec_k + 1) - c.blocks[:n]).sum())
             nb = (cached & (BLOCK - 1)) == 0  # the next token opens a new block
             return None, nb, int(np.count_nonzero(nb))
         rem = c.target[:n] - cached
@@ -532,13 +542,66 @@ class Lane:
         if n == 0:
             return self._idle(limit, tick, admitted, pre)
         if k:
+            if new is None and self.spec_k:
+                # Prefill joins: this step is a plain mixed step, decode rows verify nothing (one token each).
+                need = int(np.count_nonzero((R.cols.cached[:n_run] & (BLOCK - 1)) == 0))
             new = np.concatenate([_ones(n_run) if new is None else new, chunks])
             nb = None
         pool.alloc(need)
         # 3. Price the step from aggregates, advance the clock, apply, account.
         if new is None:
+            if self.spec_k:
+                return self._spec_step(n, need, tick, admitted, pre)
             return self._decode_step(n, nb, tick, admitted, pre)
         return self._mixed_step(n, new, tick, admitted, pre)
+
+    def _spec_step(self, n: int, need: int, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
+        """A speculative decode step: the drafter proposes K tokens per row, one verify pass computes K+1 on top
+        of each cache, each row keeps its accepted run plus one token, and the rejected drafts' KV is rolled back."""
+        c = self.R.cols
+        K = self.spec_k
+        cached = c.cached[:n]
+        gen = c.gen[:n]
+        model = self.sm.model
+        q = K + 1
+        sum_ctx = float(cached.sum())
+        attn = q * sum_ctx + 0.5 * q * q * n
+        if model.sliding_layers > 0:
+            nf = np.full(n, float(q))
+            sum_win = float(model.local_seen(cached).sum())
+            attn_win = float(model.local_pairs(cached, nf).sum())
+        else:
+            sum_win = attn_win = 0.0
+        cost = self.sm.cost_agg(q * n, n, sum_ctx, sum_win, attn, attn_win, q * n, attn_decode=attn)
+        dt = cost.time_s + self.spec.drafter.time(n, sum_ctx)  # type: ignore[union-attr]
+        t1 = self.clock + dt
+        self.clock = t1
+        acc = sample_accepted(self.spec_rng, n, K, self.spec.spec_accept)
+        emitted = np.minimum(acc + 1, c.total[:n] - gen)
+        before = gen.copy()
+        cached += emitted
+        gen += emitted
+        held = int(c.blocks[:n].sum()) + need  # what the verify pass held (its K+1 tokens' blocks)
+        c.blocks[:n] = blocks_for(cached)
+        self.pool.give(held - int(c.blocks[:n].sum()))  # the rejected drafts' blocks go back
+        if self.shared_content:
+            self._fill(np.flatnonzero((cached >> SHIFT) > c.full[:n]))
+        think = c.think[:n]
+        vis = (before <= think) & (gen > think)
+        if vis.any():
+            c.visible[:n][vis] = t1
+        n_out = int(emitted.sum())
+        vis_tokens = int((gen - np.maximum(before, think)).clip(0).sum())
+        st = self.stats
+        st.spec_steps += n
+        st.spec_tokens += n_out
+        st.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # a row's tokens of one step arrive together
+        ids = c.id[:n].copy()
+        counts = emitted.copy()
+        done = gen >= c.total[:n]
+        completed = self._complete(done, t1) if done.any() else _EMPTY
+        self._account(cost, n, n_out, vis_tokens, 0, 0, 0.0, t1, dt)
+        return TickResult(tick, t1, dt, cost, self.fast, ids, counts, admitted, pre, completed)
 
     def jump(self, stop: float, max_steps: int) -> int:
         """Run up to `max_steps` decode steps at once while none of them can meet an event; returns how many ran
@@ -553,7 +616,7 @@ class Lane:
         R = self.R
         n = R.n
         t0 = self.clock
-        if n == 0 or self.n_pf or max_steps < 2 or self.next_arrival <= t0:
+        if n == 0 or self.n_pf or max_steps < 2 or self.next_arrival <= t0 or self.spec_k:
             return 0
         c = R.cols
         cached = c.cached[:n]

@@ -142,3 +142,35 @@ def test_invariants_hold_with_shared_prefixes_under_pressure(groups: int, upg: i
     pool = lane.pool
     assert pool.used + pool.cached + pool.free == pool.total
     assert int(np.sum(pool._ref)) == int(lane.R.col("full").sum())
+
+
+# ---- speculative decoding ----------------------------------------------------------------------------
+
+def _spec_run(users: int, requests: int, **kw: object) -> dict:
+    return run(model="qwen2.5-7b", prompt="512", output="256", users=users, requests=requests, max_batch=1024,
+               **kw)[1]
+
+
+def test_speculation_is_nearly_free_speed_when_memory_bound_and_a_loss_when_compute_bound() -> None:
+    """K = 4 drafts accepted with A = 0.6 give (1 - 0.6^5) / 0.4 = 2.3 tokens per verify step. Alone on the GPU
+    (batch 1, memory-bound) the verify pass reads the weights once for 5 tokens: the answer comes ~1.5x faster,
+    the MTP head's own passes being the price. At batch 512 the step is compute-bound: 5 tokens per sequence
+    cost ~5x the FLOPs for 2.3 kept, and throughput falls."""
+    spec = dict(spec_tokens=4, spec_accept=0.6)
+    one, one_s = _spec_run(1, 10), _spec_run(1, 10, debug=True, **spec)
+    assert one_s["spec_tokens_per_step"] == pytest.approx(2.31, abs=0.15)
+    assert one_s["throughput_out_tok_s"] > 1.35 * one["throughput_out_tok_s"]
+    assert one_s["tpot_s"]["p50"] < 0.75 * one["tpot_s"]["p50"]
+    big, big_s = _spec_run(512, 1200), _spec_run(512, 1200, **spec)
+    assert big_s["batch_p50"] == big["batch_p50"] == 512
+    assert big_s["throughput_out_tok_s"] < 0.95 * big["throughput_out_tok_s"]
+    assert big_s["output_tokens"] == big["output_tokens"]  # every answer still has all its tokens
+
+
+def test_perfect_drafts_and_free_drafting_bound_the_gain() -> None:
+    """With every draft accepted and drafting free (ngram), a step emits K+1 tokens, so the gain at batch 1
+    approaches K+1 but stays below it: the verify pass is a little dearer than a one-token step."""
+    base = _spec_run(1, 6)
+    ideal = _spec_run(1, 6, spec_tokens=3, spec_accept=1.0, spec_draft="ngram", debug=True)
+    assert ideal["spec_tokens_per_step"] == pytest.approx(4.0, abs=0.05)
+    assert 3.0 < ideal["throughput_out_tok_s"] / base["throughput_out_tok_s"] < 4.0

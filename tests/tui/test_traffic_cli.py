@@ -36,3 +36,23 @@ def test_max_model_len_is_reported_and_enforced(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit) as e:
         main(["run", "--gpu-memory-utilization", "1.2"])
     assert e.value.code == 2
+
+
+def test_workload_trace_and_speculation_flags(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    p = tmp_path / "w.toml"
+    p.write_text("[[stage]]\nrate = 2\nduration = 20\n[[stage]]\nusers = 3\nduration = 10\n"
+                 "[prompt]\ntokens = 300\nshared_prefix = 64\ngroups = 2\nusers_per_group = 2\n[output]\ntokens = 40\n")
+    r = run_json(capsys, "--workload", str(p), "--spec-tokens", "2", "--spec-accept", "0.5")
+    assert r["workload"] == str(p) and r["users"] == 0 and r["spec_tokens"] == 2
+    assert len(r["stages"]) == 2 and r["stages"][1]["users"] == 3 and r["prefix_cache_hit_rate"] > 0.5
+    for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        assert set(r[k]) == {"mean", "p50", "p90", "p99"}
+    assert 1 < r["spec_tokens_per_step"] < 3 and r["requests_unfinished"] >= 0
+    t = run_json(capsys, "--trace", "azure-conv-sample", "--trace-speed", "8", "--prefix-caching", "off")
+    assert t["requests_completed"] == 300 and t["prefix_cache_hit_rate"] is None and t["trace_speed"] == 8
+    for bad, words in ((["--workload", str(p), "--users", "3"], "--users contradicts --workload"),
+                       (["--trace", "nope.csv"], "no such file or bundled trace"),
+                       (["--spec-tokens", "2", "--spec-accept", "2"], "acceptance probability in [0, 1]")):
+        assert main(["run", *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err

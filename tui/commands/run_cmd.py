@@ -73,6 +73,13 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="replay a request trace (CSV or JSONL: arrival, prompt and output tokens, optional session"
                         " and prefix ids), or a bundled one: azure-conv-sample")
     w.add_argument("--trace-speed", type=positive_float, default=1.0, help="replay the trace this many times faster")
+    w.add_argument("--spec-tokens", type=nonneg_int, default=0,
+                   help="speculative decoding: tokens drafted per decode step, verified in one pass (default 0: off)")
+    w.add_argument("--spec-accept", type=float, default=0.7,
+                   help="probability each drafted token is accepted, in [0, 1] (default 0.7)")
+    w.add_argument("--spec-draft", default="mtp",
+                   help="what drafts: mtp (the model's multi-token-prediction head), ngram (prompt lookup, free),"
+                        " or a draft model preset (default mtp)")
     w.add_argument("--prefix-caching", choices=("on", "off"), default=None,
                    help="reuse cached KV blocks of shared prefixes (default: what the runtime does; on for vllm)")
     s = p.add_argument_group("scheduler")
@@ -133,6 +140,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
         prefix_caching=None if args.prefix_caching is None else args.prefix_caching == "on",
         workload=args.workload, trace=args.trace, trace_speed=args.trace_speed,
+        spec_tokens=args.spec_tokens, spec_accept=args.spec_accept, spec_draft=args.spec_draft,
     )
 
 
@@ -208,7 +216,9 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
         "duration": cfg.duration, "seed": cfg.seed, "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "max_model_len": sm.model.max_context, "workload": cfg.workload, "trace": cfg.trace,
         "trace_speed": cfg.trace_speed if cfg.trace else None,
-        "prefix_caching": getattr(engine, "prefix_caching", None),
+        "prefix_caching": getattr(engine, "prefix_caching", None), "spec_tokens": cfg.spec_tokens,
+        "spec_accept": cfg.spec_accept if cfg.spec_tokens else None,
+        "spec_draft": cfg.spec_draft if cfg.spec_tokens else None,
     }
     out.update(m)
     if cfg.fast_share > 0:
