@@ -56,3 +56,23 @@ def test_workload_trace_and_speculation_flags(capsys: pytest.CaptureFixture[str]
         assert main(["run", *bad]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err
+
+
+def test_the_app_takes_the_same_workload_file(tmp_path) -> None:
+    """`tokensim --workload FILE` builds the floor's engine from the file: its stages set the users on screen."""
+    import argparse
+
+    from engine.serving import Engine
+    from tui.commands.app_cmd import add_arguments, config_from_args
+
+    p = tmp_path / "w.toml"
+    p.write_text("[[stage]]\nusers = 7\nduration = 5\n[[stage]]\nusers = 2\nduration = 5\n[prompt]\ntokens = 200\n")
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    cfg = config_from_args(ap.parse_args(["--workload", str(p)]))
+    assert cfg.workload == str(p) and cfg.requests is None
+    eng = Engine(cfg)
+    eng.advance(1.0)
+    assert eng.snapshot().users == 7 and eng.snapshot().running + eng.snapshot().queued == 7
+    eng.advance(5.0)
+    assert eng.snapshot().users == 2

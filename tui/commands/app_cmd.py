@@ -51,9 +51,10 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     d = default_config()
     cfg = run_config_from_args(args)
     changes: dict[str, object] = {}
-    if args.users is None and args.rate is None:
+    scripted = args.workload is not None or args.trace is not None  # the file says who sends what, and when
+    if args.users is None and args.rate is None and not scripted:
         changes["users"] = d.users
-    if args.think_time is None and (changes.get("users") or cfg.users) > 0:
+    if args.think_time is None and not scripted and (changes.get("users") or cfg.users) > 0:
         changes["think_time"] = d.think_time
     if args.requests is None:
         changes["requests"] = None  # run bounds a headless run; the live floor is unbounded
