@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tui.served import serving, wait_for
+from tests.tui.served import free_port, serving, wait_for
 from tui.cli import build_parser, main
 from tui.commands import serve_cmd
 
@@ -180,3 +180,11 @@ async def test_ctrl_c_with_a_tab_open_stops_the_server_and_its_app_at_once(tmp_p
             return False
 
         await asyncio.to_thread(wait_for, "the tab's app to quit", group_gone, time.monotonic() + 5)
+
+
+def test_without_textual_serve_installed_it_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "textual_serve.server", None)  # None in sys.modules: the import fails
+    assert main(["serve", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install" in err

@@ -126,7 +126,10 @@ def make_server(command: str, host: str, port: int, fixed_url: str | None = None
     the browser used to fetch the page, which reaches the server from wherever that browser is
     (textual-serve's own default, http://HOST:PORT, fails from another machine when HOST is 0.0.0.0).
     """
-    from textual_serve.server import Server  # imported here: only serve needs the web server
+    try:
+        from textual_serve.server import Server  # imported here: only serve needs the web server
+    except ImportError:  # an install from before serve existed
+        raise InputError("textual-serve is not installed; reinstall tokensim: pip install -e .") from None
 
     class TokensimServer(Server):
         async def on_startup(self, app: object) -> None:
