@@ -46,6 +46,13 @@ class Runtime:
     # the one or few tokens of a decode step, and the fixed time such kernels add per layer (seven linears).
     slow_quant_kernels: tuple[str, ...] = ()
     quant_layer_overhead_s: float = 0.0
+    # vLLM v1's CUDA graphs (cudagraph_mode FULL_AND_PIECEWISE, its default): a step that only decodes replays a
+    # full graph padded up to the next captured size; a mixed step replays piecewise graphs (attention outside
+    # them) padded in tokens; past the largest captured size the step runs eagerly. See step.py graph_sizes.
+    cuda_graphs: bool = False
+    # Time a request spends outside the GPU steps (HTTP, tokenisation, detokenising and streaming the answer):
+    # added to its TTFT and end-to-end latency as the client measures them.
+    request_overhead_s: float = 0.0
 
 
 @cache
@@ -65,7 +72,9 @@ def runtimes() -> dict[str, Runtime]:
                           slow_quant_kernels=tuple(str(k) for k in d.get("slow_quant_kernels", ())),
                           quant_layer_overhead_s=float(d.get("quant_layer_overhead_s", 0.0)),
                           fp8_attn_if_quantised=bool(d.get("fp8_attn_if_quantised", False)),
-                          mxfp4_fp8_act=bool(d.get("mxfp4_fp8_act", False)))
+                          mxfp4_fp8_act=bool(d.get("mxfp4_fp8_act", False)),
+                          cuda_graphs=bool(d.get("cuda_graphs", False)),
+                          request_overhead_s=float(d.get("request_overhead_s", 0.0)))
             for name, d in data.items()}
 
 

@@ -170,6 +170,7 @@ class StepModel:
     edtype: str = field(init=False)
     roof: Roof = field(init=False)
     _c: dict[str, float] = field(init=False, repr=False)
+    _graphs: np.ndarray | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
@@ -268,11 +269,14 @@ class StepModel:
             # step (read + write) and copies each KV head to its heads/kv_heads query heads before attention
             # (read 1, write G, attention reads G): 3 + 2G passes over the cache instead of one.
             "kv_passes": 3 + 2 * m.heads / m.kv_heads if rt.attention == "eager" and not o.ideal else 1.0,
-            "overhead": 0.0 if o.ideal else (rt.step_overhead_s + m.layers * rt.layer_overhead_s
-                                             + m.layers * self._quant_layer_overhead()),
+            "overhead": 0.0 if o.ideal else rt.step_overhead_s + m.layers * self._quant_layer_overhead(),
+            # Kernel launches layer by layer: every step pays them, except one a full CUDA graph replays.
+            "layer_overhead": 0.0 if o.ideal else m.layers * rt.layer_overhead_s,
             "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
             "ar_lat": 0.0 if o.ideal else _ALLREDUCE_LATENCY_S,
         }
+        # The token counts vLLM captured CUDA graphs for (None: the runtime replays none, or --ideal).
+        self._graphs = graph_sizes(o.max_batch, o.max_batched_tokens) if rt.cuda_graphs and not o.ideal else None
 
     @property
     def sustained_bandwidth(self) -> float:
@@ -426,18 +430,23 @@ class StepModel:
             touched = e * (1.0 - (1.0 - k / e) ** (T * ep)) / ep
         else:
             touched = 0.0 * T
+        pad, full = self._graph_padding(T, attn_full, attn_decode)
         head = c["w_lm_head"] * (logits > 0)
         weights = c["w_always"] + head + T * c["w_row"] + m.moe_layers * touched * c["w_expert"]
         kv_read = (c["kv_full"] * sum_ctx + c["kv_win"] * sum_ctx_win) * c["kv_passes"]
         kv_write = T * (c["kv_full"] + c["kv_win"])
         act = T * c["act"]
         fl_mm = T * c["fl_matmul"]
+        # A CUDA graph's dummy rows run every GEMM of the model as real rows do (the LM head runs on the real
+        # rows only, and the dummies attend to nothing): time, not useful FLOPs.
+        fl_pad = pad * c["fl_matmul"]
+        t_pad_mem = pad * c["act"] / c["bw"] * c["gemm_slow"]
         fl_attn = (c["fl_attn_full"] * (attn_full - attn_decode) + c["fl_attn_dec"] * attn_decode
                    + c["fl_attn_win"] * attn_win)
         fl_lm = logits * c["fl_lm"]
         t_attn_mem = (kv_read + kv_write) / c["bw_attn"]
-        t_mem = (weights + act) / c["bw"] * c["gemm_slow"] + t_attn_mem
-        fl_exp = T * c["fl_expert"]
+        t_mem = (weights + act) / c["bw"] * c["gemm_slow"] + t_attn_mem + t_pad_mem
+        fl_exp = (T + pad) * c["fl_expert"]
         t_attn_cmp = fl_attn / c["peak_attn"]
         # A grouped GEMM fills its tiles' token rows only as far as each expert's tokens go: with n tokens per
         # expert it runs at n / (n + expert_half_tokens) of its full rate (runtime constant; 0: always full).
@@ -447,7 +456,7 @@ class StepModel:
             fl_exp_eff = fl_exp + c["fl_expert"] / m.experts_per_token * c["expert_half"] * touched
         else:
             fl_exp_eff = fl_exp
-        t_gemm = (fl_mm - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
+        t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
         t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
         tp = self.opts.tp
         t_comm = 0.0 * T
@@ -461,8 +470,30 @@ class StepModel:
             # back (dispatch + combine); (ep-1)/ep of those experts live on other GPUs.
             msg = T * m.experts_per_token * m.hidden * _ACT_BYTES * (ep - 1) / ep
             t_comm = t_comm + 2 * m.moe_layers * (msg / c["comm_bw"] + busy * c["ar_lat"])
+        over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
         return _Parts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
-                      t_attn_cmp, t_comm, busy * c["overhead"])
+                      t_attn_cmp, t_comm, over)
+
+    def _graph_padding(self, T: Any, attn_full: Any, attn_decode: Any) -> tuple[Any, Any]:
+        """(dummy token rows, 1.0 where a full CUDA graph runs the step else 0.0) for steps of T tokens.
+
+        vLLM v1 (cudagraph_mode FULL_AND_PIECEWISE): a batch that only decodes (every query one token, so all of
+        its attention pairs are decode pairs) replays the full graph of the smallest captured size >= T; a mixed
+        batch replays piecewise graphs padded the same way, with attention run between the pieces; a batch above
+        the largest captured size runs eagerly, unpadded. Floats in, floats out; arrays in, arrays out.
+        """
+        g = self._graphs
+        if g is None:
+            return 0.0 * T, 0.0 * T
+        t = np.asarray(T, dtype=np.float64)
+        top = g[-1]
+        inside = (t > 0) & (t <= top)
+        size = g[np.minimum(np.searchsorted(g, np.minimum(t, top)), len(g) - 1)]
+        pad = np.where(inside, size - t, 0.0)
+        full = (inside & (np.asarray(attn_decode) >= np.asarray(attn_full))).astype(np.float64)
+        if np.ndim(T) == 0:
+            return float(pad), float(full)
+        return pad, full
 
     def decode(self, batch: int, context: int) -> StepCost:
         """One decode step: `batch` sequences each adding one token on top of `context` cached tokens."""
@@ -475,6 +506,16 @@ class StepModel:
     def with_options(self, **changes: object) -> StepModel:
         """The same hardware and model with some options changed (what-if knobs)."""
         return StepModel(self.hw, self.model, replace(self.opts, **changes))
+
+
+def graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> np.ndarray:
+    """The token counts vLLM v1 captures CUDA graphs for by default (vllm/config/vllm.py, _set_cudagraph_sizes):
+    1, 2, 4, then every 8 below 256, then every 16 up to min(2 x max_num_seqs, 512), none above
+    max_num_batched_tokens (a step never holds more)."""
+    top = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+    kept = [s for s in sizes if s <= min(top, max_num_batched_tokens)]
+    return np.array(kept or [1], dtype=np.float64)
 
 
 def _splits_heads(m: Model, tp: int) -> bool:

@@ -4,7 +4,7 @@ Two public tables ship in presets/measured (every source column kept):
 
 - ``qwen25``: Qwen's own speed benchmark of Qwen2.5 on one A100 80GB (or a few). Batch 1, 2,048 tokens
   generated after a prompt of ``input_len`` tokens; speed = 2048 / wall time of the whole request, prefill
-  included. Two frameworks: vLLM 0.6 (profile ``vllm``) and Hugging Face transformers (profile ``hf-eager``).
+  included. Two frameworks: vLLM 0.6.2 (profile ``vllm-0.6``) and Hugging Face transformers (profile ``hf-eager``).
 - ``trtllm``: NVIDIA's TensorRT-LLM perf overview. Offline max-throughput runs of isl/osl-token requests;
   speed = output tokens per second per GPU (profile ``trtllm``).
 
@@ -46,7 +46,7 @@ TABLE_TITLES: dict[str, str] = {
 # ---- Qwen2.5 table: how its columns map onto the step model ---------------------------------------------
 _QWEN_MODELS = {f"Qwen2.5-{s}-Instruct": f"qwen2.5-{s.lower()}" for s in ("0.5B", "1.5B", "3B", "7B", "14B", "32B",
                                                                              "72B")}
-_QWEN_RUNTIME = {"vllm": "vllm", "transformers": "hf-eager"}
+_QWEN_RUNTIME = {"vllm": "vllm-0.6", "transformers": "hf-eager"}  # the table ran vllm==0.6.2
 # GPTQ and AWQ checkpoints are group-quantised (group 128, one fp16 scale each) and keep the embedding and the
 # LM head in 16 bits; only the transformer blocks' linear layers are quantised.
 _QWEN_QUANT: dict[str, tuple[str | None, str | None]] = {
@@ -545,7 +545,7 @@ def subset_stats(rows: list[dict[str, Any]], **match: str) -> dict[str, float | 
 
 # ---- claim C24 ------------------------------------------------------------------------------------------------
 
-def qwen_case(model: str, gpus: int | None = None, runtime: str = "vllm") -> Case:
+def qwen_case(model: str, gpus: int | None = None, runtime: str = "vllm-0.6") -> Case:
     """The Qwen2.5 A100 table's batch-1, BF16, 1-token-prompt case of a model preset run with `runtime`, on `gpus`
     GPUs (None: the fewest it was timed on). KeyError when the table has no such row."""
     found = [c for c in cases("qwen25")[0] if c.model == model and c.runtime == runtime and c.row["quant"] == "BF16"
