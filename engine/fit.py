@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
@@ -43,6 +44,7 @@ QUANT = ("quant_layer_overhead_s",)
 # generic CUDA kernel; AWQ checkpoints (version "gemm") run AutoAWQ's WQLinear_GEMM kernel, built for many
 # tokens. vLLM 0.6 runs GPTQ (4 and 8 bit) and AWQ on its Marlin kernels, which have a decode path.
 SLOW_QUANT = {"hf-eager": ("gptq-int8", "awq-int4")}
+PROFILES = ("vllm", "vllm-0.6", "hf-eager", "trtllm", "sglang")  # runtimes.toml's order
 # Each constant's physically plausible range, the fit's fixed start, its first and its last step. A framework
 # sustains 40-95 % of peak HBM bandwidth in its GEMMs (attention's scattered KV pages: 20-95 %) and 10-90 % of
 # the dense tensor peak (5-90 % of FP4 peak); expert GEMMs run at 5-100 % of the dense rate; fixed costs are
@@ -69,9 +71,10 @@ FIRST_STEP = {k: v[2] for k, v in _SEARCH.items()}
 LAST_STEP = {k: v[3] for k, v in _SEARCH.items()}
 
 # Which rows fit which profile: the runtime each row of a table is mapped to (see engine.validate).
-FITTED = {"vllm": "qwen25", "hf-eager": "qwen25", "trtllm": "trtllm"}
+FITTED = {"vllm-0.6": "qwen25", "hf-eager": "qwen25", "trtllm": "trtllm", "vllm": "vllm015"}
 DESCRIPTIONS = {
-    "vllm": "vLLM 0.6 with CUDA graphs (Qwen2.5 speed benchmark)",
+    "vllm": "vLLM v0.15 (v1 engine: CUDA graphs FULL_AND_PIECEWISE, chunked prefill, prefix caching)",
+    "vllm-0.6": "vLLM 0.6.2 with CUDA graphs (Qwen2.5 speed benchmark)",
     "hf-eager": "Hugging Face transformers generate(), eager PyTorch (Qwen2.5 speed benchmark)",
     "trtllm": "TensorRT-LLM PyTorch backend, trtllm-bench offline throughput (NVIDIA perf overview)",
     "sglang": "SGLang (no measured table ships: vLLM's fitted constants, see the note)",
@@ -127,22 +130,85 @@ def fit_profile(profile: str) -> Runtime:
 
 def _search(make: Callable[[np.ndarray], Runtime], train: list[Case], x: np.ndarray,
             names: tuple[str, ...]) -> tuple[np.ndarray, float]:
+    """Deterministic pattern search from x over the rows' loss."""
+    return _pattern(lambda v: _loss(make(v), train), x, names)
+
+
+def _pattern(loss_of: Callable[[np.ndarray], float], x: np.ndarray, names: tuple[str, ...],
+             first: np.ndarray | None = None, last: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Deterministic pattern search from x: coordinate steps up and down, halved whenever none improves."""
-    step = np.array([FIRST_STEP[p] for p in names], dtype=float)
-    last = np.array([LAST_STEP[p] for p in names], dtype=float)
-    best = _loss(make(x), train)
-    while (step > last).any():
+    step = np.array([FIRST_STEP[p] for p in names], dtype=float) if first is None else first.copy()
+    end = np.array([LAST_STEP[p] for p in names], dtype=float) if last is None else last
+    best = loss_of(x)
+    while (step > end).any():
         improved = False
         for i, name in enumerate(names):
             for d in (-1.0, 1.0):
                 y = x.copy()
                 y[i] = np.clip(y[i] + d * step[i], *BOUNDS[name])
-                loss = _loss(make(y), train)
+                loss = loss_of(y)
                 if loss < best - 1e-12:
                     best, x, improved = loss, y, True
         if not improved:
             step /= 2
     return x, best
+
+
+# ---- the vLLM v0.15 serving campaign (table vllm015, engine.replay) ------------------------------------------
+# Its experiments fit the vllm profile's decode-side constants: the sustained bandwidth of the GEMMs and of the
+# paged-attention kernels, the fixed cost of a step and of a layer run outside a full CUDA graph, and the request
+# path's cost outside the GPU. The table barely measures prefill compute (prompts hit the prefix cache), so
+# flops_eff and attn_flops_eff stay at vllm-0.6's fitted values. Each candidate replays every experiment (a
+# shorter replay per stage than `tokensim validate`'s, SERVING_FIT_REQUESTS requests a stage).
+SERVING_PARAMS = ("bw_eff", "attn_bw_eff", "step_overhead_s", "layer_overhead_s")
+SERVING_FIT_REQUESTS = 150
+_SERVING_FIRST = np.array([0.08, 0.1, 1e-3, 2e-5])
+_SERVING_LAST = np.array([0.01, 0.02, 1e-4, 4e-6])
+
+
+def _serving_errors(rt: Runtime, requests: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per experiment, ln(predicted / measured) of (TTFT without the request path, ITL, E2E without it), and the
+    measured (TTFT, ITL, E2E) in seconds: the request path's cost is then solved for, not replayed."""
+    from engine.replay import experiments, replay
+
+    pred, meas = [], []
+    for e in experiments()[0]:
+        p = replay(e, replace(rt, request_overhead_s=0.0), stage_requests=requests)
+        pred.append((p["ttft_ms"], p["itl_ms"], p["e2e_ms"]))
+        meas.append((e.ttft_ms, e.itl_ms, e.e2e_ms))
+    return np.array(pred) / 1e3, np.array(meas) / 1e3
+
+
+def _serving_loss(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
+    """(loss, request overhead s): RMS ln error of TTFT, ITL and E2E over the experiments, at the request-path
+    cost (added to TTFT and E2E, 0-50 ms) that minimises it."""
+    best = (math.inf, 0.0)
+    for o in np.arange(0.0, 0.050, 0.0005):
+        r = np.log((pred + np.array([o, 0.0, o])) / meas)
+        loss = float(np.sqrt(np.mean(r * r)))
+        if loss < best[0]:
+            best = (loss, float(o))
+    return best
+
+
+def fit_serving(profile: str = "vllm", requests: int | None = SERVING_FIT_REQUESTS) -> tuple[Runtime, float]:
+    """The vllm profile's serving constants fitted on the campaign's experiments; (runtime, train loss)."""
+    base = runtimes()[profile]
+    names = SERVING_PARAMS
+
+    def make(v: np.ndarray) -> Runtime:
+        """The profile with the searched constants set to v."""
+        return replace(base, **dict(zip(names, (float(t) for t in v), strict=True)))
+
+    def loss_of(v: np.ndarray) -> float:
+        """The loss of candidate constants v, the request path solved for."""
+        return _serving_loss(*_serving_errors(make(v), requests))[0]
+
+    x0 = np.array([getattr(base, p) or START[p] for p in names], dtype=float)
+    x, loss = _pattern(loss_of, x0, names, _SERVING_FIRST, _SERVING_LAST)
+    x = _round(x, _SERVING_LAST / 10)
+    over = _serving_loss(*_serving_errors(make(x), requests))[1]
+    return replace(make(x), request_overhead_s=over), loss
 
 
 def _round(x: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -192,16 +258,18 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
         "# table's own speed definition; `tokensim validate` reprints them row by row.",
         "",
     ]
-    for name in ("vllm", "hf-eager", "trtllm", "sglang"):
+    for name in PROFILES:
         rt, err = fits[name]
-        lines.append(f"[{name}]")
+        lines.append(f"[{name}]" if "." not in name else f'["{name}"]')
         if name == "sglang":
             lines.append("# No measured SGLang table ships. SGLang, like vLLM, runs paged attention with CUDA graphs")
-            lines.append("# and a Python scheduler, so it takes vLLM's fitted constants unchanged: an assumption,")
+            lines.append("# and a Python scheduler, so it takes vLLM 0.6's fitted constants unchanged: an assumption,")
             lines.append(f"# not a fit. ({date})")
+        elif name == "vllm":
+            lines += serving_record(err, date)
         else:
             table = FITTED[name]
-            which = {"vllm": "the Qwen2.5 speed benchmark rows with framework = vllm",
+            which = {"vllm-0.6": "the Qwen2.5 speed benchmark rows with framework = vllm (vllm==0.6.2)",
                      "hf-eager": "the Qwen2.5 speed benchmark rows with framework = transformers",
                      "trtllm": "every represented TensorRT-LLM perf-overview row"}[name]
             lines.append(f"# Fitted on the train half of {which} (table {table}).")
@@ -209,8 +277,12 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
                          f"{err['train']['max']:.1f}; held-out n={err['test']['n']} median "
                          f"{err['test']['median']:.1f} max {err['test']['max']:.1f}. ({date})")
         lines.append(f'description = "{DESCRIPTIONS[name]}"')
-        for p in fitted_params(name):
+        for p in (PARAMS + ("request_overhead_s",) if name == "vllm" else fitted_params(name)):
             lines.append(f"{p} = {_fmt(getattr(rt, p))}")
+        if rt.cuda_graphs:
+            lines.append("# Mechanism, not fitted: CUDA graphs FULL_AND_PIECEWISE at vLLM's default capture sizes "
+                         "(step.py graph_sizes).")
+            lines.append("cuda_graphs = true")
         if rt.attention != "paged":
             lines.append(f'attention = "{rt.attention}"')
         if rt.fp8_attn_if_quantised:
@@ -230,14 +302,38 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
     return "\n".join(lines)
 
 
-def fit_all() -> dict[str, tuple[Runtime, dict[str, Any]]]:
-    """Fit vllm, hf-eager and trtllm; sglang borrows vllm's constants (no table)."""
+def serving_record(err: dict[str, Any], date: str) -> list[str]:
+    """The vllm profile's record in runtimes.toml: which experiments fitted it, how, and its errors."""
+    e = err.get("errors", {})
+    return [
+        "# Fitted on the vLLM v0.15.1 online-serving campaign's experiments (table vllm015, all of them: the",
+        "# campaign's held-out part is not shipped), each replayed through the serving engine (engine/replay.py):",
+        "# bw_eff, attn_bw_eff, step_overhead_s and layer_overhead_s by pattern search (fit.py fit_serving),",
+        "# request_overhead_s solved for at each candidate; flops_eff and attn_flops_eff are vllm-0.6's (prompts",
+        "# hit the prefix cache: the table barely measures prefill). Median |err| over the experiments: "
+        + ", ".join(f"{k.upper()} {e.get(k, float('nan')):.1f} %" for k in ("ttft", "itl", "e2e")) + f". ({date})",
+    ]
+
+
+def serving_errors(rt: Runtime) -> dict[str, Any]:
+    """Median |err %| of mean TTFT, ITL and E2E over the campaign's experiments (validate's full replay)."""
+    from engine.replay import table_report
+
+    t = table_report(rt)
+    return {"errors": {k: t[f"{k}_median_abs_err_pct"] for k in ("ttft", "itl", "e2e")}}
+
+
+def fit_all(only: str | None = None) -> dict[str, tuple[Runtime, dict[str, Any]]]:
+    """Fit vllm (serving campaign), vllm-0.6, hf-eager and trtllm (or only one, the others kept as they are);
+    sglang borrows vllm-0.6's constants (no table)."""
     fits: dict[str, tuple[Runtime, dict[str, Any]]] = {}
-    for name in ("vllm", "hf-eager", "trtllm"):
-        rt = fit_profile(name)
+    for name in ("vllm-0.6", "hf-eager", "trtllm"):
+        rt = fit_profile(name) if only in (None, name) else runtimes()[name]
         fits[name] = (rt, errors(name, rt))
-    v = fits["vllm"][0]
-    fits["sglang"] = (replace(runtimes()["sglang"], **{p: getattr(v, p) for p in PARAMS}), {})
+    v = fit_serving()[0] if only in (None, "vllm") else runtimes()["vllm"]
+    fits["vllm"] = (v, serving_errors(v))
+    old = fits["vllm-0.6"][0]
+    fits["sglang"] = (replace(runtimes()["sglang"], **{p: getattr(old, p) for p in PARAMS}), {})
     return fits
 
 
@@ -245,10 +341,13 @@ def main(argv: list[str] | None = None) -> int:
     """Fit, print, and with --write rewrite presets/runtimes.toml."""
     ap = argparse.ArgumentParser(prog="python -m engine.fit", description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="rewrite engine/presets/runtimes.toml")
+    ap.add_argument("--profile", default=None, choices=("vllm", "vllm-0.6", "hf-eager", "trtllm"),
+                    help="fit this profile only; the others keep their constants (their errors are recomputed)")
     args = ap.parse_args(argv)
-    fits = fit_all()
+    fits = fit_all(args.profile)
     for name, (rt, err) in fits.items():
-        consts = " ".join(f"{p}={_fmt(getattr(rt, p))}" for p in fitted_params(name))
+        names = PARAMS + ("request_overhead_s",) if name == "vllm" else fitted_params(name)
+        consts = " ".join(f"{p}={_fmt(getattr(rt, p))}" for p in names)
         record = "; ".join(f"{k} n={v['n']} median {v['median']:.1f}% max {v['max']:.1f}%" for k, v in err.items())
         print(f"{name:9s} {consts}  {record or '(vllm constants, no table)'}")
     if args.write:

@@ -530,12 +530,17 @@ def table_report(name: str, runtime: str | None = None) -> dict[str, Any]:
 
 
 def report(tables: list[str] | None = None, runtime: str | None = None) -> dict[str, Any]:
-    """The whole validation: {"tables": [table_report, ...]} for the named tables (all by default)."""
-    names = tables or list(TABLE_FILES)
+    """The whole validation: {"tables": [table_report, ...]} for the named tables (all by default); the vLLM
+    v0.15 serving campaign (engine.replay) is replayed through the serving engine."""
+    from engine import replay
+
+    known = [*TABLE_FILES, replay.TABLE]
+    names = tables or known
     for n in names:
-        if n not in TABLE_FILES:
-            raise InputError(f"unknown table '{n}'{suggest(n, list(TABLE_FILES))}")
-    return {"tables": [table_report(n, runtime) for n in names]}
+        if n not in known:
+            raise InputError(f"unknown table '{n}'{suggest(n, known)}")
+    return {"tables": [replay.table_report(runtime or "vllm") if n == replay.TABLE else table_report(n, runtime)
+                       for n in names]}
 
 
 def subset_stats(rows: list[dict[str, Any]], **match: str) -> dict[str, float | None]:

@@ -182,11 +182,11 @@ def test_trtllm_runs_attention_in_fp8_behind_a_quantised_output_projection() -> 
         s = StepModel(load_hardware("h200"), load_model("llama-3.3-70b"),
                       StepOptions(weight_dtype=wd, kv_dtype="bf16", runtime=runtime))
         return s.prefill(16_384).t_attn_compute_s
-    trt, vllm = runtimes()["trtllm"], runtimes()["vllm"]
+    trt, vllm = runtimes()["trtllm"], runtimes()["vllm-0.6"]
     assert trt.fp8_attn_if_quantised and not vllm.fp8_attn_if_quantised
     ratio_trt = attn_time("trtllm", "bf16") / attn_time("trtllm", "fp8")
     assert ratio_trt == pytest.approx(1978.9 / 989.4, rel=1e-6)
-    assert attn_time("vllm", "bf16") == pytest.approx(attn_time("vllm", "fp8"))
+    assert attn_time("vllm-0.6", "bf16") == pytest.approx(attn_time("vllm-0.6", "fp8"))
 
 
 def test_trtllm_mxfp4_experts_run_at_the_fp8_rate_on_blackwell_and_bf16_on_hopper() -> None:

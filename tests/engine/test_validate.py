@@ -43,7 +43,7 @@ from engine.validate import (
 @pytest.fixture(scope="module")
 def rep() -> dict:
     """The whole report, computed once for the module."""
-    return {t["name"]: t for t in report()["tables"]}
+    return {t["name"]: t for t in report(["qwen25", "trtllm"])["tables"]}
 
 
 def _csv_rows(name: str) -> list[dict[str, str]]:
@@ -245,7 +245,7 @@ def test_slow_quant_kernels_cost_a_fixed_time_per_layer() -> None:
         return StepModel(hw, m, StepOptions(weight_dtype=wd, quant_format=fmt, runtime=runtime)).decode(1, 100).time_s
 
     assert step("int4-g128", "awq") - step("int4-g128", "gptq") == pytest.approx(m.layers * rt.quant_layer_overhead_s)
-    assert step("int4-g128", "awq", "vllm") == step("int4-g128", "gptq", "vllm")  # Marlin for both
+    assert step("int4-g128", "awq", "vllm-0.6") == step("int4-g128", "gptq", "vllm-0.6")  # Marlin for both
 
 
 def test_calibrated_step_is_two_rooflines_in_sequence() -> None:
@@ -271,11 +271,11 @@ def test_report_json_shape(rep: dict) -> None:
 
 def test_runtime_profiles_load_and_are_documented() -> None:
     rts = runtimes()
-    assert {"vllm", "hf-eager", "trtllm", "sglang"} <= set(rts)
+    assert {"vllm", "vllm-0.6", "hf-eager", "trtllm", "sglang"} <= set(rts)
     for r in rts.values():
         assert 0 < r.bw_eff <= 1 and 0 < r.flops_eff <= 1 and r.step_overhead_s >= 0 and r.layer_overhead_s >= 0
     assert rts["hf-eager"].attention == "eager" and rts["trtllm"].fp4_flops_eff is not None
-    v, s = rts["vllm"], rts["sglang"]
+    v, s = rts["vllm-0.6"], rts["sglang"]
     assert (s.bw_eff, s.flops_eff, s.step_overhead_s, s.layer_overhead_s) == (
         v.bw_eff, v.flops_eff, v.step_overhead_s, v.layer_overhead_s)
 
@@ -283,9 +283,9 @@ def test_runtime_profiles_load_and_are_documented() -> None:
 def test_runtimes_toml_records_the_errors_the_code_computes(rep: dict) -> None:
     """The held-out figures written beside each fitted profile are the ones validate prints today."""
     text = resources.files("engine").joinpath("presets", "runtimes.toml").read_text("utf-8")
-    for prof, table, match in (("vllm", "qwen25", {"framework": "vllm"}),
+    for prof, table, match in (("vllm-0.6", "qwen25", {"framework": "vllm"}),
                                ("hf-eager", "qwen25", {"framework": "transformers"}), ("trtllm", "trtllm", {})):
-        block = text.split(f"[{prof}]")[1].split("\n[")[0]
+        block = text.split(f"[{prof}]" if "." not in prof else f'["{prof}"]')[1].split("\n[")[0]
         m = re.search(r"held-out n=(\d+) median (\d+\.\d) max (\d+\.\d)", block)
         assert m, prof
         rows = [r for r in rep[table]["rows"] if r["split"] == "test" and all(r[k] == v for k, v in match.items())]
@@ -296,7 +296,7 @@ def test_runtimes_toml_records_the_errors_the_code_computes(rep: dict) -> None:
 
 
 def test_runtime_changes_predictions() -> None:
-    c = next(c for c in cases("qwen25")[0] if c.runtime == "vllm" and c.row["quant"] == "BF16")
+    c = next(c for c in cases("qwen25")[0] if c.runtime == "vllm-0.6" and c.row["quant"] == "BF16")
     assert predict(c) != pytest.approx(predict(c, "hf-eager"), rel=0.05)
     sm = StepModel(load_hardware("h100-sxm"), load_model("generic-14b"), StepOptions(runtime="vllm"))
     assert sm.decode(8, 1000).time_s != sm.with_options(runtime="trtllm").decode(8, 1000).time_s
@@ -340,7 +340,7 @@ def test_qwen_case_is_the_batch1_bf16_one_token_prompt_row_on_the_fewest_gpus() 
     from engine.validate import qwen_case
 
     big = qwen_case("qwen2.5-72b")
-    assert (big.gpus, big.isl, big.osl, big.runtime, big.row["quant"], big.row["batch"]) == (2, 1, 2048, "vllm", "BF16", "1")
+    assert (big.gpus, big.isl, big.osl, big.runtime, big.row["quant"], big.row["batch"]) == (2, 1, 2048, "vllm-0.6", "BF16", "1")
     assert big.row["model"] == "Qwen2.5-72B-Instruct" and qwen_case("qwen2.5-72b", 2) is big
     assert qwen_case("qwen2.5-7b", 1, "hf-eager").row["framework"] == "transformers"
     with pytest.raises(KeyError):

@@ -9,17 +9,21 @@ from rich.table import Table
 
 from engine.calibration import load_runtime
 from engine.numbers import fixed
+from engine.replay import TABLE as SERVING_TABLE
+from engine.replay import TABLE_TITLE as SERVING_TITLE
 from engine.validate import TABLE_FILES, TABLE_TITLES, report, subset_stats
 from tui.commands.options import console, print_json
 
 # The issue's fidelity targets (median / max absolute percent error), shown beside the figures.
 TARGETS = {"qwen25 vllm BF16 median": 8.0, "qwen25 median": 15.0, "trtllm median": 20.0, "row max": 35.0}
+# Issue 15's targets on the vLLM v0.15 campaign (median over experiments of |err| of the whole-run mean).
+SERVING_TARGETS = {"e2e": 8.0, "itl": 8.0, "ttft": 20.0}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """--table, --runtime-override, --json."""
     p.add_argument("--table", default=None, metavar="NAME",
-                   help=f"one table only: {', '.join(TABLE_FILES)} (default: all)")
+                   help=f"one table only: {', '.join([*TABLE_FILES, SERVING_TABLE])} (default: all)")
     p.add_argument("--runtime-override", default=None, metavar="NAME",
                    help="price every row with this runtime profile instead of the row's own framework's")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -34,8 +38,41 @@ def run(args: argparse.Namespace) -> int:
         print_json(out)
         return 0
     for t in out["tables"]:
-        _print_table(t, args.runtime_override)
+        if t["name"] == SERVING_TABLE:
+            _print_serving(t, args.runtime_override)
+        else:
+            _print_table(t, args.runtime_override)
     return 0
+
+
+def _print_serving(t: dict[str, Any], override: str | None) -> None:
+    """The vLLM v0.15 campaign: per experiment the measured and predicted means, then the median errors."""
+    con = console()
+    title = SERVING_TITLE + (f" · priced as {override}" if override else "")
+    tab = Table(title=title, header_style="bold", show_edge=False)
+    for c in ("exp", "model", "GPU", "tp", "workload", "req/s", "mnbt"):
+        tab.add_column(c, no_wrap=True)
+    for k in ("TTFT", "ITL", "E2E"):
+        tab.add_column(f"{k} ms meas / pred", justify="right", no_wrap=True)
+        tab.add_column("err", justify="right", no_wrap=True)
+    for r in t["rows"]:
+        cells = [str(r["exp_id"])[:8], r["model"].split("/")[-1][:24], r["hardware"], str(r["tp"]), r["workload"],
+                 r["stage_rates_rps"], str(r["max_num_batched_tokens"])]
+        for k in ("ttft", "itl", "e2e"):
+            m = r[k]
+            cells += [f"{m['measured_ms']:,.1f} / {m['predicted_ms']:,.1f}",
+                      f"[{_err_style(m['err_pct'])}]{m['err_pct']:+.1f} %[/]"]
+        if r["sim"]["saturated"]:
+            cells[4] += " [red](saturated)[/]"
+        tab.add_row(*cells)
+    con.print(tab)
+    parts = [f"{k.upper()} {fixed(t[f'{k}_median_abs_err_pct'], unit=' %')} (target {v:g} %)"
+             for k, v in SERVING_TARGETS.items()]
+    con.print(f"{t['name']}: median |err| over {len(t['rows'])} experiments: " + ", ".join(parts)
+              + f"; saturated in the simulator: {t['saturated']}")
+    for r in t["unrepresented"]:
+        con.print(f"not replayed: {r['exp_id']} {r['model']}: {r['reason']}")
+    con.print()
 
 
 def _err_style(e: float) -> str:
