@@ -35,4 +35,5 @@ def test_serving_at_batch_one_breaks_the_upper_checkpoint(monkeypatch: pytest.Mo
     d.goto(d.scene.key_step)
     d.apply(type(d.scene.steps[-1].actions[0])("probe_batch", 1))  # no batching: serving costs ~100x more
     res = {f"{r.metric}{r.op}{r.expected:g}": (r.actual, r.ok) for r in d.evaluate()}
-    assert res["chinchilla_x<=1000"][1] is False and res["chinchilla_x<=1000"][0] > 10_000
+    # vllm v0.15's lighter fixed cost a step (CUDA graphs) puts batch 1 near 7,000x: still far past the checkpoint
+    assert res["chinchilla_x<=1000"][1] is False and res["chinchilla_x<=1000"][0] > 5_000
