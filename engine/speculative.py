@@ -103,5 +103,8 @@ class Drafter:
         t = 0.0
         for j in range(self.k):
             ctx = sum_ctx + j * n
-            t += d.cost_agg(n, n, ctx, 0.0, ctx + 0.5 * n, 0.0, n, attn_decode=ctx + 0.5 * n).time_s
+            c = d.cost_agg(n, n, ctx, 0.0, ctx + 0.5 * n, 0.0, n, attn_decode=ctx + 0.5 * n)
+            # A draft pass runs inside the engine step: the step's fixed cost (scheduling, sampling, input
+            # preparation) is paid once, by the target's pass, not once per draft pass.
+            t += c.time_s - (d.runtime.step_overhead_s if c.t_overhead_s > 0 else 0.0)
         return t
