@@ -60,3 +60,6 @@ class EngineConfig:
     spec_tokens: int = 0
     spec_accept: float = 0.7
     spec_draft: str = "mtp"
+    # KV offload (vLLM's --kv-offloading-size): GB of host memory per GPU that blocks reclaimed from the GPU
+    # cache are copied to, and copied back from on a hit (over the hardware's host link)
+    kv_offload_gb: float = 0.0

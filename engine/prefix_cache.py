@@ -20,6 +20,8 @@ the first `full` keys of its content, recomputed when it releases them.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from engine.snapshot import KV_BLOCK_TOKENS
@@ -107,9 +109,9 @@ class BlockPool:
 
     __slots__ = ("total", "caching", "private", "keyed_used", "cached", "_slot", "_key", "_ref", "_stamp",
                  "_spare", "_n_spare", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted", "peak",
-                 "keys_added")
+                 "keys_added", "host_total", "host", "offloaded", "loaded")
 
-    def __init__(self, total: int, caching: bool = True) -> None:
+    def __init__(self, total: int, caching: bool = True, host_total: int = 0) -> None:
         self.total = int(total)
         self.caching = caching
         self.private = 0  # used blocks without a key: partial tails, or every block with caching off
@@ -118,6 +120,12 @@ class BlockPool:
         self.evicted = 0  # cached blocks reclaimed so far
         self.peak = 0  # most blocks in use at once
         self.keys_added = 0  # keys ever filled (a match can only grow when this does)
+        # KV offload: blocks reclaimed from the GPU are copied to host memory (an LRU of host_total blocks) and
+        # come back on a hit, over the host link, instead of being recomputed.
+        self.host_total = int(host_total) if caching else 0
+        self.host: OrderedDict[int, None] = OrderedDict()
+        self.offloaded = 0  # blocks copied out to host memory
+        self.loaded = 0  # blocks copied back in on a hit
         n = self.total if caching else 0
         self._slot: dict[int, int] = {}  # key -> slot of a keyed block
         self._key = np.zeros(n, dtype=np.uint64)
@@ -158,9 +166,10 @@ class BlockPool:
         if not self.caching or not len(keys):
             return 0
         get = self._slot.get
+        host = self.host
         n = 0
         for k in keys.tolist():
-            if get(k) is None:
+            if get(k) is None and k not in host:
                 break
             n += 1
         return n
@@ -189,9 +198,16 @@ class BlockPool:
             self.peak = self.used
 
     def revivable(self, keys: np.ndarray) -> int:
-        """How many of these present keys are cached (no one holds them): a request taking them makes them
-        no longer reclaimable."""
-        return int(np.count_nonzero(self._ref[self._slots_of(keys)] == 0)) if len(keys) else 0
+        """How many of these present keys are cached on the GPU (no one holds them): a request taking them
+        makes them no longer reclaimable."""
+        slot = self._slot
+        on = [slot[k] for k in keys.tolist() if k in slot]
+        return int(np.count_nonzero(self._ref[np.array(on, dtype=np.int64)] == 0)) if on else 0
+
+    def on_host(self, keys: np.ndarray) -> np.ndarray:
+        """Which of these matched keys are only in host memory (they must be copied back to be used)."""
+        slot = self._slot
+        return np.fromiter((k not in slot for k in keys.tolist()), dtype=bool, count=len(keys))
 
     def admit(self, hits: np.ndarray, n: int, reserve: int = 0) -> bool:
         """A request starts holding its cache hits and n private blocks, or (False) nothing changes.
@@ -200,9 +216,20 @@ class BlockPool:
         the request is about to reuse; cached hits count as no longer reclaimable. `reserve` blocks stay
         available for others (the running batch's growth this step).
         """
-        if n > self.available - self.revivable(hits) - reserve:
+        back = self.on_host(hits) if self.host else np.zeros(len(hits), dtype=bool)
+        nb = int(back.sum())
+        if n + nb > self.available - self.revivable(hits) - reserve:
             return False
-        if len(hits):
+        if nb:
+            gpu = hits[~back]
+            self.hold(gpu)
+            self.alloc(nb)
+            self.fill(hits[back])  # copied back in: GPU blocks again, held by this request
+            self.loaded += nb
+            for k in hits[back].tolist():
+                if k in self.host:
+                    self.host.move_to_end(k)
+        elif len(hits):
             self.hold(hits)
         return self.alloc(n)
 
@@ -349,8 +376,19 @@ class BlockPool:
             got += len(idx)
         dead = np.concatenate(out) if len(out) > 1 else out[0]
         slot = self._slot
-        for key in self._key[dead].tolist():
+        keys = self._key[dead].tolist()
+        for key in keys:
             del slot[key]
+        if self.host_total:
+            host = self.host
+            for key in keys:  # offload: the host copy is the most recently used
+                if key in host:
+                    host.move_to_end(key)
+                else:
+                    host[key] = None
+                    self.offloaded += 1
+            while len(host) > self.host_total:
+                host.popitem(last=False)
         self._stamp[dead] = -1
         self._spare[self._n_spare:self._n_spare + k] = dead
         self._n_spare += k
@@ -372,6 +410,7 @@ class BlockPool:
         assert int(np.count_nonzero(ref == 0)) == self.cached, "cached blocks out of count"
         assert ((self._stamp[slots] >= 0) == (ref == 0)).all(), "a held block sits in the LRU (or a cached one not)"
         assert self._n_spare + len(slots) == self._key.size, "slots lost"
+        assert len(self.host) <= self.host_total, "host memory holds more blocks than it has room for"
         spare = np.zeros(self._key.size, dtype=bool)
         spare[self._spare[:self._n_spare]] = True
         assert not spare[slots].any(), "a keyed block's slot is also spare"

@@ -59,6 +59,9 @@ class Hardware:
     vendor: str = ""
     source: str = ""
     notes: str = ""
+    # The GPU's link to host memory, GB/s each way (KV offload): PCIe 5.0 x16 carries 64 GB/s raw
+    # (32 GT/s x 16 lanes, 128b/130b coding: 63 GB/s) by PCI-SIG's specification.
+    host_link_gbps: float = 64.0
 
     @property
     def memory_bytes(self) -> float:
@@ -323,6 +326,8 @@ def hardware_from_mapping(d: dict[str, Any], where: str) -> Hardware:
         sm_count=int(d["sm_count"]), smem_per_sm_kb=float(d["smem_per_sm_kb"]), tflops=tflops,
         interconnect_gbps=float(d["interconnect_gbps"]), price_per_hour=float(d["price_per_hour"]),
         vendor=str(d.get("vendor", "")), source=str(d.get("source", "")), notes=str(d.get("notes", "")),
+        host_link_gbps=float(_positive(where, "host_link_gbps", d["host_link_gbps"])) if "host_link_gbps" in d
+        else 64.0,
     )
 
 

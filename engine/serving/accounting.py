@@ -317,6 +317,8 @@ class RunMetrics:
     requests_unfinished: int  # accepted, not done when the run ended (queued, preempted or running)
     prefix_cache_hit_rate: float | None  # prompt tokens read from the prefix cache / prompt tokens (None: none)
     cached_input_tokens: int
+    kv_offloaded_blocks: int  # blocks copied to host memory (KV offload), and copied back on a hit
+    kv_loaded_blocks: int
     goodput_req_s: float | None  # None without an SLO
     goodput_tok_s: float | None
     slo_attainment: float | None
@@ -426,6 +428,8 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
         requests_unfinished=sum(s.accepted - s.completed for s in st),
         prefix_cache_hit_rate=cached / inp if inp and any(ln.pool.caching for ln in lanes) else None,
         cached_input_tokens=cached,
+        kv_offloaded_blocks=sum(ln.pool.offloaded for ln in lanes),
+        kv_loaded_blocks=sum(ln.pool.loaded for ln in lanes),
         goodput_req_s=(slo_ok / sim if sim else 0.0) if slo else None,
         goodput_tok_s=(sum(s.slo_ok_tokens for s in st) / sim if sim else 0.0) if slo else None,
         slo_attainment=(slo_ok / completed if completed else None) if slo else None,

@@ -95,8 +95,19 @@ class Engine:
         spec = LaneSpec(fast=fast, fast_share=cfg.fast_share, rate=cfg.rate * share, prompt=wl.prompt,
                         output=wl.output, think=wl.think, think_time=wl.think_time, slo_ttft=cfg.slo_ttft,
                         slo_tpot=cfg.slo_tpot, debug=cfg.debug, prefix_caching=prefix_caching(cfg),
-                        spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept, drafter=self._drafter, seed=cfg.seed)
+                        spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept, drafter=self._drafter, seed=cfg.seed,
+                        host_blocks=self._host_blocks())
         return Lane(spec, self._sm, self._scheduler(fast), self._budget, blocks, rngs, self._script)
+
+    def _host_blocks(self) -> int:
+        """KV offload: blocks of --kv-offload-gb host memory (per GPU, as the pool)."""
+        cfg, sm = self._cfg, self._sm
+        g = cfg.kv_offload_gb
+        if not (isinstance(g, (int, float)) and g >= 0 and math.isfinite(g)):
+            raise InputError(f"--kv-offload-gb must be a number of GB >= 0, got {g!r}")
+        if g and not prefix_caching(cfg):
+            raise InputError("--kv-offload-gb keeps blocks the prefix cache reclaims: it needs --prefix-caching on")
+        return int(g * 1e9 // (BLOCK * sm.kv_bytes_per_token))
 
     def _load_script(self, cfg: EngineConfig) -> Script | None:
         """The workload file's plan or the trace the config names (one-line InputErrors for bad files)."""

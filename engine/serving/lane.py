@@ -91,6 +91,7 @@ class LaneSpec:
     spec_accept: float = 0.0  # each draft's acceptance probability
     drafter: Drafter | None = None  # what drafting costs
     seed: int = 0
+    host_blocks: int = 0  # KV offload: blocks of host memory behind the prefix cache
 
 
 class Lane:
@@ -107,7 +108,9 @@ class Lane:
         self.R = Table(64)
         self.Q = Queue(64)
         self.P = Table(16)
-        self.pool = KVPool(pool_blocks, spec.prefix_caching)
+        self.pool = KVPool(pool_blocks, spec.prefix_caching, spec.host_blocks)
+        self._load_s = 0.0  # host-to-GPU copies of this step's cache hits (seconds, charged to the step)
+        self._loaded_seen = 0
         self.caching = spec.prefix_caching
         self.spec_k = spec.spec_tokens
         self.spec_rng = np.random.default_rng([spec.seed, 0x5BEC, int(spec.fast)])
@@ -376,6 +379,11 @@ class Lane:
             a.full[:] = hit[:k]
             a.hkey[:] = hkey[:k]
             a.cached[:] = hit[:k] * BLOCK
+            if self.pool.host_total:
+                # Blocks found only in host memory came back over the host link before the step could run.
+                moved = self.pool.loaded - self._loaded_seen
+                self._loaded_seen = self.pool.loaded
+                self._load_s += moved * BLOCK * self.sm.kv_bytes_per_token / (self.sm.hw.host_link_gbps * 1e9)
             fresh = np.maximum(np.minimum(a.cached, a.prompt) - a.input, 0)  # prompt tokens never read before
             a.input[:] += fresh
             a.hit[:] += fresh
@@ -804,6 +812,13 @@ class Lane:
                 part += fl["lm_head"] * lg_pf / logits
             share_in = part / ftot - share_cached if ftot else 0.0
         dt = cost.time_s
+        if self._load_s:
+            # Hits copied back from host memory: the step waits for them; the copy is cached input's cost.
+            load, self._load_s = self._load_s, 0.0
+            dt += load
+            f = cost.time_s / dt
+            share_in *= f
+            share_cached = share_cached * f + load / dt
         t1 = self.clock + dt
         self.clock = t1
         # Apply: caches grow, tokens come out, first-token times are stamped.

@@ -176,6 +176,23 @@ def test_two_holders_released_in_one_call() -> None:
     pool.check()
 
 
+def test_offload_keeps_what_the_gpu_reclaims_and_brings_it_back() -> None:
+    pool = BlockPool(4, host_total=3)
+    a = keys_of(4, -1, 0, 1, 64, 1)
+    b = keys_of(4, -1, 0, 2, 64, 2)
+    assert pool.alloc(4)
+    pool.fill(a)
+    pool.release(a, 0)
+    assert pool.alloc(4) and pool.offloaded == 4 and len(pool.host) == 3  # the host keeps the 3 newest
+    pool.fill(b)
+    pool.release(b, 0)
+    # a's first three blocks are only in host memory now (its 4th, released first, fell off the host LRU).
+    assert pool.match(a) == 3 and pool.on_host(a[:3]).all()
+    assert pool.admit(a[:3], 1)  # 3 copied back + 1 new: four GPU blocks, reclaiming b's cached ones
+    assert pool.loaded == 3 and pool.holders(a[:3]).tolist() == [1, 1, 1] and pool.used == 4
+    pool.check()
+
+
 def test_caching_off_keeps_nothing() -> None:
     pool = BlockPool(4, caching=False)
     k = keys_of(2, -1, 0, 1, 32, 1)
@@ -193,15 +210,16 @@ _OPS = st.lists(st.tuples(st.sampled_from(["admit", "grow", "finish"]), st.integ
 
 
 @settings(max_examples=150, deadline=None)
-@given(_OPS, st.integers(4, 40), st.booleans())
-def test_pool_invariants_under_random_traffic(ops: list[tuple[str, int, int]], total: int, caching: bool) -> None:
+@given(_OPS, st.integers(4, 40), st.booleans(), st.integers(0, 12))
+def test_pool_invariants_under_random_traffic(ops: list[tuple[str, int, int]], total: int, caching: bool,
+                                              host: int) -> None:
     """Requests from 8 prompts (2 groups, 24-token prefix) admit with their cache hits, grow and finish.
 
     After every operation: the pool's own invariants hold (used + cached + free = pool, no negative
     count); every keyed block a live request holds has exactly as many references as holders, so it
     was never freed or evicted under them; private blocks add up.
     """
-    pool = BlockPool(total, caching)
+    pool = BlockPool(total, caching, host)  # with `host` blocks of offload memory behind the cache
     live: dict[int, dict[str, int]] = {}  # request -> prompt, tokens, full (keyed), priv
     nxt = 0
 
@@ -249,3 +267,4 @@ def test_pool_invariants_under_random_traffic(ops: list[tuple[str, int, int]], t
         assert pool.private == sum(r["priv"] for r in live.values())
         assert pool.used == len(held) + pool.private
         assert pool.used + pool.cached + pool.free == total
+        assert len(pool.host) <= pool.host_total and pool.loaded <= pool.offloaded + pool.keys_added

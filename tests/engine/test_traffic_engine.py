@@ -174,3 +174,23 @@ def test_perfect_drafts_and_free_drafting_bound_the_gain() -> None:
     ideal = _spec_run(1, 6, spec_tokens=3, spec_accept=1.0, spec_draft="ngram", debug=True)
     assert ideal["spec_tokens_per_step"] == pytest.approx(4.0, abs=0.05)
     assert 3.0 < ideal["throughput_out_tok_s"] / base["throughput_out_tok_s"] < 4.0
+
+
+# ---- KV offload -----------------------------------------------------------------------------------------
+
+def test_offload_turns_an_lru_thrash_into_hits(tmp_path: Path) -> None:
+    """100 prompts of 4,000 tokens cycled by 8 users: the GPU's cache holds about 12 of them, so plain LRU
+    always evicts a prompt before it comes round again. With host memory behind it (30 GB holds them all) the
+    prompts come back over the host link (about 3.6 ms for 4,000 tokens of qwen2.5-7b's KV at 64 GB/s)
+    instead of being recomputed (about 80 ms)."""
+    text = "[[stage]]\nusers = 8\nduration = 40\n[prompt]\ntokens = 4000\ngroups = 100\nusers_per_group = 1\n" \
+           "[output]\ntokens = 32\n"
+    kw = dict(workload=wl(tmp_path, text), model="qwen2.5-7b", kv_pool_blocks=3000)
+    _, off = run(**kw)
+    _, on = run(kv_offload_gb=30, debug=True, **kw)
+    assert off["prefix_cache_hit_rate"] < 0.05 and off["kv_offloaded_blocks"] == 0
+    assert on["prefix_cache_hit_rate"] > 0.8 and on["kv_loaded_blocks"] > 0 and on["kv_offloaded_blocks"] > 0
+    assert on["ttft_s"]["p50"] < 0.3 * off["ttft_s"]["p50"]
+    assert on["requests_completed"] > 1.5 * off["requests_completed"]
+    with pytest.raises(InputError, match="needs --prefix-caching on"):
+        Engine(EngineConfig(kv_offload_gb=10, prefix_caching=False))

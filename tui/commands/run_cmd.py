@@ -80,6 +80,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     w.add_argument("--spec-draft", default="mtp",
                    help="what drafts: mtp (the model's multi-token-prediction head), ngram (prompt lookup, free),"
                         " or a draft model preset (default mtp)")
+    w.add_argument("--kv-offload-gb", type=nonneg_float, default=0.0,
+                   help="host memory per GPU for KV blocks the cache reclaims, copied back on a hit over the host"
+                        " link (vLLM's --kv-offloading-size; default 0: off)")
     w.add_argument("--prefix-caching", choices=("on", "off"), default=None,
                    help="reuse cached KV blocks of shared prefixes (default: what the runtime does; on for vllm)")
     s = p.add_argument_group("scheduler")
@@ -141,6 +144,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         prefix_caching=None if args.prefix_caching is None else args.prefix_caching == "on",
         workload=args.workload, trace=args.trace, trace_speed=args.trace_speed,
         spec_tokens=args.spec_tokens, spec_accept=args.spec_accept, spec_draft=args.spec_draft,
+        kv_offload_gb=args.kv_offload_gb,
     )
 
 
@@ -218,7 +222,7 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
         "trace_speed": cfg.trace_speed if cfg.trace else None,
         "prefix_caching": getattr(engine, "prefix_caching", None), "spec_tokens": cfg.spec_tokens,
         "spec_accept": cfg.spec_accept if cfg.spec_tokens else None,
-        "spec_draft": cfg.spec_draft if cfg.spec_tokens else None,
+        "spec_draft": cfg.spec_draft if cfg.spec_tokens else None, "kv_offload_gb": cfg.kv_offload_gb,
     }
     out.update(m)
     if cfg.fast_share > 0:
@@ -279,6 +283,9 @@ def _print(r: dict[str, Any]) -> None:
         ci = r["cost_per_mtok_cached_in"]
         s.add_row("prefix cache", f"{fixed(r['prefix_cache_hit_rate'], 100, 1)} % of prompt tokens reused"
                   f" ({r['cached_input_tokens']:,}); cached input ${'-' if ci is None else format(ci, '.2g')}/Mtok")
+    if r.get("kv_offloaded_blocks"):
+        s.add_row("KV offload", f"{r['kv_offloaded_blocks']:,} blocks to host memory, {r['kv_loaded_blocks']:,} back"
+                  f" on a hit ({r['kv_offload_gb']:g} GB)")
     if r.get("spec_tokens_per_step") is not None:
         s.add_row("speculative decoding", f"{fixed(r['spec_tokens_per_step'], 1, 2)} tokens per sequence per step")
     if r.get("goodput_req_s") is not None:
