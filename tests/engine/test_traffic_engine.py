@@ -122,19 +122,23 @@ def test_bad_combinations_are_one_line(tmp_path: Path) -> None:
 
 @settings(max_examples=12, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 4), st.integers(0, 200), st.integers(40, 400), st.integers(20, 200),
-       st.sampled_from(["continuous", "chunked"]), st.integers(0, 3))
+       st.sampled_from(["continuous", "chunked"]), st.integers(0, 3), st.sampled_from([0.0, 0.001, 0.01]),
+       st.sampled_from([0, 2]))
 def test_invariants_hold_with_shared_prefixes_under_pressure(groups: int, upg: int, prefix: int, blocks: int,
-                                                             users: int, sched: str, seed: int) -> None:
-    """Random prompt sharing, a small pool, any scheduler: every tick the engine's own checks run (refcounts
-    match holders, cached + free + used = pool, private blocks add up, nothing lost), and every request
-    accepted is done or still visibly queued, preempted or running."""
+                                                             users: int, sched: str, seed: int, offload: float,
+                                                             spec: int) -> None:
+    """Random prompt sharing, a small pool, any scheduler, with or without host offload and speculation: every
+    tick the engine's own checks run (refcounts match holders, cached + free + used = pool, private blocks add
+    up, host memory within its size, nothing lost), and every request accepted is done or still visibly
+    queued, preempted or running."""
     import tempfile
     text = (f"[[stage]]\nusers = {users}\nduration = 8\n[prompt]\ntokens = \"uniform:{prefix + 1},{prefix + 600}\"\n"
             f"shared_prefix = {prefix}\ngroups = {groups}\nusers_per_group = {upg}\n[output]\ntokens = \"uniform:1,80\"\n")
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(text)
     e = Engine(EngineConfig(workload=f.name, kv_pool_blocks=blocks, scheduler=sched, seed=seed, debug=True,
-                            model="qwen2.5-0.5b"))
+                            model="qwen2.5-0.5b", kv_offload_gb=offload, spec_tokens=spec, spec_accept=0.6,
+                            spec_draft="ngram"))
     e.run()
     m = e.metrics()
     lane = e._lanes[0]
