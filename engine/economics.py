@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from engine.errors import InputError
 from engine.specs import Hardware, Model, load_hardware, load_model
 from engine.step import StepModel, StepOptions
@@ -66,6 +68,12 @@ def serving_cost(sm: StepModel, batch: int, context: int) -> tuple[float, float,
     return c.time_s, c.time_s * sm.opts.tp / batch, c.flops_total / (c.time_s * sm.roof.peak_flops)
 
 
+def batch_that_fits(sm: StepModel, context: int) -> int:
+    """How many sequences of `context` cached tokens the KV pool holds (sliding-window layers cap at their window)."""
+    per_seq = sm.kv_bytes_for(np.array([max(context, 1)]))
+    return int(max(sm.kv_capacity_bytes, 0) // per_seq)
+
+
 def train_gpu_s_per_token(sm: StepModel, a: Assumptions) -> float:
     """GPU-seconds one training token costs: 6 x active params / (peak at the training dtype x MFU)."""
     if not 0 < a.train_mfu <= 1:
@@ -82,8 +90,7 @@ def training_equivalence(sm: StepModel, batch: int, context: int, a: Assumptions
     train = train_gpu_s_per_token(sm, a)
     tokens = a.served * serve / train
     per_param = tokens / sm.model.params_active
-    per_seq = sm.kv_bytes_per_token * max(context, 1)
-    fits = int(max(sm.kv_capacity_bytes, 0) // per_seq)
+    fits = batch_that_fits(sm, context)
     return TrainingEquivalence(
         model=sm.model.name, hardware=sm.hw.name, gpus=sm.opts.tp, batch=batch, context=context,
         params_active=sm.model.params_active, params_total=sm.model.params_total, serve_step_s=step_s,

@@ -845,3 +845,25 @@ def _kv_fit_batch(s: Stage) -> float:
 def _serve_vs_train(s: Stage) -> float:
     t = _training(s)
     return t.serve_gpu_s_per_token / t.train_gpu_s_per_token
+
+
+# ---- what a price list says (the closing scene) ----------------------------------------------
+
+@metric("fit_batch", "sequences", "the probe batch, capped at what the KV pool holds at the probe context")
+def _fit_batch(s: Stage) -> float:
+    from engine.economics import batch_that_fits
+
+    return float(max(1, min(s.probe.batch, batch_that_fits(s.step_model(), s.probe.context))))
+
+
+@metric("fit_gpu_ms_per_tok", "GPU-ms", "GPU-ms per output token at the probe context and the batch that fits")
+def _fit_gpu_ms(s: Stage) -> float:
+    from engine.economics import serving_cost
+
+    return serving_cost(s.step_model(), int(_fit_batch(s)), s.probe.context)[1] * 1e3
+
+
+@metric("prefill_gpu_ms_per_tok", "GPU-ms", "GPU-milliseconds per prompt token of the probe prompt's prefill")
+def _prefill_gpu_ms(s: Stage) -> float:
+    sm = s.step_model()
+    return _prefill(s).time_s * sm.opts.tp / s.probe.prompt * 1e3

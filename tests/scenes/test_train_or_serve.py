@@ -37,3 +37,16 @@ def test_serving_at_batch_one_breaks_the_upper_checkpoint(monkeypatch: pytest.Mo
     res = {f"{r.metric}{r.op}{r.expected:g}": (r.actual, r.ok) for r in d.evaluate()}
     # vllm v0.15's lighter fixed cost a step (CUDA graphs) puts batch 1 near 7,000x: still far past the checkpoint
     assert res["chinchilla_x<=1000"][1] is False and res["chinchilla_x<=1000"][0] > 5_000
+
+
+def test_the_closing_scene_reads_each_headline_from_the_engine() -> None:
+    out = Director(find_scene("reading-the-news")).play_headless()
+    assert out["ok"], [c for c in out["checkpoints"] if not c["ok"]]
+    by = {(c["metric"], c.get("vs_mark")): c["actual"] for c in out["checkpoints"]}
+    # A sparse MoE is dearer than the dense 14B at a small batch and cheaper at a big one: the same physics, two answers.
+    assert by[("serve_gpu_ms_per_tok", "dense_small")] > 1 > by[("serve_gpu_ms_per_tok", "dense_big")]
+    # Sliding-window layers make a longer context cost less than full attention does.
+    assert by[("step_ms", "short_sparse")] < by[("step_ms", "short")]
+    # Past 200K both sides of a token cost more, as long-context price lists say (input 2x, output 1.5x).
+    assert 1.3 < by[("fit_gpu_ms_per_tok", "below")] < 2.5 and 1.3 < by[("prefill_gpu_ms_per_tok", "below")] < 2.5
+    assert out["questions"] == 3
