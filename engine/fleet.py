@@ -582,8 +582,19 @@ class _Copy:
         return self.src < other.src
 
 
+SCRIPTED = ("--workload and --trace replay on one engine for now: a fleet (--replicas, --pd) draws its requests"
+            " from --users or --rate with --prompt and --output")
+
+
+def scripted(cfg: EngineConfig) -> bool:
+    """The workload comes from a file or a trace (the engine's scripts), not from users, rate and lengths."""
+    return cfg.workload is not None or cfg.trace is not None
+
+
 def _validate(spec: FleetSpec) -> None:
     """Fleet-level contradictions: one line each."""
+    if scripted(spec.config):
+        raise InputError(SCRIPTED)
     if spec.router not in ROUTERS:
         raise InputError(f"--router {spec.router!r} is not a router; choose from {', '.join(ROUTERS)}")
     if isinstance(spec.replicas, bool) or int(spec.replicas) != spec.replicas or not 1 <= spec.replicas <= MAX_REPLICAS:

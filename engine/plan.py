@@ -21,7 +21,9 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
+from engine.fleet import ROUTERS, SCRIPTED, Fleet, FleetSpec, parse_pd, scripted
+from engine.serving.accounting import L
+from engine.serving.engine import Engine
 from engine.specs import load_hardware
 
 MAX_POINTS = 100_000  # a grid larger than this is a typo (e.g. --replicas 1-100000), not a plan
@@ -168,16 +170,23 @@ def cost_per_hour(point: Point, base: EngineConfig) -> float:
     return price * point.gpus
 
 
+def alone(point: Point) -> bool:
+    """One replica doing both prefill and decode: the engine itself, no fleet around it."""
+    return point.replicas == 1 and point.pd is None
+
+
 def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None) -> str | None:
     """Why the point cannot run (weights, heads, one request's KV, the budget), or None if it can.
 
-    Building one replica runs every fit check the engine has, without simulating a single step (every
-    replica of a point is the same, so one stands for all).
+    Building one replica's engine runs every fit check the engine has, without simulating a single step
+    (every replica of a point is the same, so one stands for all).
     """
     try:
-        Fleet(fleet_spec(replace(point, replicas=1, pd=None, router=ROUTERS[0]), base))
+        Engine(fleet_spec(point, base).config)
     except InputError as e:
         return str(e)
+    if not alone(point) and scripted(base):
+        return SCRIPTED
     cost = cost_per_hour(point, base)
     if budget_per_hour is not None and cost > budget_per_hour + 1e-9:
         return f"costs ${cost:,.2f}/h for {point.gpus} GPUs, over the budget of ${budget_per_hour:,.2f}/h"
@@ -185,15 +194,24 @@ def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None
 
 
 def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | None = None) -> dict[str, Any]:
-    """Serve the workload on the point's fleet to the end and return its numbers (plain floats, JSON-ready)."""
-    fleet = Fleet(fleet_spec(point, base, kv_link_gbps))
-    fleet.run()
-    m = fleet.metrics()
-    ttft, tpot = fleet.latencies()
+    """Serve the workload on the point's deployment to the end and return its numbers (plain floats, JSON-ready).
+
+    One replica runs on the engine itself (a fleet of one gives the same numbers; the engine also replays
+    --workload files and --trace); more run as a fleet.
+    """
+    spec = fleet_spec(point, base, kv_link_gbps)
+    dep: Engine | Fleet = Engine(spec.config) if alone(point) else Fleet(spec)
+    dep.run()
+    m = dep.metrics()
+    if isinstance(dep, Fleet):
+        ttft, tpot = dep.latencies()
+    else:
+        lat = np.concatenate([ln.stats.lat.last() for ln in dep._lanes])
+        ttft, tpot = lat[:, L.TTFT], lat[:, L.TPOT]
+    cost_h = cost_per_hour(point, base)
     q = slo.percentile
     sim = m["sim_time_s"]
     tokens = m["input_tokens"] + m["output_tokens"]
-    cost_h = fleet.cost_per_hour
     # Plan rents every GPU for the whole run, idle or not: $/Mtok is the fleet's bill over all tokens.
     usd = cost_h * sim / 3600.0
     ok = np.ones(ttft.size, dtype=bool)

@@ -96,3 +96,13 @@ def test_fleet_bench_rows_report_what_they_ran() -> None:
     assert day["replicas"] == 2 and day["wall_s"] > 0
     grid = plan_grid(configs=3, minutes=0.5, workers=1)
     assert grid["configs"] == grid["simulated"] == 3 and grid["requests_each"] == 60
+
+
+def test_a_trace_plans_on_one_engine_and_a_fleet_says_why_not(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--trace", "azure-conv-sample", "--replicas", "1-2", "--workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["evaluated"] == 1 and out["best"]["replicas"] == 1 and out["best"]["requests_completed"] == 300
+    assert [i["config"]["replicas"] for i in out["infeasible"]] == [2]
+    assert "replay on one engine" in out["infeasible"][0]["why"]
+    r = cli("run", "--trace", "azure-conv-sample", "--replicas", "2")
+    assert r.returncode == 2 and "replay on one engine" in r.stderr and r.stdout == ""
