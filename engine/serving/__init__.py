@@ -1,9 +1,9 @@
 """The serving loop: a tick-based engine that schedules requests onto GPUs and prices every step.
 
     tables      request tables, one numpy array per field (struct of arrays, no object per request)
-    kvpool      a lane's KV blocks: capacity, in use, peak
+    kvpool      a lane's KV blocks: private, shared and cached (prefix caching), offloaded to host memory
     scheduler   the batching policies (static, continuous, chunked) behind one interface
-    arrivals    closed-loop users and Poisson arrivals; the request budget the lanes share
+    arrivals    closed-loop users, Poisson arrivals, a workload file's stages or a trace; the shared budget
     lane        one GPU group: its tables, pool, arrivals and clock; one step per tick
     accounting  what a lane counted, and the run / rolling metrics as typed records
     engine      the Engine facade: builds lanes from an EngineConfig, steps them on one clock, reads out

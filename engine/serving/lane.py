@@ -287,8 +287,10 @@ class Lane:
         cached = c.cached[:n]
         if self.n_pf == 0:
             if self.spec_k:
-                # A verify step writes K+1 tokens per row before the rejected ones are rolled back.
-                return None, None, int((blocks_for(cached + self.spec_k + 1) - c.blocks[:n]).sum())
+                # A verify step writes K+1 tokens per row (no more than the row still has to write) before
+                # the rejected ones are rolled back.
+                q = np.minimum(self.spec_k + 1, c.total[:n] - c.gen[:n])
+                return None, None, int((blocks_for(cached + q) - c.blocks[:n]).sum())
             nb = (cached & (BLOCK - 1)) == 0  # the next token opens a new block
             return None, nb, int(np.count_nonzero(nb))
         rem = c.target[:n] - cached
@@ -571,21 +573,22 @@ class Lane:
         cached = c.cached[:n]
         gen = c.gen[:n]
         model = self.sm.model
-        q = K + 1
+        q = np.minimum(K + 1, c.total[:n] - gen)  # a row near its end verifies only what it still writes
+        nf = q.astype(np.float64)
+        tokens = int(q.sum())
         sum_ctx = float(cached.sum())
-        attn = q * sum_ctx + 0.5 * q * q * n
+        attn = float((nf * (cached + nf / 2)).sum())
         if model.sliding_layers > 0:
-            nf = np.full(n, float(q))
             sum_win = float(model.local_seen(cached).sum())
             attn_win = float(model.local_pairs(cached, nf).sum())
         else:
             sum_win = attn_win = 0.0
-        cost = self.sm.cost_agg(q * n, n, sum_ctx, sum_win, attn, attn_win, q * n, attn_decode=attn)
+        cost = self.sm.cost_agg(tokens, n, sum_ctx, sum_win, attn, attn_win, tokens, attn_decode=attn)
         dt = cost.time_s + self.spec.drafter.time(n, sum_ctx)  # type: ignore[union-attr]
         t1 = self.clock + dt
         self.clock = t1
         acc = sample_accepted(self.spec_rng, n, K, self.spec.spec_accept)
-        emitted = np.minimum(acc + 1, c.total[:n] - gen)
+        emitted = np.minimum(acc + 1, q)
         before = gen.copy()
         cached += emitted
         gen += emitted
