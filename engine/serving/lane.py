@@ -457,6 +457,8 @@ class Lane:
             for i in range(len(mh)):
                 kk = keys[ends[i] - mh[i]:ends[i]]
                 h = pool.match(kk)
+                if h and pool.host:
+                    h = self._worth_loading(kk[:h])
                 rem = int(tg[i]) - h * BLOCK
                 ch, ok = self.sched.admit_chunks(np.array([rem], dtype=np.int64), planned, pf_planned)
                 nb = int(blocks_for(h * BLOCK + ch[0])) - h
@@ -475,6 +477,24 @@ class Lane:
             j += len(mh)
             batch *= 4
         return n, chunks, hits, hkeys
+
+    def _worth_loading(self, hits: np.ndarray) -> int:
+        """How many of these matched blocks to reuse: all, unless some are only in host memory and copying them
+        back over the host link takes longer than computing them again (then the run stops before the first
+        such block). A preempted request whose blocks went to host memory thus swaps back in or recomputes,
+        whichever is cheaper."""
+        back = self.pool.on_host(hits)
+        if not back.any():
+            return len(hits)
+        sm = self.sm
+        tokens = int(back.sum()) * BLOCK
+        load = tokens * sm.kv_bytes_per_token / (sm.hw.host_link_gbps * 1e9)
+        # Recomputing them is a prefill of those tokens on top of what precedes them (the step's fixed costs
+        # are shared with the rest of the batch, so only the marginal compute and KV traffic count).
+        ctx = float(int(np.argmax(back)) * BLOCK)
+        full = sm.cost_agg(tokens, 1, ctx, 0.0, tokens * (ctx + tokens / 2), 0.0, 0, attn_decode=0.0)
+        recompute = full.t_compute_s + full.t_attn_compute_s
+        return len(hits) if load <= recompute else int(np.argmax(back))
 
     # ---- the prefix cache: keys, filling, releasing -------------------------------------------------
     @staticmethod

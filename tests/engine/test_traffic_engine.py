@@ -198,3 +198,19 @@ def test_offload_turns_an_lru_thrash_into_hits(tmp_path: Path) -> None:
     assert on["requests_completed"] > 1.5 * off["requests_completed"]
     with pytest.raises(InputError, match="needs --prefix-caching on"):
         Engine(EngineConfig(kv_offload_gb=10, prefix_caching=False))
+
+
+def test_host_copies_are_used_only_when_cheaper_than_recomputing(tmp_path: Path) -> None:
+    """The same LRU thrash over a host link of 50 MB/s: copying a 4,000-token prompt's KV back (about 4.5 s)
+    costs more than computing it again (about 70 ms), so nothing is loaded and the prompts are recomputed."""
+    import engine
+    preset = (Path(engine.__file__).parent / "presets" / "hardware" / "h100-sxm.toml").read_text()
+    slow = tmp_path / "slow.toml"
+    slow.write_text(preset.replace('name = "h100-sxm"', 'name = "h100-slow-host"\nhost_link_gbps = 0.05', 1))
+    work = "[[stage]]\nusers = 8\nduration = 20\n[prompt]\ntokens = 4000\ngroups = 100\nusers_per_group = 1\n" \
+           "[output]\ntokens = 32\n"
+    kw = dict(workload=wl(tmp_path, work), model="qwen2.5-7b", kv_pool_blocks=3000, kv_offload_gb=30)
+    _, fast = run(**kw)
+    _, slow_m = run(hardware=str(slow), **kw)
+    assert fast["kv_loaded_blocks"] > 0 and slow_m["kv_offloaded_blocks"] > 0
+    assert slow_m["kv_loaded_blocks"] == 0 and slow_m["prefix_cache_hit_rate"] < 0.05
