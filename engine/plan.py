@@ -22,7 +22,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.fleet import ROUTERS, SCRIPTED, Fleet, FleetSpec, parse_pd, scripted
-from engine.serving.accounting import L
+from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
 from engine.specs import load_hardware
 
@@ -240,8 +240,8 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
 
 def _pct(x: np.ndarray, q: float) -> float | None:
     """The q-th percentile of the finite values (None if there are none)."""
-    x = x[np.isfinite(x)]
-    return float(np.percentile(x, q)) if x.size else None
+    v = finite_percentiles(x, (q,))
+    return None if v is None else v[0]
 
 
 def misses(r: dict[str, Any], slo: Slo) -> list[str]:

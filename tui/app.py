@@ -73,6 +73,7 @@ COMPACT_BELOW = (110, 34)  # below this the floor drops borders and the roofline
 # and two rows (boxed: plus its border). The guide gets what is left, so it never hides the users.
 FLOOR_ROWS = {False: 2 + 22 + 4, True: 2 + 13 + 3}
 NARRATION_MAX = 12  # the guide's rows at most (a boxed guide counts its border)
+FF_TICKS = 64  # ticks per engine.advance() call in fast-forward, between looks at the wall-time budget
 STEP_BUDGET_S = 0.012  # wall seconds per frame the engine may use before the view falls behind
 MAX_WALL_DT = 0.25  # a stalled frame (e.g. a suspended terminal) never jumps further than this
 
@@ -210,6 +211,7 @@ class TokensimApp(App[None]):
         target = self._view_clock + max(0.0, sim_dt)
         before = self._snap
         steps = 0
+        skipped = False
         deadline = None if budget_s is None else time.perf_counter() + budget_s
         self._behind = False
         while self.engine.clock < target:
@@ -218,14 +220,23 @@ class TokensimApp(App[None]):
                 target = float(self.engine.clock)
                 break
             start = float(self.engine.clock)
-            self._cost = self.engine.step().cost
-            steps += 1
+            # Past the frame's first step only the frame's end is shown (fast-forward): let the engine skip
+            # quiet decode runs. Slow motion (one step per frame) still steps one at a time.
+            ran = self.engine.advance(target - start, max_ticks=FF_TICKS) if steps else 0
+            if ran:
+                skipped = True
+            else:
+                self._cost = self.engine.step().cost
+                ran = 1
+            steps += ran
             self._step_start, self._step_end = start, float(self.engine.clock)
             if self.engine.clock <= start:  # no time passed (should not happen): never spin
                 break
         self._steps_in_frame = steps
         if steps:
             self._snap = self.engine.snapshot()
+            if skipped:
+                self._cost = self._snap.last_step
             self._pre = before if steps == 1 else self._snap
         self._view_clock = target
 

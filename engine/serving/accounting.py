@@ -167,6 +167,13 @@ class Rates(NamedTuple):
     dollars_per_s: float  # one lane's GPU group
 
 
+def finite_percentiles(x: np.ndarray, qs: tuple[float, ...]) -> list[float] | None:
+    """The qs-th percentiles (linear) of the finite values of x, None if there are none: the one place unfinished
+    requests (NaN, inf) are left out of latency percentiles."""
+    x = x[np.isfinite(x)]
+    return np.percentile(x, qs).tolist() if x.size else None
+
+
 class Summary(NamedTuple):
     """Mean and p50/p90/p99 of the finite values (None where there are none)."""
 
@@ -179,10 +186,10 @@ class Summary(NamedTuple):
     def of(x: np.ndarray) -> Summary:
         """Mean and percentiles of the finite values of x."""
         x = x[np.isfinite(x)]
-        if x.size == 0:
+        v = finite_percentiles(x, (50, 90, 99))
+        if v is None:
             return Summary(None, None, None, None)
-        v = np.percentile(x, (50, 90, 99))
-        return Summary(float(x.mean()), float(v[0]), float(v[1]), float(v[2]))
+        return Summary(float(x.mean()), *v)
 
 
 
@@ -191,8 +198,8 @@ Percentiles = Summary  # the name the fleet reads
 
 def _median(x: np.ndarray) -> float:
     """p50 of the finite values (NaN where there are none)."""
-    x = x[np.isfinite(x)]
-    return float(np.percentile(x, (50,))[0]) if x.size else float("nan")
+    v = finite_percentiles(x, (50,))
+    return float("nan") if v is None else v[0]
 
 
 class LaneLike(Protocol):

@@ -283,14 +283,15 @@ class Engine:
         self._step(limit)
         return 1
 
-    def advance(self, sim_seconds: float) -> int:
-        """Run ticks until the clock has moved `sim_seconds` (or the run is finished); returns ticks run."""
+    def advance(self, sim_seconds: float, max_ticks: int | None = None) -> int:
+        """Run ticks until the clock has moved `sim_seconds` (or the run is finished, or `max_ticks` ran, so a
+        caller on a wall-time budget can look at its watch); quiet decode runs are skipped; returns ticks run."""
         if not sim_seconds > 0:
             return 0
         target = self._clock + sim_seconds
         n = 0
-        while self._clock < target and not self.finished:
-            n += self._ticks(target, math.inf)
+        while self._clock < target and not self.finished and (max_ticks is None or n < max_ticks):
+            n += self._ticks(target, math.inf if max_ticks is None else max_ticks - n)
         return n
 
     def run(self, max_ticks: int | None = None) -> int:
