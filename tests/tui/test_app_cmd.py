@@ -42,7 +42,7 @@ def test_help_shows_the_apps_defaults(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit):
         parse("--help")
     out = " ".join(capsys.readouterr().out.split())
-    assert "(default uniform:100,400)" in out and "(default 6 unless --rate)" in out
+    assert "(default uniform:500,3000)" in out and "(default 6 unless --rate)" in out
     assert "(default exp:2)" in out
 
 

@@ -27,6 +27,19 @@ def mfu(frame: Frame) -> float:
     return min(1.0, st.flops_total / st.time_s / peak)
 
 
+def floor_s(frame: Frame) -> float:
+    """The shown step's floor: its bytes at peak bandwidth or its FLOPs at peak FLOP/s, whichever is longer.
+
+    This is the articles' arithmetic (the step model's --ideal roofline) for this very step; the rest of
+    the calibrated step time is overhead: sustained rather than peak rates, fixed per-step and per-layer
+    costs, tensor-parallel all-reduces. 0 when idle.
+    """
+    st, r = frame.step, frame.snapshot.roof
+    if st is None or st.tokens <= 0 or r.bandwidth <= 0 or r.peak_flops <= 0:
+        return 0.0
+    return min(st.time_s, max(st.bytes_total / r.bandwidth, st.flops_total / r.peak_flops))
+
+
 def window(frame: Frame) -> tuple[float, int]:
     """(simulated seconds the rates average over, finished requests the p50 latencies cover)."""
     m = frame.snapshot.metrics

@@ -8,7 +8,7 @@ from rich.text import Text
 from tui.frame import Frame
 from tui.i18n import t
 from tui.render import palette as pal
-from tui.render.figures import bandwidth_use
+from tui.render.figures import bandwidth_use, floor_s
 from tui.render.fmt import bar, dur, nbytes, pct, si
 
 
@@ -86,20 +86,37 @@ def layer_bar(frame: Frame, width: int) -> Text:
     return out
 
 
-def summary(frame: Frame, width: int) -> Text:
-    """this step 28.1 GB in 8.6 ms · moved 2.8 TB so far (the C03 running total)."""
-    lang = frame.lang
+def step_time(frame: Frame) -> str:
+    """'16.0 ms = 8.48 ms floor + 7.52 ms overhead': the calibrated step beside the arithmetic's floor."""
     st = frame.step
-    parts = []
-    if st is not None and st.tokens > 0:
-        parts.append(t(lang, "this_step", b=nbytes(st.bytes_total), t=dur(st.time_s)))
-    moved = frame.snapshot.bytes_moved.get("hbm", 0.0)
-    parts.append(t(lang, "moved", b=nbytes(moved)))
-    out = Text(" · ".join(parts), style=pal.DIM)
+    if st is None or st.tokens <= 0:
+        return ""
+    floor = floor_s(frame)
+    over = st.time_s - floor
+    if over <= 0.005 * st.time_s:  # --ideal: the step is its floor
+        return t(frame.lang, "floor_only", t=dur(st.time_s))
+    return t(frame.lang, "floor_split", t=dur(st.time_s), f=dur(floor), o=dur(over))
+
+
+def summary(frame: Frame, width: int) -> Text:
+    """this step 28.1 GB in 16.0 ms = 8.48 ms floor + 7.52 ms overhead."""
+    st = frame.step
+    if st is None or st.tokens <= 0:
+        out = Text("", style=pal.DIM)
+    else:
+        out = Text(t(frame.lang, "this_step", b=nbytes(st.bytes_total), t=step_time(frame)), style=pal.DIM)
+    out.truncate(width, overflow="ellipsis", pad=True)
+    return out
+
+
+def moved(frame: Frame, width: int) -> Text:
+    """moved 2.8 TB so far (the C03 running total)."""
+    out = Text(t(frame.lang, "moved", b=nbytes(frame.snapshot.bytes_moved.get("hbm", 0.0))), style=pal.DIM)
     out.truncate(width, overflow="ellipsis", pad=True)
     return out
 
 
 def render(frame: Frame, width: int, height: int = 3) -> list[Text]:
-    """Conveyor, layer progress and the step summary."""
-    return [conveyor(frame, width), layer_bar(frame, width), summary(frame, width)][:max(0, height)]
+    """Conveyor, layer progress, the step's time against its floor, and the bytes moved so far."""
+    rows = [conveyor(frame, width), layer_bar(frame, width), summary(frame, width), moved(frame, width)]
+    return rows[:max(0, height)]
