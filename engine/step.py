@@ -404,13 +404,15 @@ class StepModel:
                       attn_win, attn_decode)
         return self._time(p)
 
-    def totals_agg(self, tokens: np.ndarray, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray, attn_full: np.ndarray,
-                   attn_win: np.ndarray, logits: np.ndarray, attn_decode: np.ndarray) -> tuple[Any, Any, Any]:
+    def totals_agg(self, tokens: np.ndarray | float, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray,
+                   attn_full: np.ndarray, attn_win: np.ndarray, logits: np.ndarray | float, attn_decode: np.ndarray) -> tuple[Any, Any, Any]:
         """Times (s), FLOPs and bytes (per GPU) of many steps at once, each given by cost_agg's aggregates: the
         serving loop prices a run of decode steps in one call. Each equals cost_agg's time_s, flops_total and
-        bytes_total, summed in the same order."""
-        p = self._agg(np.asarray(tokens, dtype=np.float64), np.asarray(logits), sum_ctx, sum_ctx_win, attn_full,
-                      attn_win, attn_decode)
+        bytes_total, summed in the same order. Tokens and logits may be one float for every step (a run of decode
+        steps keeps its batch): the terms that depend on them only are then computed once."""
+        T = tokens if isinstance(tokens, float) else np.asarray(tokens, dtype=np.float64)
+        lg = logits if isinstance(logits, float) else np.asarray(logits)
+        p = self._agg(T, lg, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
         return self._time(p), p.fl_mm + p.fl_attn + p.fl_lm, p.weights + p.kv_read + p.kv_write + p.act
 
     def _time(self, p: _Parts) -> Any:
@@ -491,9 +493,8 @@ class StepModel:
         size = g[np.minimum(np.searchsorted(g, np.minimum(t, top)), len(g) - 1)]
         pad = np.where(inside, size - t, 0.0)
         full = (inside & (np.asarray(attn_decode) >= np.asarray(attn_full))).astype(np.float64)
-        if np.ndim(T) == 0:
-            return float(pad), float(full)
-        return pad, full
+        # One step count with many steps' attention (a run of decode steps): the padding is one float.
+        return (float(pad) if np.ndim(pad) == 0 else pad), (float(full) if np.ndim(full) == 0 else full)
 
     def decode(self, batch: int, context: int) -> StepCost:
         """One decode step: `batch` sequences each adding one token on top of `context` cached tokens."""

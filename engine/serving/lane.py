@@ -682,7 +682,7 @@ class Lane:
             attn_win = sum_win + 0.5 * n
         else:
             sum_win = attn_win = np.zeros(len(j))
-        tok = np.full(len(j), n)
+        tok = float(n)  # every step of the run has the same batch: its token-only terms are priced once
         dts, flops, byts = self.sm.totals_agg(tok, sum_ctx, sum_win, attn, attn_win, tok, attn)
         clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
         k = min(len(j), int(np.searchsorted(clock[:-1], min(self.next_arrival, stop), side="left")))
