@@ -405,7 +405,8 @@ class StepModel:
         return self._time(p)
 
     def totals_agg(self, tokens: np.ndarray | float, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray,
-                   attn_full: np.ndarray, attn_win: np.ndarray, logits: np.ndarray | float, attn_decode: np.ndarray) -> tuple[Any, Any, Any]:
+                   attn_full: np.ndarray, attn_win: np.ndarray, logits: np.ndarray | float,
+                   attn_decode: np.ndarray) -> tuple[Any, Any, Any]:
         """Times (s), FLOPs and bytes (per GPU) of many steps at once, each given by cost_agg's aggregates: the
         serving loop prices a run of decode steps in one call. Each equals cost_agg's time_s, flops_total and
         bytes_total, summed in the same order. Tokens and logits may be one float for every step (a run of decode
