@@ -36,6 +36,10 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
 _ALL = np.int64(1) << 40  # "every block" in _shareable
+# _complete's latencies measured from arrival: rows of the latency record <- the request's time columns
+# (index arrays built once: a list of IntEnum members is converted element by element on every use).
+_LAT_TO = np.array([L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE], dtype=np.intp)
+_LAT_FROM = np.array([FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE, FloatCol.ADMIT], dtype=np.intp)
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 
@@ -932,8 +936,7 @@ class Lane:
         tpot = np.full(k, np.nan)
         np.divide(t - d.first, total - 1, out=tpot, where=total > 1)
         lat = np.empty((len(L), k))
-        lat[[L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE]] = d.f[[FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE,
-                                                          FloatCol.ADMIT]] - arr
+        lat[_LAT_TO] = d.f[_LAT_FROM] - arr
         lat[L.TPOT] = tpot
         lat[L.STAGE] = d.stage
         if self.staged:
