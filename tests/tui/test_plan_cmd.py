@@ -95,7 +95,8 @@ def test_fleet_bench_rows_report_what_they_ran() -> None:
     assert day["sim_s"] >= 0.05 * 3600 and day["requests"] > 0.5 * day["rate"] * 0.05 * 3600
     assert day["replicas"] == 2 and day["wall_s"] > 0
     grid = plan_grid(configs=3, minutes=0.5, workers=1)
-    assert grid["configs"] == grid["simulated"] == 3 and grid["requests_each"] == 60
+    assert grid["configs"] == grid["simulated"] == 3 and grid["requests_each"] == 60 and grid["cpu_s"] > 0
+    assert plan_grid(configs=4, minutes=0.5, workers=1, every=2)["configs"] == 2
 
 
 def test_a_trace_plans_on_one_engine_and_a_fleet_says_why_not(capsys: pytest.CaptureFixture[str]) -> None:

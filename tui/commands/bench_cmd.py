@@ -140,10 +140,11 @@ def run(args: argparse.Namespace) -> int:
     if "fleet_day" in res:
         f, g = res["fleet_day"], res["plan_grid"]
         t.add_row("fleet", f"{f['sim_s'] / 3600:g} h of {f['users']:,} users ({f['rate']:.2f} req/s) on"
-                  f" {f['replicas']} replicas, {f['router']}: {f['wall_s']:,.1f} s ({f['requests']:,} requests,"
-                  f" {f['sim_s_per_wall_s']:,.0f} sim s per wall s)")
+                  f" {f['replicas']} replicas, {f['router']}: {f['wall_s']:,.1f} s ({f['cpu_s']:,.1f} CPU s;"
+                  f" {f['requests']:,} requests, {f['sim_s_per_wall_s']:,.0f} sim s per wall s)")
         t.add_row("plan", f"{g['configs']:,} configurations of {g['sim_minutes']:g} simulated minutes on"
-                  f" {g['workers']} workers: {g['wall_s']:,.1f} s ({g['s_per_config']:.2f} s each)")
+                  f" {g['workers']} workers: {g['wall_s']:,.1f} s ({g['s_per_config']:.2f} s each,"
+                  f" {g['cpu_s_per_config']:.2f} CPU s each)")
     tr = res["trace"]
     t.add_row("trace replay", f"{tr['trace']}: {tr['requests']:,} requests, {tr['sim_time_s']:,.0f} s simulated in"
               f" {tr['wall_s']:.2f} s wall ({tr['cpu_s']:.2f} s CPU), {tr['model']} / {tr['hardware']}")
