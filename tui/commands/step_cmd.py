@@ -10,6 +10,7 @@ from rich.table import Table
 from engine.errors import InputError
 from engine.numbers import fixed, si
 from engine.step import StepCost, StepModel
+from engine.xray import step_xray
 from tui.commands.options import add_model_options, console, nonneg_int, positive_int, print_json, step_model_from_args
 
 
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         out.update(cost.as_dict())
         out["tokens_per_s"] = cost.tokens / cost.time_s if cost.time_s else 0.0
         out["time_s_ideal"], out["time_s_calibrated"] = ideal.time_s, calib.time_s
+        out["xray"] = step_xray(cost, args.ideal).as_dict()
         print_json(out)
         return 0
     _print(sm, kind, args, ideal, calib, cost)
@@ -86,6 +88,7 @@ def _print(sm: StepModel, kind: str, args: argparse.Namespace, ideal: StepCost, 
         ("  compute time", _ms(ideal.t_compute_s), _ms(calib.t_compute_s)),
         ("  all-reduce time", _ms(ideal.t_comm_s), _ms(calib.t_comm_s)),
         ("  fixed overhead", _ms(ideal.t_overhead_s), _ms(calib.t_overhead_s)),
+        *_xray_rows(ideal, calib),
         ("tokens/s (this step's tokens / time)", _rate(ideal), _rate(calib)),
         ("bound by", ideal.bound, calib.bound),
         ("SM busy", f"{ideal.sm_busy:.1%}", f"{calib.sm_busy:.1%}"),
@@ -110,6 +113,15 @@ def _print(sm: StepModel, kind: str, args: argparse.Namespace, ideal: StepCost, 
         b.add_row("experts touched per MoE layer", f"{chosen.experts_touched:.1f} of {sm.model.experts}")
     b.add_row("KV pool per GPU", _bytes(sm.kv_capacity_bytes))
     con.print(b)
+
+
+def _xray_rows(ideal: StepCost, calib: StepCost) -> list[tuple[str, str, str]]:
+    """The step time split by what it waited on (engine.xray), as share of the step, per column."""
+    xi, xc = step_xray(ideal, True), step_xray(calib, False)
+    rows = [("x-ray: the step waited on", "", "")]
+    for (name, a), (_, b) in zip(xi.segments(), xc.segments(), strict=True):
+        rows.append((f"  {name}", f"{_ms(a)} ({a / xi.time_s:.0%})", f"{_ms(b)} ({b / xc.time_s:.0%})"))
+    return rows
 
 
 def _ms(s: float) -> str:
