@@ -9,6 +9,7 @@ All figures are per GPU: under tensor parallelism every GPU moves its share at t
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -171,6 +172,7 @@ class StepModel:
     roof: Roof = field(init=False)
     _c: dict[str, float] = field(init=False, repr=False)
     _graphs: np.ndarray | None = field(init=False, repr=False, default=None)
+    _graph_list: list[float] = field(init=False, repr=False, default_factory=list)  # the same, for one step
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
@@ -277,6 +279,7 @@ class StepModel:
         }
         # The token counts vLLM captured CUDA graphs for (None: the runtime replays none, or --ideal).
         self._graphs = graph_sizes(o.max_batch, o.max_batched_tokens) if rt.cuda_graphs and not o.ideal else None
+        self._graph_list = [] if self._graphs is None else self._graphs.tolist()
 
     @property
     def sustained_bandwidth(self) -> float:
@@ -488,6 +491,14 @@ class StepModel:
         g = self._graphs
         if g is None:
             return 0.0 * T, 0.0 * T
+        if isinstance(T, (float, int)):
+            # One step count (every step the serving loop prices): bisect in Python, no array round trip.
+            gl = self._graph_list
+            inside = 0 < T <= gl[-1]
+            pad = gl[bisect.bisect_left(gl, T)] - T if inside else 0.0
+            if isinstance(attn_full, (float, int)) and isinstance(attn_decode, (float, int)):
+                return float(pad), float(inside and attn_decode >= attn_full)
+            return float(pad), (inside & (np.asarray(attn_decode) >= np.asarray(attn_full))).astype(np.float64)
         t = np.asarray(T, dtype=np.float64)
         top = g[-1]
         inside = (t > 0) & (t <= top)
