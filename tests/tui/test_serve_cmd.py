@@ -188,3 +188,20 @@ def test_without_textual_serve_installed_it_is_one_line(monkeypatch: pytest.Monk
     assert main(["serve", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install" in err
+
+
+def test_serve_can_pass_on_every_option_of_the_app() -> None:
+    """An option the app gains later (of a kind app_argv cannot write) fails here, not in a user's browser."""
+    import argparse
+
+    from tui.commands import app_cmd
+
+    app_parser = argparse.ArgumentParser(add_help=False)
+    app_cmd.add_arguments(app_parser)
+    options = [a for a in app_parser._actions if a.option_strings]
+    args = parse()
+    for a in options:  # every option given, with a value unlike its default
+        setattr(args, a.dest, (not a.default) if a.nargs == 0 else "x")
+    words = serve_cmd.app_argv(args)
+    assert len(words) == len(options)
+    assert {w.split("=")[0] for w in words} == {max(a.option_strings, key=len) for a in options}
