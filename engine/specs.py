@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import hf_config
 from engine.errors import InputError, suggest
 
 # Bytes per stored weight or KV element. mxfp4 carries one 8-bit scale per 32 values: 4.25 bits.
@@ -119,6 +120,7 @@ class Model:
     experts_per_token: int = 0
     expert_intermediate: int = 0
     shared_experts: int = 0
+    shared_expert_intermediate: int = 0  # a shared expert's width when it differs from a routed one's (Qwen2-MoE)
     first_dense_layers: int = 0
     expert_bias: bool = False
     # MLA (DeepSeek): the cache holds a compressed latent plus a shared rope key.
@@ -142,6 +144,11 @@ class Model:
     @property
     def is_moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def shared_width(self) -> int:
+        """Intermediate width of each shared expert."""
+        return self.shared_expert_intermediate or self.expert_intermediate
 
     @property
     def is_mla(self) -> bool:
@@ -265,7 +272,8 @@ def count_params(m: Model) -> dict[str, float]:
     dense_mlp = 3 * h * m.intermediate
     expert = 3 * h * m.expert_intermediate + ((2 * m.expert_intermediate + h) if m.expert_bias else 0)
     router = h * m.experts + (m.experts if m.expert_bias else 0)
-    shared = m.shared_experts * 3 * h * m.expert_intermediate
+    # Shared experts run for every token; Qwen2-MoE's is wider than a routed one and has a one-unit sigmoid gate.
+    shared = m.shared_experts * 3 * h * m.shared_width + (h if m.shared_expert_intermediate else 0)
     embed = m.vocab * h
     lm_head = 0 if m.tie_embeddings else m.vocab * h
     moe_l, dense_l = m.moe_layers, m.dense_layers
@@ -340,9 +348,8 @@ def _first(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
 
 def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -> Model:
     """Build a Model from HF config.json keys (plus tokensim's name/display/source/weight_dtype)."""
-    # Some configs (e.g. multimodal wrappers) nest the language model.
-    if "text_config" in d and "num_hidden_layers" not in d:
-        d = {**d["text_config"], **{k: v for k, v in d.items() if k != "text_config"}}
+    # Multimodal wrappers nest the language model; family layouts are rewritten; unread size keys warned about.
+    d = hf_config.normalise(d, where)
     layers = int(_positive(where, "num_hidden_layers", d.get("num_hidden_layers"), integer=True))
     hidden = int(_positive(where, "hidden_size", d.get("hidden_size"), integer=True))
     heads = int(_positive(where, "num_attention_heads", d.get("num_attention_heads"), integer=True))
@@ -397,7 +404,8 @@ def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -
         qk_norm=bool(d.get("qk_norm", "qwen3" in str(d.get("model_type", "")))),
         max_context=int(d.get("max_position_embeddings", 32768) or 32768), weight_dtype=wd, expert_dtype=ed,
         experts=experts, experts_per_token=k, expert_intermediate=expert_inter,
-        shared_experts=int(d.get("n_shared_experts") or 0), first_dense_layers=first_dense,
+        shared_experts=int(d.get("n_shared_experts") or 0) if experts else 0, first_dense_layers=first_dense,
+        shared_expert_intermediate=int(d.get("shared_expert_intermediate_size") or 0) if experts else 0,
         expert_bias=bool(d.get("expert_bias", False)),
         kv_lora_rank=kv_lora, q_lora_rank=int(d.get("q_lora_rank") or 0),
         qk_rope_head_dim=int(d.get("qk_rope_head_dim") or 0), qk_nope_head_dim=int(d.get("qk_nope_head_dim") or 0),

@@ -216,8 +216,8 @@ class StepModel:
         # KV heads shard across tp GPUs; with fewer KV heads than GPUs (or MLA's single latent) they replicate.
         kv_shards = 1 if m.is_mla else max(1, min(tp, m.kv_heads))
         kvl = m.kv_bytes_per_token_layer(o.kv_dtype)
-        ffn_active = (m.dense_layers * m.intermediate + m.moe_layers * (m.experts_per_token + m.shared_experts)
-                      * m.expert_intermediate) / m.layers
+        ffn_active = (m.dense_layers * m.intermediate + m.moe_layers * (m.experts_per_token * m.expert_intermediate
+                                                                        + m.shared_experts * m.shared_width)) / m.layers
         compute_dtype = self.edtype if m.is_moe else self.wdtype
         self.roof = Roof(hw.peak_flops(compute_dtype) * o.compute_mult, hw.bandwidth * o.bandwidth_mult)
         bw = self.roof.bandwidth
