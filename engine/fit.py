@@ -161,7 +161,7 @@ def _pattern(loss_of: Callable[[np.ndarray], float], x: np.ndarray, names: tuple
 # flops_eff and attn_flops_eff stay at vllm-0.6's fitted values. Each candidate replays every experiment (a
 # shorter replay per stage than `tokensim validate`'s, SERVING_FIT_REQUESTS requests a stage).
 SERVING_PARAMS = ("bw_eff", "attn_bw_eff", "step_overhead_s", "layer_overhead_s")
-SERVING_FIT_REQUESTS = 150
+SERVING_FIT_REQUESTS = 100
 _SERVING_FIRST = np.array([0.08, 0.1, 1e-3, 2e-5])
 _SERVING_LAST = np.array([0.01, 0.02, 1e-4, 4e-6])
 

@@ -49,3 +49,21 @@ def test_rich_output_shows_errors_and_held_out(capsys: pytest.CaptureFixture[str
 def test_bad_input_is_one_line_and_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(args, capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "nope" in err
+
+
+def test_the_vllm_campaign_prints_each_experiment_and_the_median_errors(capsys: pytest.CaptureFixture[str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.replay as replay
+
+    monkeypatch.setattr(replay, "STAGE_REQUESTS", 12)  # a short replay: the shape, not the figures
+    code, out, _ = run_cli(["validate", "--table", "vllm015", "--json"], capsys)
+    t = json.loads(out)["tables"][0]
+    assert code == 0 and t["name"] == "vllm015" and len(t["rows"]) == 13 and t["unrepresented"] == []
+    for k in ("ttft", "itl", "e2e"):
+        errs = sorted(abs(r[k]["err_pct"]) for r in t["rows"])
+        assert t[f"{k}_median_abs_err_pct"] == pytest.approx(errs[6])
+        r = t["rows"][0][k]
+        assert r["err_pct"] == pytest.approx(100 * (r["predicted_ms"] - r["measured_ms"]) / r["measured_ms"])
+    code, out, _ = run_cli(["validate", "--table", "vllm015"], capsys)
+    assert code == 0 and "median |err| over 13 experiments" in out and "llama-4-scout" in out
+    assert max(len(line) for line in out.splitlines()) <= 120

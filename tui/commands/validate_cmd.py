@@ -49,27 +49,25 @@ def _print_serving(t: dict[str, Any], override: str | None) -> None:
     """The vLLM v0.15 campaign: per experiment the measured and predicted means, then the median errors."""
     con = console()
     title = SERVING_TITLE + (f" · priced as {override}" if override else "")
-    tab = Table(title=title, header_style="bold", show_edge=False)
-    for c in ("exp", "model", "GPU", "tp", "workload", "req/s", "mnbt"):
+    tab = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
+    for c in ("exp", "model", "tp", "workload", "req/s"):
         tab.add_column(c, no_wrap=True)
-    for k in ("TTFT", "ITL", "E2E"):
-        tab.add_column(f"{k} ms meas / pred", justify="right", no_wrap=True)
-        tab.add_column("err", justify="right", no_wrap=True)
+    for k in ("TTFT ms", "ITL ms", "E2E s"):
+        tab.add_column(f"{k} meas→pred", justify="right", no_wrap=True)
     for r in t["rows"]:
-        cells = [str(r["exp_id"])[:8], r["model"].split("/")[-1][:24], r["hardware"], str(r["tp"]), r["workload"],
-                 r["stage_rates_rps"], str(r["max_num_batched_tokens"])]
-        for k in ("ttft", "itl", "e2e"):
+        cells = [str(r["exp_id"])[:8], r["sim"]["model"], str(r["tp"]), r["workload"], r["stage_rates_rps"]]
+        for k, scale in (("ttft", 1.0), ("itl", 1.0), ("e2e", 1e-3)):
             m = r[k]
-            cells += [f"{m['measured_ms']:,.1f} / {m['predicted_ms']:,.1f}",
-                      f"[{_err_style(m['err_pct'])}]{m['err_pct']:+.1f} %[/]"]
+            cells.append(f"{m['measured_ms'] * scale:.1f}→{m['predicted_ms'] * scale:.1f} "
+                         f"[{_err_style(m['err_pct'])}]{m['err_pct']:+.0f}%[/]")
         if r["sim"]["saturated"]:
-            cells[4] += " [red](saturated)[/]"
+            cells[3] += " [red]saturated[/]"
         tab.add_row(*cells)
     con.print(tab)
-    parts = [f"{k.upper()} {fixed(t[f'{k}_median_abs_err_pct'], unit=' %')} (target {v:g} %)"
+    parts = [f"{k.upper()} {fixed(t[f'{k}_median_abs_err_pct'], unit=' %')} (≤ {v:g})"
              for k, v in SERVING_TARGETS.items()]
     con.print(f"{t['name']}: median |err| over {len(t['rows'])} experiments: " + ", ".join(parts)
-              + f"; saturated in the simulator: {t['saturated']}")
+              + f"; saturated: {t['saturated']}")
     for r in t["unrepresented"]:
         con.print(f"not replayed: {r['exp_id']} {r['model']}: {r['reason']}")
     con.print()
