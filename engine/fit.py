@@ -62,6 +62,7 @@ _SEARCH: dict[str, tuple[tuple[float, float], float, float, float]] = {
     "expert_half_tokens":     ((0.0, 1024.0),  64.0,   32.0,   0.5),
     "quant_layer_overhead_s": ((0.0, 0.002),   1e-4,   1e-4,   1e-8),
     "block_fp8_eff":          ((0.30, 1.0),    1.0,    0.1,    1e-3),
+    "expert_bw_eff":          ((0.20, 0.95),   0.70,   0.10,   1e-3),
 }
 # Besides START, the search also starts a quarter, half and three quarters of the way up every range.
 STARTS_ACROSS = (0.25, 0.5, 0.75)
@@ -155,15 +156,15 @@ def _pattern(loss_of: Callable[[np.ndarray], float], x: np.ndarray, names: tuple
 
 
 # ---- the vLLM v0.15 serving campaign (table vllm015, engine.replay) ------------------------------------------
-# Its experiments fit the vllm profile's decode-side constants: the sustained bandwidth of the GEMMs and of the
-# paged-attention kernels, the fixed cost of a step and of a layer run outside a full CUDA graph, and the request
-# path's cost outside the GPU. The table barely measures prefill compute (prompts hit the prefix cache), so
-# flops_eff and attn_flops_eff stay at vllm-0.6's fitted values. Each candidate replays every experiment (a
-# shorter replay per stage than `tokensim validate`'s, SERVING_FIT_REQUESTS requests a stage).
-SERVING_PARAMS = ("bw_eff", "attn_bw_eff", "step_overhead_s", "layer_overhead_s")
+# Its experiments fit the vllm profile's decode-side constants: the sustained bandwidth of the GEMMs, of the
+# paged-attention kernels and of the fused-MoE kernels (the routed experts), the fixed cost of a step and of a layer
+# run outside a full CUDA graph, and the request path's cost outside the GPU. The table barely measures prefill
+# compute (prompts hit the prefix cache), so flops_eff and attn_flops_eff stay at vllm-0.6's fitted values.
+# Each candidate replays every experiment (shorter than `tokensim validate`: SERVING_FIT_REQUESTS a stage).
+SERVING_PARAMS = ("bw_eff", "attn_bw_eff", "step_overhead_s", "layer_overhead_s", "expert_bw_eff")
 SERVING_FIT_REQUESTS = 100
-_SERVING_FIRST = np.array([0.08, 0.1, 1e-3, 2e-5])
-_SERVING_LAST = np.array([0.01, 0.02, 1e-4, 4e-6])
+_SERVING_FIRST = np.array([0.08, 0.1, 1e-3, 2e-5, 0.1])
+_SERVING_LAST = np.array([0.01, 0.02, 1e-4, 4e-6, 0.01])
 
 
 def _serving_errors(rt: Runtime, requests: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -277,7 +278,7 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
                          f"{err['train']['max']:.1f}; held-out n={err['test']['n']} median "
                          f"{err['test']['median']:.1f} max {err['test']['max']:.1f}. ({date})")
         lines.append(f'description = "{DESCRIPTIONS[name]}"')
-        for p in (PARAMS + ("request_overhead_s",) if name == "vllm" else fitted_params(name)):
+        for p in (PARAMS + ("expert_bw_eff", "request_overhead_s") if name == "vllm" else fitted_params(name)):
             lines.append(f"{p} = {_fmt(getattr(rt, p))}")
         if rt.cuda_graphs:
             lines.append("# Mechanism, not fitted: CUDA graphs FULL_AND_PIECEWISE at vLLM's default capture sizes "
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     fits = fit_all(args.profile)
     for name, (rt, err) in fits.items():
-        names = PARAMS + ("request_overhead_s",) if name == "vllm" else fitted_params(name)
+        names = PARAMS + ("expert_bw_eff", "request_overhead_s") if name == "vllm" else fitted_params(name)
         consts = " ".join(f"{p}={_fmt(getattr(rt, p))}" for p in names)
         record = "; ".join(f"{k} n={v['n']} median {v['median']:.1f}% max {v['max']:.1f}%" for k, v in err.items())
         print(f"{name:9s} {consts}  {record or '(vllm constants, no table)'}")

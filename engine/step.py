@@ -250,6 +250,8 @@ class StepModel:
             "fl_attn_win": 2.0 * m.sliding_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
             "fl_lm": 2.0 * c["lm_head_matrix"] / tp,
             "bw": bw * eff_bw, "ridge": self.roof.ridge,
+            # Routed experts' weights stream at the grouped GEMMs' own sustained bandwidth (runtime expert_bw_eff).
+            "bw_expert": bw * (1.0 if o.ideal else (rt.expert_bw_eff if rt.expert_bw_eff is not None else rt.bw_eff)),
             # Paged attention gathers each sequence's KV blocks from scattered pages, a few KB per request per
             # layer, and sustains less of the peak bandwidth than GEMMs streaming whole weight matrices.
             "bw_attn": bw * (1.0 if o.ideal else (rt.attn_bw_eff if rt.attn_bw_eff is not None else rt.bw_eff)),
@@ -438,7 +440,8 @@ class StepModel:
             touched = 0.0 * T
         pad, full = self._graph_padding(T, attn_full, attn_decode)
         head = c["w_lm_head"] * (logits > 0)
-        weights = c["w_always"] + head + T * c["w_row"] + m.moe_layers * touched * c["w_expert"]
+        w_exp = m.moe_layers * touched * c["w_expert"]
+        weights = c["w_always"] + head + T * c["w_row"] + w_exp
         kv_read = (c["kv_full"] * sum_ctx + c["kv_win"] * sum_ctx_win) * c["kv_passes"]
         kv_write = T * (c["kv_full"] + c["kv_win"])
         act = T * c["act"]
@@ -451,7 +454,7 @@ class StepModel:
                    + c["fl_attn_win"] * attn_win)
         fl_lm = logits * c["fl_lm"]
         t_attn_mem = (kv_read + kv_write) / c["bw_attn"]
-        t_mem = (weights + act) / c["bw"] * c["gemm_slow"] + t_attn_mem + t_pad_mem
+        t_mem = ((weights - w_exp + act) / c["bw"] + w_exp / c["bw_expert"]) * c["gemm_slow"] + t_attn_mem + t_pad_mem
         fl_exp = (T + pad) * c["fl_expert"]
         t_attn_cmp = fl_attn / c["peak_attn"]
         # A grouped GEMM fills its tiles' token rows only as far as each expert's tokens go: with n tokens per
