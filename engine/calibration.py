@@ -57,6 +57,9 @@ class Runtime:
     # Time a request spends outside the GPU steps (HTTP, tokenisation, detokenising and streaming the answer):
     # added to its TTFT and end-to-end latency as the client measures them.
     request_overhead_s: float = 0.0
+    # vLLM's async scheduling (the default since vllm/config/vllm.py turns it on when nothing forbids it): the
+    # scheduler picks step k+1's batch while step k runs, so a request arriving during step k joins step k+2.
+    async_scheduling: bool = False
 
 
 @cache
@@ -79,7 +82,8 @@ def runtimes() -> dict[str, Runtime]:
                           fp8_attn_if_quantised=bool(d.get("fp8_attn_if_quantised", False)),
                           mxfp4_fp8_act=bool(d.get("mxfp4_fp8_act", False)),
                           cuda_graphs=bool(d.get("cuda_graphs", False)),
-                          request_overhead_s=float(d.get("request_overhead_s", 0.0)))
+                          request_overhead_s=float(d.get("request_overhead_s", 0.0)),
+                          async_scheduling=bool(d.get("async_scheduling", False)))
             for name, d in data.items()}
 
 

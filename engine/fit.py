@@ -284,6 +284,8 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
             lines.append("# Mechanism, not fitted: CUDA graphs FULL_AND_PIECEWISE at vLLM's default capture sizes "
                          "(step.py graph_sizes).")
             lines.append("cuda_graphs = true")
+        if rt.async_scheduling:
+            lines.append("async_scheduling = true")
         if rt.attention != "paged":
             lines.append(f'attention = "{rt.attention}"')
         if rt.fp8_attn_if_quantised:

@@ -234,10 +234,8 @@ def _summarise(e: Experiment, runs: list[tuple[dict[str, Any], Any]]) -> dict[st
     if not len(lat):
         return {"ttft_ms": math.nan, "itl_ms": math.nan, "e2e_ms": math.nan, "served": 0, "accepted": accepted,
                 "saturated": True}
-    rt = runs[0][1].step_model.runtime
-    over = rt.request_overhead_s
-    ttft = float(np.nanmean(lat[:, L.TTFT])) + over
-    e2e = float(np.nanmean(lat[:, L.E2E])) + over
+    ttft = float(np.nanmean(lat[:, L.TTFT]))  # the lane adds the runtime's request path to TTFT and E2E
+    e2e = float(np.nanmean(lat[:, L.E2E]))
     itl = (e2e - ttft) / max(e.output_counted - 1.0, 1.0)
     # Saturated: the engine fell behind the arrivals, so requests wait in the queue (a second on average), which a
     # served run at these loads never shows.

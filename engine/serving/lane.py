@@ -40,6 +40,7 @@ _ALL = np.int64(1) << 40  # "every block" in _shareable
 # (index arrays built once: a list of IntEnum members is converted element by element on every use).
 _LAT_TO = np.array([L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE], dtype=np.intp)
 _LAT_FROM = np.array([FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE, FloatCol.ADMIT], dtype=np.intp)
+_LAT_PATH = np.array([L.TTFT, L.TTFT_RAW, L.E2E], dtype=np.intp)  # latencies the request path adds to
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 
@@ -109,6 +110,9 @@ class Lane:
         self.sched = sched
         self.budget = budget
         self.clock = 0.0
+        self._async = sm.runtime.async_scheduling and not sm.opts.ideal
+        self._chosen_at: float | None = None  # when the next step's batch was chosen (async scheduling), else None
+        self._request_s = 0.0 if sm.opts.ideal else sm.runtime.request_overhead_s
         self.R = Table(64)
         self.Q = Queue(64)
         self.P = Table(16)
@@ -346,9 +350,11 @@ class Lane:
         chunk, ok = self.sched.admit_chunks(head.target.copy(), tokens_planned, prefill_planned)
         return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
 
-    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float) -> np.ndarray:
+    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float,
+               cut: float = math.inf) -> np.ndarray:
         """Admit waiting requests (preempted first, by id, then FIFO) while slots, `free` blocks and the scheduler's
-        budget allow; they move to the end of R holding their first chunk's blocks.
+        budget allow; they move to the end of R holding their first chunk's blocks. Queued requests that arrived
+        after `cut` (async scheduling: when this step's batch was chosen) wait.
 
         Returns the tokens each admitted row prefills this step.
         """
@@ -356,6 +362,10 @@ class Lane:
             return _EMPTY
         R, P, Q = self.R, self.P, self.Q
         slots = self.sched.max_batch - R.n
+        if cut < t and Q.size:  # the queue is in arrival order
+            slots = min(slots, P.n + int(np.searchsorted(Q.col("arrival"), cut, side="right")))
+            if slots <= 0:
+                return _EMPTY
         if P.n:
             order = np.argsort(P.col("id"), kind="stable")[:slots]
             mq = min(slots - len(order), Q.size)
@@ -556,6 +566,10 @@ class Lane:
         if self.next_arrival <= t0:
             self._arrive(t0)
         R = self.R
+        # Under async scheduling this step's batch was chosen when the previous busy step started (_chosen_at):
+        # requests that arrived since wait for the next step (with nothing running, nothing was chosen ahead).
+        cut = t0 if self._chosen_at is None or R.n == 0 else self._chosen_at
+        self._chosen_at = t0 if self._async else None
         pool = self.pool
         # 1. Keep the running batch going; under KV pressure evict the newest until the step fits.
         new, nb, need = self._plan_running()
@@ -568,7 +582,7 @@ class Lane:
         # Decode rows add one token each; anything beyond that is prefill already in this step.
         prefill_planned = new is not None and tokens_planned > n_run - self.n_pf
         # 2. Admit while blocks, batch slots and the token budget allow.
-        chunks = self._admit(pool.available - need, tokens_planned, prefill_planned, t0)
+        chunks = self._admit(pool.available - need, tokens_planned, prefill_planned, t0, cut)
         n = R.n
         k = n - n_run
         admitted = R.cols.id[n_run:n].copy() if k else _EMPTY
@@ -712,6 +726,8 @@ class Lane:
             self._fill(np.flatnonzero((cached >> SHIFT) > c.full[:n]))
         self.stats.itl.add_steps(dts, c.stage[:n] if self.staged else 0, n)
         self.clock = t1
+        if self._async:
+            self._chosen_at = float(clock[k - 1])  # the last jumped step's start
         # Account each step as _account would, in the same order.
         st = self.stats
         st.ticks += k
@@ -906,6 +922,7 @@ class Lane:
     def _idle(self, limit: float, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
         """Nothing runnable: jump to the next arrival (or `limit`), a zero-token tick."""
         t0 = self.clock
+        self._chosen_at = None  # nothing ran: the next step's batch is chosen when it starts
         # With an empty batch every waiting request fits (lengths are clipped to the pool), so a queue here is a bug.
         assert self.Q.size == 0 and self.P.n == 0, "requests wait but none can be admitted into an empty batch"
         nxt = self.next_arrival
@@ -937,6 +954,9 @@ class Lane:
         np.divide(t - d.first, total - 1, out=tpot, where=total > 1)
         lat = np.empty((len(L), k))
         lat[_LAT_TO] = d.f[_LAT_FROM] - arr
+        # The request path outside the GPU steps (HTTP, tokenising, detokenising and streaming): the client sees it
+        # in its first token and its last.
+        lat[_LAT_PATH] += self._request_s
         lat[L.TPOT] = tpot
         lat[L.STAGE] = d.stage
         if self.staged:

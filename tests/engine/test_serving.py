@@ -33,13 +33,15 @@ def served(**kw: object) -> Engine:
 
 
 def test_single_user_times_are_the_step_models() -> None:
-    """Batch 1: TTFT is one prefill step; every later token is one decode step at its context."""
+    """Batch 1: TTFT is one prefill step; every later token is one decode step at its context; the request path
+    outside the GPU (the runtime's request_overhead_s) adds to the first token and the last."""
     e = served(users=1, prompt="500", output="40", requests=1)
     sm = e.step_model
     m = e.metrics()
-    assert m["ttft_s"]["p50"] == pytest.approx(sm.prefill(500).time_s, rel=1e-9)
+    path = sm.runtime.request_overhead_s
+    assert m["ttft_s"]["p50"] == pytest.approx(sm.prefill(500).time_s + path, rel=1e-9)
     decode = sum(sm.decode(1, c).time_s for c in range(500, 539))
-    assert m["e2e_s"]["p50"] == pytest.approx(sm.prefill(500).time_s + decode, rel=1e-9)
+    assert m["e2e_s"]["p50"] == pytest.approx(sm.prefill(500).time_s + decode + path, rel=1e-9)
     assert m["tpot_s"]["p50"] == pytest.approx(decode / 39, rel=1e-9)
     # Cost: the prefill step is all input, the 39 decode steps all output; $/h x tp over 3600 s.
     price_s = sm.hw.price_per_hour / 3600
@@ -246,8 +248,8 @@ def test_users_down_finish_their_answer_then_stop_and_users_up_send_now() -> Non
     assert set(s.requests.user[live].tolist()) <= {0, 1}
     assert s.users == 2 and e.config.users == 2
     e.set_users(5)
-    r = e.step()
-    assert r.admitted.size >= 3
+    # vLLM's async scheduling chose the running step's batch before they sent: they join the one after it.
+    assert e.step().admitted.size + e.step().admitted.size >= 3
     with pytest.raises(InputError):
         e.set_users(-1)
 

@@ -166,7 +166,8 @@ def test_speculation_is_nearly_free_speed_when_memory_bound_and_a_loss_when_comp
     assert one_s["throughput_out_tok_s"] > 1.35 * one["throughput_out_tok_s"]
     assert one_s["tpot_s"]["p50"] < 0.75 * one["tpot_s"]["p50"]
     big, big_s = _spec_run(512, 1200), _spec_run(512, 1200, **spec)
-    assert big_s["batch_p50"] == big["batch_p50"] == 512
+    # Async scheduling: a user's next question joins a step after it is sent, so a few of the 512 are between.
+    assert big["batch_p50"] == 512 and big_s["batch_p50"] >= 500
     assert big_s["throughput_out_tok_s"] < 0.95 * big["throughput_out_tok_s"]
     assert big_s["output_tokens"] == big["output_tokens"]  # every answer still has all its tokens
 
