@@ -34,6 +34,17 @@ def bench_config(users: int = BENCH_USERS) -> EngineConfig:
                         scheduler="continuous", max_batch=256, seed=0)
 
 
+# The render section's JSON keys as a person reads them: (label, unit; "%" shows a fraction as a percentage).
+RENDER_LABELS: dict[str, tuple[str, str]] = {
+    "frame_ms_p50": ("frame time, median", " ms"), "frame_ms_p99": ("frame time, 99th percentile", " ms"),
+    "frame_ms_mean": ("frame time, mean", " ms"), "publish_ms_p50": ("publishing a frame, median", " ms"),
+    "cpu_share_at_30fps": ("one core used drawing at 30 fps", "%"),
+    "cpu_share_with_engine_at_30fps": ("one core used drawing and simulating at 30 fps", "%"),
+    "frames": ("frames timed", ""), "users": ("users on screen", ""), "streaming": ("answers streaming", ""),
+    "size": ("terminal size", ""),
+}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """--ticks, --users, --json."""
     p.add_argument("--ticks", type=positive_int, default=20_000, help="engine ticks to time (default 20,000)")
@@ -149,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
     t.add_row("trace replay", f"{tr['trace']}: {tr['requests']:,} requests, {tr['sim_time_s']:,.0f} s simulated in"
               f" {tr['wall_s']:.2f} s wall ({tr['cpu_s']:.2f} s CPU), {tr['model']} / {tr['hardware']}")
     for k, v in (res.get("render") or {}).items():
-        t.add_row(f"render {k}", f"{v:,.2f}" if isinstance(v, float) else str(v))
+        label, unit = RENDER_LABELS.get(k, (k.replace("_", " "), ""))
+        shown = f"{100 * v:,.1f} %" if unit == "%" else f"{v:,.2f}{unit}" if isinstance(v, float) else (
+            "x".join(map(str, v)) if isinstance(v, list) else f"{v:,}" if isinstance(v, int) else str(v))
+        t.add_row(f"render: {label}", shown)
     console().print(t)
     return 0
