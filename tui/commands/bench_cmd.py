@@ -21,6 +21,7 @@ from rich.table import Table
 
 from engine.config import EngineConfig
 from engine.serving import Engine
+from engine.validation import MAX_SECONDS
 from tui.commands.options import console, positive_float, positive_int, print_json
 
 BENCH_USERS = 1000
@@ -65,8 +66,8 @@ def engine_bench(ticks: int = 20_000, users: int = BENCH_USERS, varied: bool = F
     cfg = bench_config(users)
     if varied:
         cfg = replace(cfg, **VARIED)
-    # A bound far away lets run() go tick-limited; it never binds.
-    eng = Engine(replace(cfg, duration=1e12))
+    # A bound far away lets run() go tick-limited; it never binds (force: run()'s own max_ticks bounds it).
+    eng = Engine(replace(cfg, duration=MAX_SECONDS, force=True))
     for _ in range(WARMUP_TICKS):
         eng.step()
     m0 = eng.metrics()
