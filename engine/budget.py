@@ -20,6 +20,7 @@ MEMORY_LIMIT_BYTES = 2e9  # request and user tables a run may hold (the engine i
 STEPS_LIMIT = 1e7  # simulated steps: about five minutes at the ~33k ticks/s of a small batch (measured)
 ROW_BYTES = 2 * 18 * 8  # one request row: 18 int64/float64 columns, tables grow by doubling (x2)
 USER_BYTES = 8 + 1 + 1 + 8  # per closed-loop user: next send time, waiting flag, outstanding flag, index
+POOL_BLOCK_BYTES = 6 * 8  # per KV block: the prefix cache's key, references, LRU stamp and free-slot stacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,8 @@ def estimate(cfg: EngineConfig, sm: StepModel, blocks: int, d_prompt: Dist, d_ou
     in_flight = cfg.users + (min(n_req, arriving) if cfg.rate else 0)
     if not math.isfinite(in_flight):
         in_flight = cfg.users + cfg.max_batch  # an unbounded open loop (the app) holds what it serves
-    memory = lanes * (cfg.users * USER_BYTES + in_flight * ROW_BYTES + 8 * min(cfg.max_batch, blocks))
+    memory = lanes * (cfg.users * USER_BYTES + in_flight * ROW_BYTES + 8 * min(cfg.max_batch, blocks)
+                      + POOL_BLOCK_BYTES * blocks)
     # Steps: the tokens of every request, shared over the batch that runs at once, plus one tick per arrival.
     held = min(d_prompt.mean, ctx) + gen / 2  # tokens a running request holds on average
     fit = max(1.0, blocks * 16 / held)  # requests the KV pool holds at once
