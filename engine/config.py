@@ -63,3 +63,4 @@ class EngineConfig:
     # KV offload (vLLM's --kv-offloading-size): GB of host memory per GPU that blocks reclaimed from the GPU
     # cache are copied to, and copied back from on a hit (over the hardware's host link)
     kv_offload_gb: float = 0.0
+    force: bool = False  # run even what the cost estimate (engine.budget) or the memory check would refuse

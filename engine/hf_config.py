@@ -49,6 +49,12 @@ def size_keys_unread(d: dict[str, Any]) -> list[str]:
                   and _SIZE_KEY.search(k) and k not in READ and k not in HARMLESS)
 
 
+def _whole(v: Any, default: int) -> int:
+    """v if it is a whole number, else default: a key of the wrong type is reported later, by the
+    validation of the key itself (engine.validation), not here as a traceback."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
 def normalise(d: dict[str, Any], where: str) -> dict[str, Any]:
     """The config with its family's layout rewritten into the keys engine.specs reads; warns (once per key,
     on stderr) about size-looking keys nobody reads."""
@@ -56,19 +62,19 @@ def normalise(d: dict[str, Any], where: str) -> dict[str, Any]:
         d = {**d["text_config"], **{k: v for k, v in d.items() if k != "text_config"}}
     d = dict(d)
     kind = str(d.get("model_type", ""))
-    layers = int(d.get("num_hidden_layers") or 0)
+    layers = _whole(d.get("num_hidden_layers"), 0)
     if kind.startswith("qwen2"):
         d.setdefault("qkv_bias", True)  # Qwen2 attention: q, k and v projections carry biases
     if d.get("shared_expert_intermediate_size"):
         d.setdefault("n_shared_experts", 1)
-    step = int(d.get("decoder_sparse_step") or 1)
-    dense_only = d.get("mlp_only_layers") or []
+    step = _whole(d.get("decoder_sparse_step"), 1) or 1
+    dense_only = d.get("mlp_only_layers") if isinstance(d.get("mlp_only_layers"), list) else []
     if kind.startswith("qwen2_moe") and layers and (step > 1 or dense_only):
         moe = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
         d.setdefault("first_k_dense_replace", layers - moe)  # the step model prices layers by kind, not order
     if kind.startswith("llama4"):
         d.setdefault("n_shared_experts", 1)  # Llama4TextMoe: a shared expert beside the routed ones, always on
-        every = int(d.get("interleave_moe_layer_step") or 1)
+        every = _whole(d.get("interleave_moe_layer_step"), 1) or 1
         if d.get("intermediate_size") and "moe_intermediate_size" not in d:
             d["moe_intermediate_size"] = d["intermediate_size"]
             if d.get("intermediate_size_mlp"):

@@ -7,8 +7,6 @@ new model is just its config.
 
 from __future__ import annotations
 
-import json
-import math
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine import hf_config
+from engine import validation as V
 from engine.errors import InputError, suggest
 
 # Bytes per stored weight or KV element. mxfp4 carries one 8-bit scale per 32 values: 4.25 bits.
@@ -294,133 +293,198 @@ def count_params(m: Model) -> dict[str, float]:
 
 # ---- reading files ---------------------------------------------------------------------------
 
-_HW_REQUIRED = ("name", "memory_gb", "memory_bandwidth_gbps", "l2_mb", "sm_count", "smem_per_sm_kb",
-                "interconnect_gbps", "price_per_hour")
-
-
-def _positive(where: str, key: str, value: Any, integer: bool = False) -> float:
-    """Check a numeric field is present, a number, and > 0; say which file and field otherwise."""
-    if value is None:
-        raise InputError(f"{where}: missing field '{key}'")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float)
-                                                                         and not math.isfinite(value)):
-        raise InputError(f"{where}: field '{key}' must be a number, got {value!r}")
-    if value <= 0:
-        raise InputError(f"{where}: field '{key}' must be > 0, got {value}")
-    if integer and int(value) != value:
-        raise InputError(f"{where}: field '{key}' must be a whole number, got {value}")
-    return value
+# Plausible ceilings for spec-sheet fields: ~1,000x today's largest parts, so a typo (memory_gb = 1e300)
+# is refused instead of turning the pool size into inf and every figure after it into NaN.
+_HW_FIELDS: dict[str, tuple[float, bool]] = {  # key -> (largest accepted, whole number)
+    "memory_gb": (1e5, False), "memory_bandwidth_gbps": (1e7, False), "l2_mb": (1e5, False),
+    "sm_count": (1e6, True), "smem_per_sm_kb": (1e5, False), "interconnect_gbps": (1e7, False),
+    "price_per_hour": (1e6, False),
+}
+_MAX_TFLOPS = 1e7
 
 
 def hardware_from_mapping(d: dict[str, Any], where: str) -> Hardware:
     """Build a Hardware from a TOML table, validating every field the step model needs."""
-    for k in _HW_REQUIRED:
-        if k == "name":
-            if not isinstance(d.get("name"), str) or not d["name"]:
-                raise InputError(f"{where}: missing field 'name'")
-            continue
-        _positive(where, k, d.get(k), integer=(k == "sm_count"))
-    tf = d.get("tflops")
-    if not isinstance(tf, dict):
+    name = V.required(d, "name", V.text, where)
+    vals: dict[str, float] = {}
+    for k, (hi, integer) in _HW_FIELDS.items():
+        vals[k] = V.required(d, k, V.whole if integer else V.positive, where, **({"lo": 1, "hi": int(hi)} if integer
+                                                                                  else {"hi": hi}))
+    if d.get("tflops") is None:
         raise InputError(f"{where}: missing table [tflops] (with bf16, and optionally fp8, fp4)")
-    _positive(where, "tflops.bf16", tf.get("bf16"))
-    tflops = {"bf16": float(tf["bf16"])}
+    tf = V.table(d["tflops"], "tflops", where)
+    tflops = {"bf16": V.required(tf, "bf16", V.positive, where, hi=_MAX_TFLOPS)}
     for k in ("fp8", "fp4"):
         if tf.get(k) is not None:
-            tflops[k] = float(_positive(where, f"tflops.{k}", tf[k]))
+            tflops[k] = V.positive(tf[k], f"tflops.{k}", where, hi=_MAX_TFLOPS)
     return Hardware(
-        name=d["name"], display=str(d.get("display", d["name"])), memory_gb=float(d["memory_gb"]),
-        memory_bandwidth_gbps=float(d["memory_bandwidth_gbps"]), l2_mb=float(d["l2_mb"]),
-        sm_count=int(d["sm_count"]), smem_per_sm_kb=float(d["smem_per_sm_kb"]), tflops=tflops,
-        interconnect_gbps=float(d["interconnect_gbps"]), price_per_hour=float(d["price_per_hour"]),
-        vendor=str(d.get("vendor", "")), source=str(d.get("source", "")), notes=str(d.get("notes", "")),
-        host_link_gbps=float(_positive(where, "host_link_gbps", d["host_link_gbps"])) if "host_link_gbps" in d
-        else 64.0,
+        name=name, display=_label(d, "display", where, name), memory_gb=vals["memory_gb"],
+        memory_bandwidth_gbps=vals["memory_bandwidth_gbps"], l2_mb=vals["l2_mb"], sm_count=int(vals["sm_count"]),
+        smem_per_sm_kb=vals["smem_per_sm_kb"], tflops=tflops, interconnect_gbps=vals["interconnect_gbps"],
+        price_per_hour=vals["price_per_hour"], vendor=_label(d, "vendor", where), source=_label(d, "source", where),
+        notes=_label(d, "notes", where),
+        # a host link (PCIe) over which KV offload copies blocks: 64 GB/s (PCIe 5 x16, one way) unless the file says
+        host_link_gbps=V.optional(d, "host_link_gbps", V.positive, where, 64.0, hi=1e7),
     )
 
 
-def _first(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for k in keys:
-        if d.get(k) is not None:
-            return d[k]
-    return default
+def _label(d: dict[str, Any], key: str, where: str, default: str = "") -> str:
+    """A free-text field (display name, source, notes): a string when present."""
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, str):
+        raise V.fail(where, key, "a string", v)
+    return v
+
+
+def _first(d: dict[str, Any], *keys: str) -> str | None:
+    """The first of `keys` present in d (HF configs spell one field several ways)."""
+    return next((k for k in keys if d.get(k) is not None), None)
+
+
+# model_type / architecture words of families tokensim cannot price: encoders and state-space or recurrent
+# models have no per-token KV cache growing with context, which every figure here assumes.
+_UNSUPPORTED = ("bert", "roberta", "electra", "deberta", "albert", "distilbert", "t5", "bart", "whisper", "clip",
+                "vit", "mamba", "rwkv", "jamba", "xlstm", "retnet", "encoder")
+# Model-file limits: ~1,000x the largest released models, so counts stay finite and exact in float64.
+_MAX_LAYERS, _MAX_WIDTH, _MAX_HEADS, _MAX_VOCAB, _MAX_CONTEXT = 10_000, 10**7, 100_000, 10**8, 10**9
+
+
+def _check_architecture(d: dict[str, Any], where: str) -> None:
+    """Refuse model families the step model does not describe, naming what the file says it is."""
+    archs = d.get("architectures")
+    names = [str(a) for a in archs] if isinstance(archs, list) else []
+    mtype = str(d.get("model_type") or "")
+    for label in (*names, mtype):
+        low = label.lower()
+        if any(w in low for w in _UNSUPPORTED) or low.endswith(("formaskedlm", "forsequenceclassification")):
+            shown = ", ".join(names) or mtype
+            raise InputError(f"{where}: unsupported architecture: {shown} (model_type {mtype or '?'}); tokensim"
+                             " prices decoder-only transformers with a KV cache")
+    if d.get("is_encoder_decoder") is True:
+        raise InputError(f"{where}: unsupported architecture: an encoder-decoder model; tokensim prices"
+                         " decoder-only transformers with a KV cache")
+
+
+def _layer_types(d: dict[str, Any], where: str, layers: int) -> list[str] | None:
+    """HF layer_types: one string per layer (e.g. "sliding_attention", "full_attention"), or None."""
+    lt = d.get("layer_types")
+    if lt is None:
+        return None
+    if not isinstance(lt, list) or not all(isinstance(t, str) for t in lt):
+        raise V.fail(where, "layer_types", "a list of strings, one per layer", lt)
+    if len(lt) != layers:
+        raise V.fail(where, "layer_types", f"a list of {layers} entries (num_hidden_layers), not {len(lt)}",
+                     got=False)
+    bad = [t for t in lt if "attention" not in t and t not in ("sliding", "full")]
+    if bad:
+        raise V.fail(where, "layer_types", "attention layer kinds like \"full_attention\" or"
+                     " \"sliding_attention\"", bad[0])
+    return lt
 
 
 def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -> Model:
     """Build a Model from HF config.json keys (plus tokensim's name/display/source/weight_dtype)."""
-    # Multimodal wrappers nest the language model; family layouts are rewritten; unread size keys warned about.
+    # Multimodal wrappers nest the language model (its type checked first); family layouts are rewritten into
+    # the keys read below, and size-looking keys nobody reads are warned about.
+    V.optional(d, "text_config", V.table, where, None)
     d = hf_config.normalise(d, where)
-    layers = int(_positive(where, "num_hidden_layers", d.get("num_hidden_layers"), integer=True))
-    hidden = int(_positive(where, "hidden_size", d.get("hidden_size"), integer=True))
-    heads = int(_positive(where, "num_attention_heads", d.get("num_attention_heads"), integer=True))
-    kv_heads = int(_positive(where, "num_key_value_heads", d.get("num_key_value_heads", heads), integer=True))
-    head_dim = int(_positive(where, "head_dim", d.get("head_dim") or hidden // heads, integer=True))
-    vocab = int(_positive(where, "vocab_size", d.get("vocab_size"), integer=True))
-    experts = int(_first(d, "num_local_experts", "n_routed_experts", "num_experts", default=0) or 0)
-    k = int(_first(d, "num_experts_per_tok", "num_experts_per_token", default=0) or 0)
+    _check_architecture(d, where)
+    W = V.whole
+    layers = V.required(d, "num_hidden_layers", W, where, lo=1, hi=_MAX_LAYERS)
+    hidden = V.required(d, "hidden_size", W, where, lo=1, hi=_MAX_WIDTH)
+    heads = V.required(d, "num_attention_heads", W, where, lo=1, hi=_MAX_HEADS)
+    kv_heads = V.optional(d, "num_key_value_heads", W, where, heads, lo=1, hi=_MAX_HEADS)
+    if kv_heads > heads or heads % kv_heads:
+        raise InputError(f"{where}: num_attention_heads ({heads}) must be a multiple of num_key_value_heads"
+                         f" ({kv_heads}): each KV head serves a whole group of query heads")
+    if d.get("head_dim") is None and hidden % heads:
+        raise InputError(f"{where}: hidden_size ({hidden}) does not divide by num_attention_heads ({heads});"
+                         " give head_dim if the heads are not hidden_size / heads wide")
+    head_dim = V.optional(d, "head_dim", W, where, hidden // heads, lo=1, hi=_MAX_WIDTH)
+    vocab = V.required(d, "vocab_size", W, where, lo=1, hi=_MAX_VOCAB)
+    ek = _first(d, "num_local_experts", "n_routed_experts", "num_experts")
+    experts = W(d[ek], ek, where, lo=0, hi=_MAX_HEADS) if ek else 0
+    kk = _first(d, "num_experts_per_tok", "num_experts_per_token") or "num_experts_per_tok"
+    k = V.optional(d, kk, W, where, 0, lo=0, hi=_MAX_HEADS)
     if experts:
-        _positive(where, "num_experts_per_tok", k or None, integer=True)
+        if not k:
+            raise InputError(f"{where}: missing field '{kk}' (experts each token uses)")
         if k > experts:
-            raise InputError(f"{where}: num_experts_per_tok ({k}) exceeds the number of experts ({experts})")
-    inter_raw = d.get("intermediate_size")
-    expert_inter = int(_first(d, "moe_intermediate_size", default=0) or 0)
+            raise InputError(f"{where}: {kk} ({k}) exceeds the number of experts ({experts})")
+    inter_raw = V.optional(d, "intermediate_size", W, where, 0, lo=0, hi=_MAX_WIDTH)
+    expert_inter = V.optional(d, "moe_intermediate_size", W, where, 0, lo=0, hi=_MAX_WIDTH)
     if experts and not expert_inter:
-        expert_inter = int(_positive(where, "intermediate_size", inter_raw, integer=True))
-    inter = int(inter_raw or 0) if experts else int(_positive(where, "intermediate_size", inter_raw, integer=True))
-    first_dense = int(d.get("first_k_dense_replace", 0) or 0) if experts else 0
+        expert_inter = V.required(d, "intermediate_size", W, where, lo=1, hi=_MAX_WIDTH)
+    inter = inter_raw if experts else V.required(d, "intermediate_size", W, where, lo=1, hi=_MAX_WIDTH)
+    first_dense = V.optional(d, "first_k_dense_replace", W, where, 0, lo=0, hi=layers) if experts else 0
     if first_dense and not inter:
         raise InputError(f"{where}: first_k_dense_replace needs intermediate_size for the dense layers")
-    kv_lora = int(d.get("kv_lora_rank") or 0)
-    window = int(d.get("sliding_window") or 0)
+    max_ctx = V.optional(d, "max_position_embeddings", W, where, 32768, lo=1, hi=_MAX_CONTEXT)
+    kv_lora = V.optional(d, "kv_lora_rank", W, where, 0, lo=0, hi=_MAX_WIDTH)
+    mla = {key: V.optional(d, key, W, where, 0, lo=0, hi=_MAX_WIDTH)
+           for key in ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")}
+    if kv_lora and not (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]) or kv_lora and not mla["v_head_dim"]:
+        raise InputError(f"{where}: an MLA model (kv_lora_rank > 0) needs qk_nope_head_dim or qk_rope_head_dim,"
+                         " and v_head_dim")
+    window = V.optional(d, "sliding_window", W, where, 0, lo=0, hi=_MAX_CONTEXT)
     sliding = 0
-    layer_types = d.get("layer_types")
-    if window and isinstance(layer_types, list):
-        sliding = sum(1 for t in layer_types if "sliding" in str(t))
-    elif window and d.get("use_sliding_window", True) is not False:
-        sliding = int(d.get("sliding_layers", layers if d.get("use_sliding_window") else 0) or 0)
-    chunk = int(d.get("attention_chunk_size") or 0)
+    layer_types = _layer_types(d, where, layers)
+    use_sw = V.optional(d, "use_sliding_window", V.flag, where, None)
+    if window and layer_types is not None:
+        sliding = sum(1 for t in layer_types if "sliding" in t)
+    elif window and use_sw is not False:
+        sliding = V.optional(d, "sliding_layers", W, where, layers if use_sw else 0, lo=0, hi=layers)
+    chunk = V.optional(d, "attention_chunk_size", W, where, 0, lo=0, hi=_MAX_CONTEXT)
     if chunk:
         # Llama 4: RoPE layers attend within chunks, every nope_layer_interval-th layer (NoPE) globally;
         # no_rope_layers lists 1 for a RoPE layer when the config spells it out.
         window = chunk
         nrl = d.get("no_rope_layers")
-        interval = int(d.get("nope_layer_interval") or 4)
-        sliding = int(d.get("sliding_layers") or (sum(1 for v in nrl if v) if isinstance(nrl, list) and nrl
-                                                 else layers - layers // interval))
-    if sliding and window >= int(d.get("max_position_embeddings", 0) or 0) > 0:
+        interval = V.optional(d, "nope_layer_interval", W, where, 4, lo=1, hi=layers) or 4
+        sliding = V.optional(d, "sliding_layers", W, where, 0, lo=0, hi=layers) or (
+            sum(1 for v in nrl if v) if isinstance(nrl, list) and nrl else layers - layers // interval)
+        sliding = min(sliding, layers)
+    if sliding and window >= max_ctx:
         sliding = 0  # a window as long as the context is no window at all
-    wd = str(d.get("weight_dtype", _torch_dtype(d)))
-    ed = str(d.get("expert_dtype", ""))
+    wd = d.get("weight_dtype") or _torch_dtype(d, where)
+    ed = d.get("expert_dtype") or ""
     for key, val in (("weight_dtype", wd), ("expert_dtype", ed)):
-        if val and val not in DTYPE_BYTES:
-            raise InputError(f"{where}: field '{key}' must be one of {', '.join(WEIGHT_DTYPES)}, got {val!r}")
-    nm = str(name or d.get("name") or d.get("_name_or_path") or Path(where).stem).lower()
+        if val:
+            V.text(val, key, where, WEIGHT_DTYPES, "weight dtype")
+    nm = name or d.get("name") or d.get("_name_or_path") or Path(where).stem
+    if not isinstance(nm, str) or not nm:
+        raise V.fail(where, "name", "a non-empty string", nm)
+    nm = nm.lower()
+    for key in ("tie_word_embeddings", "qkv_bias", "attention_bias", "o_bias", "qk_norm", "expert_bias"):
+        V.optional(d, key, V.flag, where, False)
     m = Model(
-        name=nm, display=str(d.get("display", d.get("_name_or_path", nm))), layers=layers, hidden=hidden,
-        heads=heads, kv_heads=kv_heads, head_dim=head_dim, intermediate=inter, vocab=vocab,
+        name=nm, display=_label(d, "display", where, _label(d, "_name_or_path", where, nm)), layers=layers,
+        hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, intermediate=inter, vocab=vocab,
         tie_embeddings=bool(d.get("tie_word_embeddings", False)),
-        qkv_bias=bool(_first(d, "qkv_bias", "attention_bias", default=False)),
+        qkv_bias=bool(d[bk]) if (bk := _first(d, "qkv_bias", "attention_bias")) else False,
         o_bias=bool(d.get("o_bias", bool(d.get("attention_bias")) and bool(layer_types))),
         qk_norm=bool(d.get("qk_norm", "qwen3" in str(d.get("model_type", "")))),
-        max_context=int(d.get("max_position_embeddings", 32768) or 32768), weight_dtype=wd, expert_dtype=ed,
+        max_context=max_ctx, weight_dtype=wd, expert_dtype=ed,
         experts=experts, experts_per_token=k, expert_intermediate=expert_inter,
-        shared_experts=int(d.get("n_shared_experts") or 0) if experts else 0, first_dense_layers=first_dense,
-        shared_expert_intermediate=int(d.get("shared_expert_intermediate_size") or 0) if experts else 0,
-        expert_bias=bool(d.get("expert_bias", False)),
-        kv_lora_rank=kv_lora, q_lora_rank=int(d.get("q_lora_rank") or 0),
-        qk_rope_head_dim=int(d.get("qk_rope_head_dim") or 0), qk_nope_head_dim=int(d.get("qk_nope_head_dim") or 0),
-        v_head_dim=int(d.get("v_head_dim") or 0), sliding_window=window if sliding else 0, sliding_layers=sliding,
-        chunked=bool(chunk and sliding),
-        source=str(d.get("source", "")), notes=str(d.get("notes", "")),
-        published_params=float(d.get("published_params", 0) or 0),
+        shared_experts=V.optional(d, "n_shared_experts", W, where, 0, lo=0, hi=_MAX_HEADS) if experts else 0,
+        shared_expert_intermediate=V.optional(d, "shared_expert_intermediate_size", W, where, 0, lo=0,
+                                              hi=_MAX_WIDTH) if experts else 0,
+        first_dense_layers=first_dense, expert_bias=bool(d.get("expert_bias", False)),
+        kv_lora_rank=kv_lora, q_lora_rank=mla["q_lora_rank"], qk_rope_head_dim=mla["qk_rope_head_dim"],
+        qk_nope_head_dim=mla["qk_nope_head_dim"], v_head_dim=mla["v_head_dim"],
+        sliding_window=window if sliding else 0, sliding_layers=sliding, chunked=bool(chunk and sliding),
+        source=_label(d, "source", where), notes=_label(d, "notes", where),
+        published_params=V.optional(d, "published_params", V.number, where, 0.0),
     )
     object.__setattr__(m, "counts", count_params(m))
     return m
 
 
-def _torch_dtype(d: dict[str, Any]) -> str:
+def _torch_dtype(d: dict[str, Any], where: str) -> str:
     """Stored weight dtype of an HF config: fp8 (fp8-block with block scales) if it declares fp8, else bf16."""
-    q = d.get("quantization_config") or {}
+    q = V.optional(d, "quantization_config", V.table, where, {})
     method = str(q.get("quant_method", "")).lower()
     if method == "fp8":
         return "fp8-block" if q.get("weight_block_size") else "fp8"
@@ -429,25 +493,23 @@ def _torch_dtype(d: dict[str, Any]) -> str:
     return "bf16"
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path, what: str = "file") -> dict[str, Any]:
+    """A UTF-8 TOML file as a table, or one line saying why not."""
+    return parse_toml(V.read_text(path, what), str(path))
+
+
+def parse_toml(text: str, where: str) -> dict[str, Any]:
+    """TOML text as a table; malformed, too deep or too long a number is one line."""
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: malformed TOML: {e}") from None
+        raise InputError(f"{where}: malformed TOML: {e}") from None
+    except (ValueError, RecursionError) as e:  # an integer over 4,300 digits, or arrays nested thousands deep
+        raise InputError(f"{where}: unreadable TOML: {str(e).split(';')[0] or type(e).__name__}") from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    data = V.parse_json(V.read_text(path, "JSON file"), str(path))
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object")
     return data
@@ -488,7 +550,7 @@ def load_hardware(spec: str) -> Hardware:
         p = Path(spec)
         if not p.exists():
             raise InputError(f"{spec}: no such hardware file")
-        return hardware_from_mapping(_read_toml(p), str(p))
+        return hardware_from_mapping(read_toml(p, "hardware file"), str(p))
     raise InputError(f"unknown hardware '{spec}'{suggest(spec, list(tables))}")
 
 
@@ -502,7 +564,7 @@ def load_model(spec: str) -> Model:
         p = Path(spec)
         if not p.exists():
             raise InputError(f"{spec}: no such model file")
-        data = _read_json(p) if p.suffix == ".json" else _read_toml(p)
+        data = _read_json(p) if p.suffix == ".json" else read_toml(p, "model file")
         name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
-        return model_from_mapping(data, str(p), name=data.get("name") or name)
+        return model_from_mapping(data, str(p), name=None if "name" in data else name)
     raise InputError(f"unknown model '{spec}'{suggest(spec, list(tables))}")

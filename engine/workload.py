@@ -18,6 +18,8 @@ KINDS = ("fixed", "uniform", "normal", "lognormal", "exp")
 _ARGS = {"uniform": 2, "normal": 2, "lognormal": 2, "exp": 1}
 _FORMS = '"200", "uniform:a,b", "normal:mu,sd", "lognormal:median,sigma" or "exp:mean"'
 _BLOCK = 1024  # values drawn per refill: amortises the generator call over many requests
+MAX_PARAM = 1e9  # largest parameter of a spec: 1e9 tokens or seconds (engine.validation.MAX_COUNT / MAX_SECONDS)
+MAX_SIGMA = 20.0  # largest lognormal sigma
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +69,22 @@ class Dist:
         return rng.exponential(self.a, n)
 
 
-def parse_dist(spec: str | float | int, what: str, minimum: float = 0.0) -> Dist:
-    """Parse a distribution spec for option `what` (e.g. "--output"); InputError names the option and the forms."""
+def parse_dist(spec: str | float | int, what: str, minimum: float = 0.0, maximum: float = MAX_PARAM) -> Dist:
+    """Parse a distribution spec for option `what` (e.g. "--output"); InputError names the option and the forms.
+
+    Every parameter is at most `maximum` (a lognormal's sigma at most MAX_SIGMA), so draws stay finite."""
+    d = _parse_dist(spec, what, minimum)
+    big = max(d.a, d.b if d.kind != "lognormal" else 0.0)
+    if big > maximum:
+        raise InputError(f"{what}: {d.spec!r} has a parameter above the largest accepted, {maximum:g}")
+    if d.kind == "lognormal" and d.b > MAX_SIGMA:
+        raise InputError(f"{what}: lognormal sigma must be at most {MAX_SIGMA:g} (e^{MAX_SIGMA:g} is already a"
+                         f" factor of {math.exp(MAX_SIGMA):,.0f}), got {d.b:g}")
+    return d
+
+
+def _parse_dist(spec: str | float | int, what: str, minimum: float) -> Dist:
+    """The spec's kind and parameters, checked for form and sign."""
     text = str(spec).strip()
     kind, sep, rest = text.partition(":")
     kind = kind.strip().lower()
@@ -121,7 +137,7 @@ class Sampler:
     Values are drawn _BLOCK at a time and handed out by slicing, so a request costs no generator call.
     """
 
-    __slots__ = ("dist", "integer", "lo", "hi", "_rng", "_buf", "_pos", "clipped")
+    __slots__ = ("dist", "integer", "lo", "hi", "_rng", "_buf", "_pos", "clipped", "last_clipped")
 
     def __init__(self, dist: Dist, rng: np.random.Generator, integer: bool, lo: float = 0.0,
                  hi: float = math.inf) -> None:
@@ -133,11 +149,16 @@ class Sampler:
         self._buf = np.empty(0)
         self._pos = 0
         self.clipped = 0  # draws pulled down to `hi` (e.g. a sampled prompt longer than the context)
+        self.last_clipped = np.zeros(0, dtype=bool)  # which of the last take's values were pulled down to `hi`
 
     def take(self, n: int) -> np.ndarray:
-        """The next n values (int64 for token counts, float64 for seconds); a fresh array the caller owns."""
+        """The next n values (int64 for token counts, float64 for seconds); a fresh array the caller owns.
+
+        Values above `hi` become `hi` before any cast, so a draw of 1e30 never wraps around int64."""
         if self.dist.is_fixed:
             v = min(max(self.dist.a, self.lo), self.hi)
+            self.last_clipped = np.full(n, self.dist.a > self.hi)
+            self.clipped += n if self.dist.a > self.hi else 0
             return np.full(n, round(v) if self.integer else v, dtype=np.int64 if self.integer else np.float64)
         if self._pos + n > self._buf.size:
             left = self._buf[self._pos:]
@@ -146,12 +167,17 @@ class Sampler:
             self._pos = 0
         out = self._buf[self._pos:self._pos + n]
         self._pos += n
-        if self.hi < math.inf:
-            over = out > self.hi
-            if over.any():  # clip at hand-out time, so the count is of values actually used
-                self.clipped += int(over.sum())
-                out = np.minimum(out, self.hi)
+        over = out > self.hi
+        self.last_clipped = over
+        if over.any():  # clip at hand-out time, so the count is of values actually used
+            self.clipped += int(over.sum())
+            out = np.minimum(out, self.hi)
         return out.astype(np.int64) if self.integer else out.copy()
+
+    def give_back(self, n: int) -> None:
+        """Return the last n values taken, unused: the next take hands them out again (same sequence)."""
+        if not self.dist.is_fixed:
+            self._pos -= n
 
     def _draw(self, n: int) -> np.ndarray:
         """Draw a block, rounded to whole tokens where integer, and raised to the lower bound."""

@@ -10,9 +10,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from engine import validation as V
 from engine.config import SCHEDULERS
 from engine.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names
-from scenes.checks import Ctx, dist, flag, mark_name, positive, share, whole, word
+from scenes.checks import (
+    MAX_PROBE_BATCH,
+    MAX_RUN_SECONDS,
+    MAX_RUN_TICKS,
+    MAX_SCENE_USERS,
+    Ctx,
+    dist,
+    flag,
+    mark_name,
+    positive,
+    share,
+    whole,
+    word,
+)
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -64,9 +78,9 @@ def _choice(choices: Callable[[], tuple[str, ...] | list[str]], what: str) -> Ch
     return lambda c, w, v: word(c, w, v, choices(), what)
 
 
-def _at_least(lo: int) -> Check:
-    """A check that the value is a whole number >= lo."""
-    return lambda c, w, v: whole(c, w, v, lo)
+def _at_least(lo: int, hi: int = V.MAX_COUNT) -> Check:
+    """A check that the value is a whole number in [lo, hi]."""
+    return lambda c, w, v: whole(c, w, v, lo, hi)
 
 
 def _reconfigure(field: str) -> Callable[[Player, Any], None]:
@@ -75,8 +89,9 @@ def _reconfigure(field: str) -> Callable[[Player, Any], None]:
 
 
 ACTIONS: dict[str, ActionKind] = {
-    "set_users": ActionKind(_at_least(0), lambda p, v: p.live("users", v)),
-    "add_users": ActionKind(_at_least(-100_000), lambda p, v: p.live("users", max(0, p.config.users + v))),
+    "set_users": ActionKind(_at_least(0, MAX_SCENE_USERS), lambda p, v: p.live("users", v)),
+    "add_users": ActionKind(_at_least(-MAX_SCENE_USERS, MAX_SCENE_USERS),
+                            lambda p, v: p.live("users", max(0, p.config.users + v))),
     "compute_mult": ActionKind(positive, lambda p, v: p.live("compute_mult", float(v))),
     "bandwidth_mult": ActionKind(positive, lambda p, v: p.live("bandwidth_mult", float(v))),
     "weight_dtype": ActionKind(_choice(lambda: WEIGHT_DTYPES, "weight dtype"), lambda p, v: p.live("weight_dtype", v)),
@@ -92,11 +107,12 @@ ACTIONS: dict[str, ActionKind] = {
     "set_ideal": ActionKind(flag, _reconfigure("ideal")),
     "set_tp": ActionKind(_at_least(1), _reconfigure("tp")),
     "set_max_batch": ActionKind(_at_least(1), _reconfigure("max_batch")),
-    "probe_batch": ActionKind(_at_least(1), lambda p, v: p.set_probe("batch", int(v))),
+    "probe_batch": ActionKind(_at_least(1, MAX_PROBE_BATCH), lambda p, v: p.set_probe("batch", int(v))),
     "probe_context": ActionKind(_at_least(0), lambda p, v: p.set_probe("context", int(v))),
     "probe_prompt": ActionKind(_at_least(1), lambda p, v: p.set_probe("prompt", int(v))),
-    "run_seconds": ActionKind(positive, lambda p, v: p.run_seconds(float(v))),
-    "run_ticks": ActionKind(_at_least(1), lambda p, v: p.run_ticks(int(v))),
+    "run_seconds": ActionKind(lambda c, w, v: positive(c, w, v, MAX_RUN_SECONDS),
+                              lambda p, v: p.run_seconds(float(v))),
+    "run_ticks": ActionKind(_at_least(1, MAX_RUN_TICKS), lambda p, v: p.run_ticks(int(v))),
     "mark": ActionKind(mark_name, lambda p, v: p.mark(v)),
     "reset": ActionKind(flag, lambda p, v: p.reconfigure()),
 }

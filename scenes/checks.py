@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
+from engine import validation as V
 from engine.errors import InputError, suggest
 
 
@@ -25,25 +27,42 @@ class Ctx:
         return InputError(f"{self.path}: {where}: {msg}" if where else f"{self.path}: {msg}")
 
 
+    def check(self, where: str, checker: Callable[..., Any], v: Any, **kw: Any) -> Any:
+        """Run one of engine.validation's checks on field `where`, its message prefixed with this file."""
+        try:
+            return checker(v, where, **kw)
+        except InputError as e:
+            raise InputError(f"{self.path}: {e}") from None
+
+
+# What one scene may ask of the engine: enough for any lesson, little enough that a headless play
+# (and the test that plays every scene) stays quick.
+MAX_SCENE_USERS = 100_000
+MAX_RUN_TICKS = 100_000
+MAX_RUN_SECONDS = 3600.0
+MAX_PROBE_BATCH = 10**6  # sequences the step probe prices at once (as `tokensim step --batch`)
+
+
 def is_num(v: Any) -> bool:
-    """A finite int or float (bool is not a number here)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite int or float (bool is not a number here; nor is a 400-digit integer, which has no float)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
-def whole(c: Ctx, where: str, v: Any, lo: int = 0) -> int:
-    """A whole number >= lo."""
+def whole(c: Ctx, where: str, v: Any, lo: int = 0, hi: int = V.MAX_COUNT) -> int:
+    """A whole number in [lo, hi] (engine.validation's rule), written as one (not 4.0)."""
     if not isinstance(v, int) or isinstance(v, bool):
-        raise c.fail(where, f"expected a whole number, got {v!r}")
-    if v < lo:
-        raise c.fail(where, f"must be >= {lo}, got {v}")
-    return v
+        raise c.fail(where, f"expected a whole number, got {V.show(v)}")
+    return c.check(where, V.whole, v, lo=lo, hi=hi)
 
 
-def positive(c: Ctx, where: str, v: Any) -> float:
-    """A number > 0."""
-    if not is_num(v) or v <= 0:
-        raise c.fail(where, f"expected a number > 0, got {v!r}")
-    return float(v)
+def positive(c: Ctx, where: str, v: Any, hi: float | None = V.MAX_MULT) -> float:
+    """A finite number > 0 and <= hi (engine.validation's rule)."""
+    return c.check(where, V.positive, v, hi=hi)
 
 
 def word(c: Ctx, where: str, v: Any, choices: tuple[str, ...] | list[str] | None = None, what: str = "") -> str:

@@ -9,19 +9,31 @@ loads is a scene the director can play.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from engine import validation as V
 from engine.claim_rows import CLAIM_IDS
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError, suggest
 from engine.lang import LANGS
-from engine.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names
+from engine.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names, parse_toml
 from scenes.actions import ACTIONS
-from scenes.checks import Ctx, dist, flag, is_num, mark_name, positive, share, whole, word
+from scenes.checks import (
+    MAX_PROBE_BATCH,
+    MAX_SCENE_USERS,
+    Ctx,
+    dist,
+    flag,
+    is_num,
+    mark_name,
+    positive,
+    share,
+    whole,
+    word,
+)
 from scenes.metrics import METRICS, Probe
 from scenes.placeholders import OVER, parse_ref, placeholders
 from scenes.quiz import Question, parse_question
@@ -181,7 +193,7 @@ def _setup(c: Ctx, v: Any) -> Setup:
         if k == "speed":
             speed = positive(c, w, val)
         elif k == "probe_batch":
-            probe = replace(probe, batch=whole(c, w, val, 1))
+            probe = replace(probe, batch=whole(c, w, val, 1, MAX_PROBE_BATCH))
         elif k == "probe_context":
             probe = replace(probe, context=whole(c, w, val, 0))
         elif k == "probe_prompt":
@@ -204,8 +216,10 @@ def _setup(c: Ctx, v: Any) -> Setup:
             kw[k] = share(c, w, val)
         elif k in ("tp", "max_batch", "max_batched_tokens", "fast_max_batch"):
             kw[k] = whole(c, w, val, 1)
-        elif k in ("users", "seed"):
-            kw[k] = whole(c, w, val, 0)
+        elif k == "users":
+            kw[k] = whole(c, w, val, 0, MAX_SCENE_USERS)
+        elif k == "seed":
+            kw[k] = whole(c, w, val, 0, 2**32 - 1)
         elif k == "requests":
             kw[k] = whole(c, w, val, 1)
         elif k == "runtime":
@@ -213,7 +227,8 @@ def _setup(c: Ctx, v: Any) -> Setup:
 
             kw[k] = word(c, w, val, sorted(runtimes()), "runtime")
         else:  # rate, duration, price_per_hour, slo_*, compute_mult, bandwidth_mult
-            kw[k] = positive(c, w, val) if k != "rate" or val != 0 else 0.0
+            kw[k] = positive(c, w, val, V.MAX_SECONDS if k in ("duration", "slo_ttft", "slo_tpot") else V.MAX_MULT) \
+                if k != "rate" or val != 0 else 0.0
     return Setup(config=EngineConfig(**kw), speed=speed, probe=probe)
 
 
@@ -348,21 +363,13 @@ def _number(name: str) -> int:
 
 def parse_text(text: str, path: str) -> Scene:
     """Parse a scene from TOML text."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: malformed TOML: {e}") from None
-    return parse_scene(data, path, _number(Path(path).name))
+    return parse_scene(parse_toml(text, path), path, _number(Path(path).name))
 
 
 def load_file(path: str | Path) -> Scene:
     """Load and validate a scene file from disk."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{p}: cannot read scene file ({e.strerror or e})") from None
-    return parse_text(text, str(p))
+    return parse_text(V.read_text(p, "scene file"), str(p))
 
 
 def shipped_files() -> list[str]:

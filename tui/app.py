@@ -65,7 +65,9 @@ SPEEDS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.
                              100.0)
 # What + and - step through: small counts one by one, then roughly x1.5 per press.
 USER_LADDER: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
-                                1024, 1536, 2048, 3072, 4096, 6144, 8192)
+                                1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+# The ladder's top is the ceiling of +: past ~16k users a frame's engine work outgrows the frame budget
+# and the users list cannot show them; `tokensim run` takes more.
 FPS = 30
 MIN_SIZE = (80, 24)  # below this the floor is replaced by a note asking for a bigger terminal
 COMPACT_BELOW = (110, 34)  # below this the floor drops borders and the roofline
@@ -376,9 +378,12 @@ class TokensimApp(App[None]):
         self.set_speed(SPEEDS[min(len(SPEEDS) - 1, i)])
 
     def action_more_users(self) -> None:
-        """+: the next user count up USER_LADDER (doubling past its end)."""
+        """+: the next user count up USER_LADDER, which ends at what the floor can keep live (MAX_USERS)."""
+        if self.config.users >= USER_LADDER[-1]:
+            self.notify(t(self.lang, "max_users", n=USER_LADDER[-1]), timeout=4)
+            return
         i = bisect.bisect_right(USER_LADDER, self.config.users)
-        self.set_users(USER_LADDER[min(len(USER_LADDER) - 1, i)] if i < len(USER_LADDER) else self.config.users * 2)
+        self.set_users(USER_LADDER[min(len(USER_LADDER) - 1, i)])
 
     def action_fewer_users(self) -> None:
         """-: the next user count down USER_LADDER (at least 1)."""

@@ -7,9 +7,11 @@ commands start without loading Textual. Bad input becomes one line on stderr and
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from engine.errors import InputError
 
@@ -29,9 +31,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line (not usage + error) and exits 2."""
+    """argparse that reports a usage error as one line (not usage + error) and exits 2, and takes options
+    only as spelt: no prefix matching, so a typo like --user is refused instead of read as --users."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        if self.prog == "tokensim" and message.startswith("unrecognized arguments: "):
+            word = message.removeprefix("unrecognized arguments: ").split()[0]
+            close = difflib.get_close_matches(word, list(COMMANDS), n=1, cutoff=0.6)
+            if close and not word.startswith("-"):
+                message = f"unknown command '{word}' (did you mean {close[0]}?)"
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         raise SystemExit(2)
 
@@ -57,6 +69,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_streams()
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
     try:
@@ -72,6 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _tolerant_streams() -> None:
+    """A terminal that cannot show a character (PYTHONIOENCODING=ascii, a C locale) gets an escape, not a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and (stream.errors or "strict") == "strict":
+            stream.reconfigure(errors="backslashreplace")
 
 
 if __name__ == "__main__":

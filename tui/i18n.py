@@ -142,6 +142,7 @@ EN: dict[str, str] = {
     "pick_gpu": "pick a GPU",
     "pick_close": "enter to choose · escape to cancel",
     "does_not_fit": "does not fit",
+    "max_users": "{n:,} users is the most the floor keeps live; tokensim run simulates more",
     # palette
     "cmd_play": "Play / pause",
     "cmd_step": "One step",
@@ -289,6 +290,7 @@ ZH: dict[str, str] = {
     "pick_gpu": "选择 GPU",
     "pick_close": "回车确认 · Esc 取消",
     "does_not_fit": "放不下",
+    "max_users": "工厂画面最多实时跟 {n:,} 位用户；更多请用 tokensim run",
     "cmd_play": "运行 / 暂停",
     "cmd_step": "单步",
     "cmd_slower": "放慢",

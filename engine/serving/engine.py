@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from engine import budget
+from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.serving.accounting import H, Rates, rolling, run_metrics
@@ -80,6 +82,9 @@ class Engine:
         self._script = self._load_script(cfg)
         if self._script is None:  # a file's lengths are clipped to the pool and context, and reported
             self._check_lengths(sm, blocks)
+            wl = self._wl
+            est = budget.estimate(cfg, sm, blocks, wl.prompt, wl.output, wl.think, wl.think_time)
+            budget.check(est, bounded=cfg.requests is not None or cfg.duration is not None, force=cfg.force)
         self._budget = Budget(*self._bounds(cfg))
         rngs = seeded_rngs(cfg.seed, 10)
         self._lanes = [self._lane(False, blocks, rngs[:5])]
@@ -332,13 +337,13 @@ class Engine:
 
     def set_compute_mult(self, x: float) -> None:
         """What-if: scale peak FLOP/s (x2 doubles compute)."""
-        x = _positive_number(x, "compute multiplier")
+        x = V.positive(x, "compute multiplier", hi=V.MAX_MULT)
         self._set_step_model(self._sm.with_options(compute_mult=x))
         self._cfg = replace(self._cfg, compute_mult=x)
 
     def set_bandwidth_mult(self, x: float) -> None:
         """What-if: scale HBM bandwidth."""
-        x = _positive_number(x, "bandwidth multiplier")
+        x = V.positive(x, "bandwidth multiplier", hi=V.MAX_MULT)
         self._set_step_model(self._sm.with_options(bandwidth_mult=x))
         self._cfg = replace(self._cfg, bandwidth_mult=x)
 
@@ -468,43 +473,30 @@ def prefix_caching(cfg: EngineConfig) -> bool:
     return isinstance(cfg.runtime, str) and cfg.runtime in CACHING_RUNTIMES
 
 
-def _positive_number(x: float, what: str) -> float:
-    """A finite number > 0 for a live knob, or a one-line InputError."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise InputError(f"{what} must be a number > 0, got {x!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise InputError(f"{what} must be a finite number > 0, got {x!r}")
-    return v
-
-
 def _validate(cfg: EngineConfig) -> None:
-    """Contradictory or impossible options: one clear line each."""
-    if cfg.scheduler not in SCHEDULERS:
-        raise InputError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {cfg.scheduler!r}")
-    for name, v in (("--max-batch", cfg.max_batch), ("--max-batched-tokens", cfg.max_batched_tokens),
-                    ("--fast-max-batch", cfg.fast_max_batch)):
-        if isinstance(v, bool) or int(v) != v or v < 1:
-            raise InputError(f"{name} must be a whole number >= 1, got {v}")
-    if not 0.0 <= cfg.fast_share <= 1.0:
-        raise InputError(f"--fast-share must be between 0 and 1, got {cfg.fast_share}")
+    """Contradictory or impossible options: one clear line each (the checks of engine.validation)."""
+    V.text(cfg.scheduler, "--scheduler", choices=SCHEDULERS, what="scheduler")
+    V.whole(cfg.max_batch, "--max-batch", lo=1)
+    V.whole(cfg.max_batched_tokens, "--max-batched-tokens", lo=1)
+    V.whole(cfg.fast_max_batch, "--fast-max-batch", lo=1)
+    V.number(cfg.fast_share, "--fast-share", lo=0.0, hi=1.0)
     if cfg.fast_share >= 1.0:
         raise InputError("--fast-share 1 leaves no normal lane; use --max-batch to run everyone in a small batch")
-    if isinstance(cfg.users, bool) or int(cfg.users) != cfg.users or cfg.users < 0:
-        raise InputError(f"--users must be a whole number >= 0, got {cfg.users}")
-    if not (cfg.rate >= 0 and math.isfinite(cfg.rate)):
-        raise InputError(f"--rate must be a finite number >= 0, got {cfg.rate}")
+    V.whole(cfg.users, "--users", lo=0)
+    V.number(cfg.rate, "--rate", lo=0.0, hi=float(V.MAX_COUNT))
     # users = rate = 0 is an idle engine (a UI may add users later), and users with a rate run both
     # arrival streams together; `tokensim run` refuses both forms as contradictory or empty.
-    if cfg.requests is not None and (int(cfg.requests) != cfg.requests or cfg.requests < 1):
-        raise InputError(f"--requests must be a whole number >= 1, got {cfg.requests}")
-    if cfg.duration is not None and not (cfg.duration > 0 and math.isfinite(cfg.duration)):
-        raise InputError(f"--duration must be a finite number of seconds > 0, got {cfg.duration}")
-    if cfg.price_per_hour is not None and not (cfg.price_per_hour >= 0 and math.isfinite(cfg.price_per_hour)):
-        raise InputError(f"--price-per-hour must be a number >= 0, got {cfg.price_per_hour}")
+    V.whole(cfg.seed, "--seed", lo=0, hi=2**32 - 1)
+    if cfg.requests is not None:
+        V.whole(cfg.requests, "--requests", lo=1)
+    if cfg.duration is not None:
+        V.positive(cfg.duration, "--duration", hi=V.MAX_SECONDS)
+    if cfg.price_per_hour is not None:
+        V.number(cfg.price_per_hour, "--price-per-hour", lo=0.0, hi=1e9)
     for name, v in (("--slo-ttft", cfg.slo_ttft), ("--slo-tpot", cfg.slo_tpot)):
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise InputError(f"{name} must be a number of seconds > 0, got {v}")
-    if cfg.kv_pool_blocks is not None and (int(cfg.kv_pool_blocks) != cfg.kv_pool_blocks or cfg.kv_pool_blocks < 1):
-        raise InputError(f"--kv-blocks must be a whole number >= 1, got {cfg.kv_pool_blocks}")
+        if v is not None:
+            V.positive(v, name, hi=V.MAX_SECONDS)
+    if cfg.kv_pool_blocks is not None:
+        V.whole(cfg.kv_pool_blocks, "--kv-blocks", lo=1)
+    for name, v in (("--compute-mult", cfg.compute_mult), ("--bandwidth-mult", cfg.bandwidth_mult)):
+        V.positive(v, name, hi=V.MAX_MULT)

@@ -27,6 +27,7 @@ from engine.serving.scheduler import Scheduler
 from engine.serving.tables import BLOCK, DONE_COLS, SHIFT, FloatCol, Queue, Ring, Rows, Table, blocks_for, done_rows
 from engine.speculative import Drafter, sample_accepted
 from engine.step import StepCost, StepModel
+from engine.validation import MAX_SECONDS
 from engine.workload import Dist, Sampler
 from engine.workload_file import Requests
 
@@ -127,14 +128,16 @@ class Lane:
         # samplers: independent streams, so lengths never depend on how arrivals interleave
         self.cap_tokens = min(sm.model.max_context, pool_blocks * BLOCK)
         self.s_prompt = Sampler(spec.prompt, rngs[0], True, 1, max(1, self.cap_tokens - 1))
-        self.s_output = Sampler(spec.output, rngs[1], True, 1)
-        self.s_think = Sampler(spec.think, rngs[2], True, 0)
+        # Every sampled length is bounded (a draw of 1e30 tokens becomes the cap, and counts as clipped).
+        self.s_output = Sampler(spec.output, rngs[1], True, 1, max(1, self.cap_tokens))
+        self.s_think = Sampler(spec.think, rngs[2], True, 0, max(0, self.cap_tokens))
         self.think_zero = spec.think.is_fixed and spec.think.a == 0
         self.arrivals = Arrivals(budget, spec.fast, spec.fast_share, spec.rate,
-                                 Sampler(spec.think_time, rngs[3], False, 0.0),
+                                 Sampler(spec.think_time, rngs[3], False, 0.0, MAX_SECONDS),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
         self._last_agg: tuple[StepModel, int, float, float, float, float] | None = None  # see last_cost
-        self.stats = LaneStats(sched.max_batch, len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1)
+        stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
+        self.stats = LaneStats(self._hist_cap(sched), stages)
         self.staged = self.stats.stages > 1
         self.recent = Ring(RECENT_DONE, DONE_COLS)  # the last finished requests (for the snapshot)
         # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.
@@ -153,7 +156,11 @@ class Lane:
     def set_scheduler(self, sched: Scheduler) -> None:
         """A new policy or knobs; running requests carry on under the new rules."""
         self.sched = sched
-        self.stats.set_max_batch(sched.max_batch)
+        self.stats.set_max_batch(self._hist_cap(sched))
+
+    def _hist_cap(self, sched: Scheduler) -> int:
+        """Largest batch the histogram counts: every running request holds a block, so never above the pool."""
+        return max(1, min(sched.max_batch, self.pool.total))
 
     def set_users(self, n: int, t: float) -> None:
         """Users [0, n) are active; ours start sending at t if idle; the rest stop after their answer."""
@@ -165,6 +172,9 @@ class Lane:
         self.pool.resize(blocks_total)
         self.cap_tokens = min(self.sm.model.max_context, blocks_total * BLOCK)
         self.s_prompt.hi = max(1, self.cap_tokens - 1)
+        self.s_output.hi = max(1, self.cap_tokens)
+        self.s_think.hi = max(0, self.cap_tokens)
+        self.stats.set_max_batch(self._hist_cap(self.sched))
         out = []
         while self.pool.used > self.pool.total and self.R.n:
             out.append(self._preempt_newest())
@@ -245,11 +255,14 @@ class Lane:
         b = self.budget
         if content is None:
             prompt = self.s_prompt.take(k)
+            clipped = self.s_prompt.last_clipped
             think = self.s_think.take(k)
+            clipped = clipped | self.s_think.last_clipped
             output = self.s_output.take(k)
+            clipped = clipped | self.s_output.last_clipped
         else:
             prompt = np.minimum(content.prompt, self.s_prompt.hi).astype(np.int64)
-            self.s_prompt.clipped += int(np.count_nonzero(content.prompt > prompt))
+            clipped = content.prompt > prompt
             think = content.think.copy()
             output = content.output.copy()
         # A request's whole cache (prompt + every generated token) must fit the context and the pool.
@@ -257,11 +270,10 @@ class Lane:
         over = think + output > room
         st = self.stats
         if over.any():
-            st.clipped += int(over.sum())
+            clipped = clipped | over
             think = np.where(over, np.minimum(think, room - 1), think)
             output = np.where(over, np.maximum(1, room - think), output)
-        st.clipped += self.s_prompt.clipped
-        self.s_prompt.clipped = 0
+        st.clipped += int(np.count_nonzero(clipped))  # requests, each counted once however many lengths shrank
         r = Rows.new(k)
         r.id[:] = np.arange(b.next_id, b.next_id + k)
         r.user[:] = uu

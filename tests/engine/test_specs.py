@@ -151,9 +151,9 @@ def test_malformed_json_names_path_and_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "msg"), [
     ("", "missing field 'name'"),
-    ('name = "x"\nmemory_gb = 0\n', "'memory_gb' must be > 0"),
-    ('name = "x"\nmemory_gb = -80\n', "'memory_gb' must be > 0"),
-    ('name = "x"\nmemory_gb = "lots"\n', "'memory_gb' must be a number"),
+    ('name = "x"\nmemory_gb = 0\n', "'memory_gb' must be a finite number > 0"),
+    ('name = "x"\nmemory_gb = -80\n', "'memory_gb' must be a finite number > 0"),
+    ('name = "x"\nmemory_gb = "lots"\n', "'memory_gb' must be a finite number > 0.*got 'lots'"),
     ('name = "x"\nmemory_gb = 80\nmemory_bandwidth_gbps = 1\nl2_mb = 1\nsm_count = 1\nsmem_per_sm_kb = 1\n'
      'interconnect_gbps = 1\nprice_per_hour = 1\n', "missing table \\[tflops\\]"),
 ])
@@ -165,11 +165,11 @@ def test_bad_hardware_fields(tmp_path: Path, text: str, msg: str) -> None:
 
 
 @pytest.mark.parametrize(("patch", "msg"), [
-    ({"num_hidden_layers": 0}, "'num_hidden_layers' must be > 0"),
+    ({"num_hidden_layers": 0}, "'num_hidden_layers' must be a whole number between 1"),
     ({"hidden_size": None}, "missing field 'hidden_size'"),
-    ({"num_attention_heads": -4}, "'num_attention_heads' must be > 0"),
+    ({"num_attention_heads": -4}, "'num_attention_heads' must be a whole number between 1"),
     ({"num_experts": 8, "num_experts_per_tok": 9}, "exceeds the number of experts"),
-    ({"weight_dtype": "fp7"}, "'weight_dtype' must be one of"),
+    ({"weight_dtype": "fp7"}, "'weight_dtype': unknown weight dtype 'fp7'"),
 ])
 def test_bad_model_fields(tmp_path: Path, patch: dict[str, object], msg: str) -> None:
     cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,

@@ -21,7 +21,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_run_json_has_every_key(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--users", "64", "--output", "200", "--requests", "200", "--json"]) == 0
+    assert main(["run", "--users", "64", "--prompt", "1000", "--output", "200", "--requests", "200", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for k in RUN_KEYS:
         assert k in out, k

@@ -32,11 +32,11 @@ def test_loopback_port_8000_by_default() -> None:
 
 
 def test_the_apps_options_are_passed_on_as_given() -> None:
-    given = ["--model", "qwen2.5-7b", "--tp", "2", "--users", "12", "--prompt", "uniform:100,200", "--seed", "-3",
+    given = ["--model", "qwen2.5-7b", "--tp", "2", "--users", "12", "--prompt", "uniform:100,200", "--seed", "3",
              "--ideal", "--lang", "zh", "--speed", "0.25", "--paused", "--compute-mult", "1.5"]
     args = parse(*given, "--port", "8123", "--host", "localhost")
     words = serve_cmd.app_argv(args)
-    assert "--seed=-3" in words and "--paused" in words and not any("port" in w or "host" in w for w in words)
+    assert "--seed=3" in words and "--paused" in words and not any("port" in w or "host" in w for w in words)
     # The command the browser tab runs parses back to exactly the options the app would get directly.
     command = shlex.split(serve_cmd.app_command(args))
     assert command[:3] == [sys.executable, "-m", "tui.cli"]

@@ -11,7 +11,7 @@ import re
 from dataclasses import replace
 
 from engine.config import EngineConfig
-from tui.commands.options import add_model_options, positive_float, require_terminal
+from tui.commands.options import add_model_options, positive_float, require_terminal, run_app
 from tui.commands.run_cmd import add_engine_options
 from tui.commands.run_cmd import config_from_args as run_config_from_args
 from tui.defaults import default_config
@@ -67,5 +67,4 @@ def run(args: argparse.Namespace) -> int:
 
     app = TokensimApp(config_from_args(args), lang=args.lang, autoplay=not args.paused, speed=args.speed)
     require_terminal("for a report without one, try: tokensim run")  # after the options: their errors first
-    app.run()
-    return 0
+    return run_app(app)

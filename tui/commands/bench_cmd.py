@@ -21,6 +21,7 @@ from rich.table import Table
 
 from engine.config import EngineConfig
 from engine.serving import Engine
+from engine.validation import MAX_SECONDS
 from tui.commands.options import console, positive_float, positive_int, print_json
 
 BENCH_USERS = 1000
@@ -32,6 +33,17 @@ def bench_config(users: int = BENCH_USERS) -> EngineConfig:
     """1,000 users who never pause, short enough requests that 256 of them fit the KV pool at once."""
     return EngineConfig(hardware="h100-sxm", model="qwen2.5-14b", users=users, prompt="512", output="256",
                         scheduler="continuous", max_batch=256, seed=0)
+
+
+# The render section's JSON keys as a person reads them: (label, unit; "%" shows a fraction as a percentage).
+RENDER_LABELS: dict[str, tuple[str, str]] = {
+    "frame_ms_p50": ("frame time, median", " ms"), "frame_ms_p99": ("frame time, 99th percentile", " ms"),
+    "frame_ms_mean": ("frame time, mean", " ms"), "publish_ms_p50": ("publishing a frame, median", " ms"),
+    "cpu_share_at_30fps": ("one core used drawing at 30 fps", "%"),
+    "cpu_share_with_engine_at_30fps": ("one core used drawing and simulating at 30 fps", "%"),
+    "frames": ("frames timed", ""), "users": ("users on screen", ""), "streaming": ("answers streaming", ""),
+    "size": ("terminal size", ""),
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,8 +66,8 @@ def engine_bench(ticks: int = 20_000, users: int = BENCH_USERS, varied: bool = F
     cfg = bench_config(users)
     if varied:
         cfg = replace(cfg, **VARIED)
-    # A bound far away lets run() go tick-limited; it never binds.
-    eng = Engine(replace(cfg, duration=1e12))
+    # A bound far away lets run() go tick-limited; it never binds (force: run()'s own max_ticks bounds it).
+    eng = Engine(replace(cfg, duration=MAX_SECONDS, force=True))
     for _ in range(WARMUP_TICKS):
         eng.step()
     m0 = eng.metrics()
@@ -149,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
     t.add_row("trace replay", f"{tr['trace']}: {tr['requests']:,} requests, {tr['sim_time_s']:,.0f} s simulated in"
               f" {tr['wall_s']:.2f} s wall ({tr['cpu_s']:.2f} s CPU), {tr['model']} / {tr['hardware']}")
     for k, v in (res.get("render") or {}).items():
-        t.add_row(f"render {k}", f"{v:,.2f}" if isinstance(v, float) else str(v))
+        label, unit = RENDER_LABELS.get(k, (k.replace("_", " "), ""))
+        shown = f"{100 * v:,.1f} %" if unit == "%" else f"{v:,.2f}{unit}" if isinstance(v, float) else (
+            "x".join(map(str, v)) if isinstance(v, list) else f"{v:,}" if isinstance(v, int) else str(v))
+        t.add_row(f"render: {label}", shown)
     console().print(t)
     return 0

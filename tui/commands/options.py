@@ -10,44 +10,21 @@ from typing import Any
 
 from rich.console import Console
 
+from engine import validation as V
 from engine.calibration import runtimes
 from engine.errors import InputError
 from engine.numbers import json_safe
 from engine.specs import KV_DTYPES, WEIGHT_DTYPES, load_hardware, load_model
 from engine.step import StepModel, StepOptions
 
-
-def positive_int(text: str) -> int:
-    """argparse type: a whole number > 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
-    return v
-
-
-def nonneg_int(text: str) -> int:
-    """argparse type: a whole number >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return v
+# argparse types: the same checks (and messages) as file fields and EngineConfig, from engine.validation.
+positive_int = V.option(V.whole, lo=1)
+nonneg_int = V.option(V.whole, lo=0)
+seed_int = V.option(V.whole, lo=0, hi=2**32 - 1)
+positive_float = V.option(V.positive)
+nonneg_float = V.option(V.number, lo=0.0)
+seconds = V.option(V.positive, hi=V.MAX_SECONDS)
+multiplier = V.option(V.positive, hi=V.MAX_MULT)
 
 
 def add_model_options(p: argparse.ArgumentParser, hardware: str = "h100-sxm", model: str = "generic-14b") -> None:
@@ -61,7 +38,7 @@ def add_model_options(p: argparse.ArgumentParser, hardware: str = "h100-sxm", mo
     g.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16", help="KV cache dtype (default bf16)")
     g.add_argument("--ideal", action="store_true",
                    help="peak bandwidth and FLOP/s, zero overhead: the articles' arithmetic")
-    g.add_argument("--runtime", default="vllm", choices=sorted(runtimes()),
+    g.add_argument("--runtime", default=None, choices=sorted(runtimes()),
                    help="calibrated runtime profile (default vllm)")
 
 
@@ -70,9 +47,34 @@ def step_model_from_args(args: argparse.Namespace) -> StepModel:
     hw = load_hardware(args.hardware)
     model = load_model(args.model)
     sm = StepModel(hw, model, StepOptions(tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
-                                          ideal=args.ideal, runtime=args.runtime))
+                                          ideal=args.ideal, runtime=args.runtime or "vllm"))
     sm.check_fits()
     return sm
+
+
+def runtime_for_run(args: argparse.Namespace) -> str:
+    """A run prices one kind of step: --runtime names a calibration that --ideal switches off, so refuse the pair."""
+    if args.runtime is not None and args.ideal:
+        raise InputError(f"--runtime {args.runtime} does nothing with --ideal (peak figures, no runtime): drop one")
+    return args.runtime or "vllm"
+
+
+def run_app(app: Any) -> int:
+    """Run a Textual app; if it crashes, exit 1 with one line on stderr (the traceback goes to a file it names)."""
+    import io
+    import tempfile
+
+    buf = io.StringIO()
+    app.error_console = Console(file=buf, width=120, markup=False, highlight=False)  # Textual prints crashes here
+    app.run()
+    code = app.return_code or 0
+    if code:
+        text = buf.getvalue().strip()
+        last = next((ln.strip(" │╰─╯") for ln in reversed(text.splitlines()) if ln.strip(" │╰─╯")), "unknown error")
+        with tempfile.NamedTemporaryFile("w", prefix="tokensim-crash-", suffix=".txt", delete=False) as f:
+            f.write(text + "\n")
+        sys.stderr.write(f"tokensim: error: the app stopped on an internal error: {last} (details: {f.name})\n")
+    return code
 
 
 def print_json(obj: Any) -> None:

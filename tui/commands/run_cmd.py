@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
 from engine.numbers import fixed, json_safe
 from engine.serving import Engine
-from tui.commands.options import add_model_options, console, nonneg_int, positive_float, positive_int, print_json
+from engine.snapshot import KV_BLOCK_TOKENS
+from tui.commands.options import (
+    add_model_options,
+    console,
+    multiplier,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    print_json,
+    runtime_for_run,
+    seconds,
+    seed_int,
+)
 
 # A run with neither --requests nor --duration serves this many requests (at least 3 per user), so
 # closed-loop users go round a few times and the start-up burst is not the whole picture.
@@ -23,31 +36,14 @@ DEFAULT_REQUESTS = 1000
 _PROGRESS_EVERY = 512  # ticks between progress-bar updates
 
 
-def nonneg_float(text: str) -> float:
-    """argparse type: a finite number >= 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return v
-
-
-def fraction(text: str) -> float:
-    """argparse type: a fraction in (0, 1]."""
-    v = nonneg_float(text)
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return v
-
-
-def share(text: str) -> float:
-    """argparse type: a fraction in [0, 1)."""
-    v = nonneg_float(text)
-    if v >= 1:
-        raise argparse.ArgumentTypeError(f"must be below 1, got {text}")
-    return v
+fraction = V.option(V.number, lo=0.0, hi=1.0, lo_open=True)  # argparse type: a fraction in (0, 1]
+share = V.option(V.number, lo=0.0, hi=0.99)  # argparse type: a fraction of users, below 1
+# Defaults of the run's own: lengths vary as people's do (mean 1,000 in, 200 out), so users do not
+# finish in lockstep and the percentiles mean something.
+DEFAULT_PROMPT = "uniform:500,1500"
+DEFAULT_OUTPUT = "uniform:100,300"
+DEFAULT_MAX_BATCHED_TOKENS = 8192
+DEFAULT_FAST_MAX_BATCH = 4
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -57,15 +53,20 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="closed loop: N users, each sends, waits for the whole answer, thinks, sends again"
                         " (default 4 unless --rate)")
     w.add_argument("--rate", "-r", type=nonneg_float, default=None, help="open loop: Poisson arrivals per second")
-    w.add_argument("--prompt", default="1000",
-                   help='prompt tokens: "1000", "uniform:a,b", "normal:mu,sd", "lognormal:median,sigma", "exp:mean"')
-    w.add_argument("--output", default="200", help="visible answer tokens (a number or a distribution)")
+    w.add_argument("--prompt", default=DEFAULT_PROMPT,
+                   help='prompt tokens: "1000", "uniform:a,b", "normal:mu,sd", "lognormal:median,sigma", "exp:mean"'
+                        f" (default {DEFAULT_PROMPT})")
+    w.add_argument("--output", default=DEFAULT_OUTPUT,
+                   help=f"visible answer tokens, a number or a distribution (default {DEFAULT_OUTPUT})")
     w.add_argument("--think", default="0", help="hidden reasoning tokens before the answer (number or distribution)")
     w.add_argument("--think-time", default=None, help="closed loop: seconds a user waits before the next question")
     w.add_argument("--requests", "-n", type=positive_int, default=None,
                    help=f"stop after this many requests are served (default max({DEFAULT_REQUESTS}, 3 x users))")
-    w.add_argument("--duration", "-d", type=positive_float, default=None, help="stop at this simulated time (s)")
-    w.add_argument("--seed", type=int, default=0, help="random seed (default 0): the same seed gives the same run")
+    w.add_argument("--duration", "-d", type=seconds, default=None, help="stop at this simulated time (s)")
+    w.add_argument("--seed", type=seed_int, default=0,
+                   help="random seed (default 0): the same seed gives the same run")
+    w.add_argument("--force", action="store_true",
+                   help="run even what the up-front estimate of memory and simulated steps refuses")
     w.add_argument("--workload", metavar="FILE.toml", default=None,
                    help="stages of traffic from a file ([[stage]] rate or users, duration; [prompt]; [output]);"
                         " --prompt/--output fill in what it leaves out")
@@ -89,8 +90,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     s.add_argument("--scheduler", choices=SCHEDULERS, default="continuous", help="batching policy (default continuous)")
     s.add_argument("--max-batch", "--max-num-seqs", type=positive_int, default=256,
                    help="most sequences in a step (vLLM's --max-num-seqs; default 256)")
-    s.add_argument("--max-batched-tokens", "--max-num-batched-tokens", type=positive_int, default=8192,
-                   help="token budget of a step for prefill (vLLM's --max-num-batched-tokens; default 8192)")
+    s.add_argument("--max-batched-tokens", "--max-num-batched-tokens", type=positive_int, default=None,
+                   help="token budget of a step for prefill, continuous and chunked (vLLM's"
+                        f" --max-num-batched-tokens; default {DEFAULT_MAX_BATCHED_TOKENS})")
     s.add_argument("--gpu-memory-utilization", type=fraction, default=None,
                    help="KV pool by vLLM's rule: this share of memory less weights, the activation peak of a "
                         "max-batched-tokens step and non-torch memory (default: 10%% of memory held back)")
@@ -98,16 +100,17 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="longest request (prompt + output) served, as vLLM's --max-model-len (default: the model's)")
     s.add_argument("--fast-share", type=share, default=0.0,
                    help="fraction of users in a fast lane: a dedicated GPU group at a small batch (default 0)")
-    s.add_argument("--fast-max-batch", type=positive_int, default=4, help="batch cap of the fast lane (default 4)")
+    s.add_argument("--fast-max-batch", type=positive_int, default=None,
+                   help=f"batch cap of the fast lane, with --fast-share (default {DEFAULT_FAST_MAX_BATCH})")
     s.add_argument("--kv-blocks", type=positive_int, default=None,
                    help="what-if: a KV pool of this many 16-token blocks instead of what memory leaves")
-    s.add_argument("--compute-mult", type=positive_float, default=1.0, help="what-if: scale peak FLOP/s")
-    s.add_argument("--bandwidth-mult", type=positive_float, default=1.0, help="what-if: scale HBM bandwidth")
+    s.add_argument("--compute-mult", type=multiplier, default=1.0, help="what-if: scale peak FLOP/s")
+    s.add_argument("--bandwidth-mult", type=multiplier, default=1.0, help="what-if: scale HBM bandwidth")
     m = p.add_argument_group("metrics")
     m.add_argument("--price-per-hour", type=nonneg_float, default=None,
                    help="$ per GPU-hour for $/Mtok (default: the hardware preset's)")
-    m.add_argument("--slo-ttft", type=positive_float, default=None, help="goodput SLO: time to first visible token (s)")
-    m.add_argument("--slo-tpot", type=positive_float, default=None, help="goodput SLO: time per output token (s)")
+    m.add_argument("--slo-ttft", type=seconds, default=None, help="goodput SLO: time to first visible token (s)")
+    m.add_argument("--slo-tpot", type=seconds, default=None, help="goodput SLO: time per output token (s)")
     m.add_argument("--debug", action="store_true", help="check every invariant on every tick (slower)")
 
 
@@ -129,14 +132,20 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     users = args.users if args.users is not None else (0 if args.rate is not None or scripted else 4)
     if args.think_time is not None and users == 0:
         raise InputError("--think-time applies to closed-loop --users; open-loop --rate arrivals do not think")
+    if args.max_batched_tokens is not None and args.scheduler == "static":
+        raise InputError("--max-batched-tokens does nothing with --scheduler static (a static batch reads every"
+                         " prompt in one step): drop it or use continuous or chunked")
+    if args.fast_max_batch is not None and not args.fast_share:
+        raise InputError("--fast-max-batch does nothing without --fast-share (there is no fast lane): give both")
     requests = args.requests
     if requests is None and args.duration is None and not scripted:
         requests = max(DEFAULT_REQUESTS, 3 * users)
     return EngineConfig(
         hardware=args.hardware, model=args.model, tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
-        ideal=args.ideal, runtime=args.runtime, compute_mult=args.compute_mult, bandwidth_mult=args.bandwidth_mult,
-        scheduler=args.scheduler, max_batch=args.max_batch, max_batched_tokens=args.max_batched_tokens,
-        fast_share=args.fast_share, fast_max_batch=args.fast_max_batch, users=users, rate=rate,
+        ideal=args.ideal, runtime=runtime_for_run(args), compute_mult=args.compute_mult,
+        bandwidth_mult=args.bandwidth_mult, scheduler=args.scheduler, max_batch=args.max_batch,
+        max_batched_tokens=args.max_batched_tokens or DEFAULT_MAX_BATCHED_TOKENS, fast_share=args.fast_share,
+        fast_max_batch=args.fast_max_batch or DEFAULT_FAST_MAX_BATCH, users=users, rate=rate, force=args.force,
         prompt=args.prompt, output=args.output, think=args.think, think_time=args.think_time or "0",
         requests=requests, duration=args.duration, seed=args.seed, price_per_hour=args.price_per_hour,
         slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot, debug=args.debug, kv_pool_blocks=args.kv_blocks,
@@ -146,6 +155,16 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         spec_tokens=args.spec_tokens, spec_accept=args.spec_accept, spec_draft=args.spec_draft,
         kv_offload_gb=args.kv_offload_gb,
     )
+
+
+def check_pool(engine: Engine, asked: int | None, force: bool) -> None:
+    """A --kv-blocks what-if larger than memory leaves is refused: the report would show a pool the GPU lacks."""
+    sm = engine.step_model
+    fits = int(sm.kv_capacity_bytes // (KV_BLOCK_TOKENS * sm.kv_bytes_per_token))
+    if asked is not None and asked > fits and not force:
+        raise InputError(f"--kv-blocks {asked:,} is more than the {fits:,} blocks {sm.hw.name}'s memory leaves for"
+                         f" the KV pool ({fits * KV_BLOCK_TOKENS * sm.kv_bytes_per_token / 1e9:,.1f} GB); give at most"
+                         f" {fits:,} (--force to simulate a bigger pool anyway)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -225,6 +244,18 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
         "spec_draft": cfg.spec_draft if cfg.spec_tokens else None, "kv_offload_gb": cfg.kv_offload_gb,
     }
     out.update(m)
+    # What the totals leave out: requests accepted but not finished when the run stopped.
+    unfinished = m["requests_accepted"] - m["requests_completed"]
+    queued = int(m["queue"])
+    out["requests_unfinished"] = unfinished
+    out["queue_end"] = queued
+    out["running_end"] = unfinished - queued
+    served_rate = m["requests_completed"] / m["sim_time_s"] if m["sim_time_s"] else 0.0
+    out["finished_req_s"] = served_rate
+    # Open loop: arrivals outrun capacity when the queue is left holding more than one batch of requests
+    # and fewer finish per second than arrive (a closed loop cannot: its users wait for their answers).
+    out["overloaded"] = bool(cfg.rate > 0 and queued > cfg.max_batch and served_rate < 0.9 * cfg.rate)
+    out["percentiles_cover"] = "finished requests only"
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
@@ -234,6 +265,7 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Build the engine, run it to its bound, print JSON or the Rich report."""
     engine = build(args)
+    check_pool(engine, args.kv_blocks, args.force)
     run_engine(engine, show_progress=sys.stderr.isatty())
     out = report(engine)
     if args.json:
@@ -255,8 +287,15 @@ def _print(r: dict[str, Any]) -> None:
     think = f" · think {r['think']}" if r["think"] != "0" else ""
     con.print(f"[bold]{r['model']}[/] on [bold]{r['hardware']}[/]{tp} · {r['scheduler']} (max batch {r['max_batch']})"
               f" · {loop}{lengths}{think}")
-    con.print(f"{r['requests_completed']:,} requests in {r['sim_time_s']:,.2f} s simulated ({r['ticks']:,} ticks)"
-              f" · {r['input_tokens']:,} tokens in · {r['output_tokens']:,} tokens out")
+    con.print(f"{r['requests_completed']:,} requests finished in {r['sim_time_s']:,.2f} s simulated"
+              f" ({r['ticks']:,} ticks) · {r['input_tokens']:,} tokens in · {r['output_tokens']:,} tokens out")
+    if r["requests_unfinished"]:
+        con.print(f"{r['requests_unfinished']:,} requests unfinished when the run stopped: {r['queue_end']:,} waiting"
+                  f" in the queue, {r['running_end']:,} part-way through")
+    if r["overloaded"]:
+        con.print(f"[bold yellow]warning:[/] arrivals outrun capacity: {r['rate']:g} req/s arrive,"
+                  f" {r['finished_req_s']:,.1f} req/s finish; the queue grows for as long as the run lasts and"
+                  " latency with it. Lower --rate or add capacity (--tp, --max-batch, --kv-dtype fp8)")
     t = Table(header_style="bold", show_edge=False, title="latency", title_justify="left")
     t.add_column("")
     for p in ("p50", "p90", "p99"):
@@ -314,8 +353,10 @@ def _print(r: dict[str, Any]) -> None:
     if r["clipped_requests"]:
         con.print(f"[yellow]note:[/] {r['clipped_requests']:,} sampled requests were clipped to fit the model's context"
                   " or the KV pool")
-    if r["latency_samples"] < r["requests_completed"]:
-        con.print(f"note: percentiles cover the last {r['latency_samples']:,} requests")
+    which = (f"the last {r['latency_samples']:,} of the {r['requests_completed']:,} finished requests"
+             if r["latency_samples"] < r["requests_completed"] else f"the {r['latency_samples']:,} finished requests")
+    left = f"; the {r['requests_unfinished']:,} unfinished ones are not in them" if r["requests_unfinished"] else ""
+    con.print(f"note: latency percentiles cover {which}{left}")
 
 
 def _print_fleet(con: Any, r: dict[str, Any]) -> None:

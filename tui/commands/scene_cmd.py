@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.lang import LANGS
 from scenes.schema import Scene, find_scene, load_shipped
-from tui.commands.options import console, print_json, require_terminal
+from tui.commands.options import console, print_json, require_terminal, run_app
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headless", action="store_true", help="play without the app: narration and checkpoints")
     p.add_argument("--json", action="store_true", help="machine-readable output (the list, or a headless run)")
     p.add_argument("--lang", choices=LANGS, default=None, help="narration language (default: from the locale)")
-    p.add_argument("--step", type=int, default=1, help="open the app at this step (1-based, default 1)")
+    p.add_argument("--step", type=int, default=None, help="open the app at this step (1-based, default 1)")
 
 
 def pick_lang(lang: str | None) -> str:
@@ -144,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
             print_list(lang)
         return 0
     scene = find_scene(args.id)
+    if args.step is not None and (args.headless or args.json):
+        from engine.errors import InputError
+
+        raise InputError("--step opens the app at a step; a headless play runs every step: drop one")
     if args.headless or args.json:
         result = play_headless(scene, lang)
         if args.json:
@@ -151,9 +155,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_headless(result)
         return 0 if result["ok"] else 1
+    step = 1 if args.step is None else args.step
+    if not 1 <= step <= len(scene.steps):
+        from engine.errors import InputError
+
+        raise InputError(f"--step {step}: scene {scene.id} has steps 1 to {len(scene.steps)}")
     require_terminal(f"to play it without one: tokensim scene {args.id} --headless")
     from tui.scene_app import SceneApp
 
-    step = max(0, min(args.step - 1, len(scene.steps) - 1))
-    SceneApp([scene], lang=lang, step=step).run()
-    return 0
+    return run_app(SceneApp([scene], lang=lang, step=step - 1))

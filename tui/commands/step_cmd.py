@@ -7,16 +7,20 @@ import argparse
 import numpy as np
 from rich.table import Table
 
+from engine import validation as V
 from engine.errors import InputError
 from engine.numbers import fixed, si
 from engine.step import StepCost, StepModel
 from engine.xray import step_xray
 from tui.commands.options import add_model_options, console, nonneg_int, positive_int, print_json, step_model_from_args
 
+MAX_BATCH = 10**6  # sequences priced at once: each is a row of the step's arrays
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_options(p)
-    p.add_argument("--batch", "-b", type=positive_int, default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--batch", "-b", type=V.option(V.whole, lo=1, hi=MAX_BATCH), default=1,
+                   help="sequences in the batch (default 1)")
     p.add_argument("--context", "-c", type=nonneg_int, default=0, help="tokens already cached per sequence")
     p.add_argument("--prompt", "-p", type=positive_int, default=None,
                    help="price a prefill of this many prompt tokens per sequence instead of a decode step")
@@ -25,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_batch_fits(sm: StepModel, batch: int, tokens_each: int) -> None:
     """Raise InputError if `batch` sequences of `tokens_each` cached tokens overflow the KV pool."""
-    need = sm.kv_bytes_for(np.full(batch, tokens_each))
+    need = sm.kv_bytes_for(np.array([tokens_each])) * batch  # one row times batch: no batch-sized array
     cap = sm.kv_capacity_bytes
     if need > cap:
         per_seq = need / batch

@@ -10,7 +10,7 @@ import argparse
 
 from engine.lang import LANGS
 from scenes.schema import find_scene, load_shipped
-from tui.commands.options import console, print_json, require_terminal
+from tui.commands.options import console, print_json, require_terminal, run_app
 from tui.commands.scene_cmd import pick_lang, play_headless, question_line
 
 
@@ -47,5 +47,4 @@ def run(args: argparse.Namespace) -> int:
     require_terminal("to play it without one: tokensim tour --headless")
     from tui.scene_app import SceneApp
 
-    SceneApp(scenes, lang=lang, scene=start).run()
-    return 0
+    return run_app(SceneApp(scenes, lang=lang, scene=start))

@@ -25,6 +25,7 @@ class PickerScreen(ModalScreen[str | None]):
         self.choices = choices
         self.current = current
         self.lang = lang
+        self._answered = False  # keys typed ahead (enter, enter) must not close it twice
 
     def compose(self) -> ComposeResult:
         """A titled box with the option list and a hint line."""
@@ -51,8 +52,14 @@ class PickerScreen(ModalScreen[str | None]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         """enter: close with the chosen preset's name."""
-        self.dismiss(event.option.id)
+        self._close(event.option.id)
 
     def action_cancel(self) -> None:
         """escape: close without a choice."""
-        self.dismiss(None)
+        self._close(None)
+
+    def _close(self, result: str | None) -> None:
+        """Dismiss once: a second enter or escape queued before the screen is gone is ignored."""
+        if not self._answered:
+            self._answered = True
+            self.dismiss(result)

@@ -1,0 +1,98 @@
+"""What a run will cost before it starts: memory for its tables and simulated steps, against fixed limits.
+
+A command refuses a run that cannot finish (or cannot fit) with one line giving the estimate and the
+limit; `--force` (EngineConfig.force) runs it anyway. The estimates are deliberately simple upper-ish
+bounds from the configuration: they exist to catch 1e10 users or 23 days of simulated time, not to
+predict a run's length to the percent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.config import EngineConfig
+from engine.errors import InputError
+from engine.step import StepModel
+from engine.workload import Dist
+
+MEMORY_LIMIT_BYTES = 2e9  # request and user tables a run may hold (the engine itself needs ~100 MB more)
+STEPS_LIMIT = 1e7  # simulated steps: about five minutes at the ~33k ticks/s of a small batch (measured)
+ROW_BYTES = 2 * 18 * 8  # one request row: 18 int64/float64 columns, tables grow by doubling (x2)
+USER_BYTES = 8 + 1 + 1 + 8  # per closed-loop user: next send time, waiting flag, outstanding flag, index
+POOL_BLOCK_BYTES = 6 * 8  # per KV block: the prefix cache's key, references, LRU stamp and free-slot stacks
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """What a run is expected to need: peak table memory and simulated steps (inf: never finishes)."""
+
+    memory_bytes: float
+    steps: float
+    step_s: float  # the shortest step it can take (a decode of one sequence): what bounds the clock's pace
+
+
+def estimate(cfg: EngineConfig, sm: StepModel, blocks: int, d_prompt: Dist, d_output: Dist, d_think: Dist,
+             d_think_time: Dist) -> Estimate:
+    """Memory and steps of the run `cfg` describes on step model `sm` with a pool of `blocks` blocks."""
+    lanes = 2 if cfg.fast_share > 0 else 1
+    step_s = sm.decode(1, int(min(d_prompt.mean, sm.model.max_context - 1))).time_s
+    ctx = sm.model.max_context  # sampled lengths are clipped to the context, so no request needs more steps
+    gen = max(1.0, min(d_output.mean + d_think.mean, ctx))  # decode steps one request needs
+    # Requests the run will see: its --requests, or what arrives within --duration.
+    if cfg.users:
+        cycle = max(d_think_time.mean, gen * step_s, 1e-12)
+        arriving = cfg.users * (cfg.duration / cycle + 1) if cfg.duration is not None else math.inf
+    else:
+        arriving = cfg.rate * cfg.duration + 1 if cfg.duration is not None else math.inf
+    n_req = min(float(cfg.requests) if cfg.requests is not None else math.inf, arriving)
+    # Memory: per-user state, the rows in flight (every user's one request, or an open loop's whole backlog
+    # when it is overloaded), and the batch histogram (one counter per possible batch size).
+    in_flight = cfg.users + (min(n_req, arriving) if cfg.rate else 0)
+    if not math.isfinite(in_flight):
+        in_flight = cfg.users + cfg.max_batch  # an unbounded open loop (the app) holds what it serves
+    memory = lanes * (cfg.users * USER_BYTES + in_flight * ROW_BYTES + 8 * min(cfg.max_batch, blocks)
+                      + POOL_BLOCK_BYTES * blocks)
+    # Steps: the tokens of every request, shared over the batch that runs at once, plus one tick per arrival.
+    held = min(d_prompt.mean, ctx) + gen / 2  # tokens a running request holds on average
+    fit = max(1.0, blocks * 16 / held)  # requests the KV pool holds at once
+    if cfg.users:
+        together = min(cfg.max_batch, cfg.users, fit)
+    else:
+        together = min(cfg.max_batch, max(1.0, cfg.rate * gen * step_s), fit)
+    steps = n_req * (gen / together + 1)
+    if cfg.duration is not None and step_s > 0:
+        steps = min(steps, cfg.duration / step_s + 2 * n_req)
+    if not step_s > 0 and (cfg.duration is not None or n_req == math.inf):
+        steps = math.inf  # a step that takes no time never moves the clock towards --duration
+    if cfg.requests is None and cfg.duration is None:
+        steps = math.inf
+    return Estimate(memory_bytes=memory, steps=steps, step_s=step_s)
+
+
+def check(est: Estimate, bounded: bool, force: bool) -> None:
+    """Refuse (one line: the estimate and the limit) what would not fit in memory or, for a bounded run, finish."""
+    if force:
+        return
+    if est.memory_bytes > MEMORY_LIMIT_BYTES:
+        raise InputError(f"this run would hold about {_bytes(est.memory_bytes)} of request and user tables, over"
+                         f" the limit of {_bytes(MEMORY_LIMIT_BYTES)}; use fewer users, a lower rate or a shorter"
+                         " run (--force to try anyway)")
+    if bounded and est.steps > STEPS_LIMIT:
+        what = ("never finishes: a step takes no simulated time" if not est.step_s > 0
+                else f"would take about {_count(est.steps)} simulated steps")
+        raise InputError(f"this run {what}, over the limit of {_count(STEPS_LIMIT)}; use fewer --requests or a"
+                         " shorter --duration (--force to try anyway)")
+
+
+def _bytes(v: float) -> str:
+    """1.2 TB, 340 MB."""
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if v >= scale:
+            return f"{v / scale:,.1f} {unit}" if v < 1e6 * scale else f"{v / scale:.1e} {unit}"
+    return f"{v / 1e3:,.0f} KB"
+
+
+def _count(v: float) -> str:
+    """2.0e+07, or 'an unbounded number of'."""
+    return f"{v:.1e}" if math.isfinite(v) else "unbounded"

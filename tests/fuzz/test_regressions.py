@@ -1,0 +1,193 @@
+"""Every hostile input of issue 13, table-driven: each gets one line and exit 2, or a right answer with exit 0.
+
+Before the fix these were 24 tracebacks, 7 hangs, 6 wrong answers and 15 silent accepts (out of 179
+inputs tried); each row here is one of them (or its family), run in-process with a time bound.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.specs import _preset_dir
+from tests.fuzz.harness import assert_contract, call
+
+MODEL = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 131072}
+
+
+def _model(**kw: object) -> str:
+    d = {**MODEL, **kw}
+    return json.dumps({k: v for k, v in d.items() if v is not None})
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bad files of the audit, written once."""
+    d = tmp_path_factory.mktemp("bad")
+    hw = _preset_dir("hardware").joinpath("h100-sxm.toml").read_text(encoding="utf-8")
+    scene = Path(__file__).resolve().parents[2].joinpath("scenes/data/01-eight-ms-floor.toml").read_text("utf-8")
+    raw = {
+        "binary.toml": bytes(range(256)) * 4, "binary.json": bytes(range(256)) * 4,
+        "utf16.toml": hw.encode("utf-16"), "utf16.json": _model().encode("utf-16"),
+        "deep.json": b"[" * 100_000, "deepobj.json": b'{"a":' * 100_000, "deep.toml": b"a = " + b"[" * 100_000,
+        "bigint.json": b'{"num_hidden_layers": ' + b"9" * 5000 + b"}",
+        "scene_bin.toml": bytes(range(256)) * 4,
+    }
+    for name, data in raw.items():
+        (d / name).write_bytes(data)
+    text = {
+        "mpe_str.json": _model(max_position_embeddings="long"), "sw_str.json": _model(sliding_window="big"),
+        "experts_str.json": _model(num_local_experts="many", num_experts_per_tok=2),
+        "textcfg_str.json": _model(text_config="x"), "quant_str.json": _model(quantization_config="fp8"),
+        "fkdr.json": _model(num_local_experts=8, num_experts_per_tok=2, first_k_dense_replace=100),
+        "heads7.json": _model(num_attention_heads=40, num_key_value_heads=7, hidden_size=5120),
+        "heads80.json": _model(num_attention_heads=40, num_key_value_heads=80, hidden_size=5120),
+        "hidden4000.json": _model(hidden_size=4000, num_attention_heads=33, num_key_value_heads=33),
+        "bert.json": json.dumps({"architectures": ["BertModel"], "model_type": "bert", "num_hidden_layers": 12,
+                                 "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072,
+                                 "vocab_size": 30522, "max_position_embeddings": 512}),
+        "mamba.json": json.dumps({"architectures": ["MambaForCausalLM"], "model_type": "mamba",
+                                  "num_hidden_layers": 64, "hidden_size": 2560, "vocab_size": 50280}),
+        "kvlora_neg.json": _model(kv_lora_rank=-512), "layertypes.json": _model(sliding_window=4096, layer_types="x"),
+        "layertypes40.json": _model(sliding_window=4096, layer_types=["sliding_attention"] * 40),
+        "mpe_neg.json": _model(max_position_embeddings=-5), "name42.json": _model(name=42),
+        "bigfield.json": _model(num_hidden_layers=10**30), "bigvocab.json": _model(vocab_size=10**20),
+        "mem1e300.toml": hw.replace("memory_gb = 80", "memory_gb = 1e300"),
+        "name42.toml": hw.replace('name = "h100-sxm"', "name = 42"),
+        "nonascii.toml": hw.replace('display = "H100-SXM5-80GB"', 'display = "H100-显卡-é"'),
+        "scene_ticks.toml": scene.replace("actions = [{ run_ticks = 2 }]", "actions = [{ run_ticks = 1000000000000 }]"),
+        "scene_users.toml": scene.replace("users = 1\n", "users = 10000000000\n", 1),
+    }
+    for name, t in text.items():
+        (d / name).write_text(t, encoding="utf-8")
+    return d
+
+
+# (argv with {f} for the files' folder, a phrase the one stderr line must contain)
+REFUSED = [
+    # 1. tracebacks
+    ("step --hardware {f}/binary.toml", "not UTF-8 text"),
+    ("step --model {f}/binary.toml", "not UTF-8 text"),
+    ("step --model {f}/binary.json", "not UTF-8 text"),
+    ("step --hardware {f}/utf16.toml", "UTF-16"),
+    ("step --model {f}/utf16.json", "UTF-16"),
+    ("scene {f}/scene_bin.toml --headless", "not UTF-8 text"),
+    ("step --model {f}/deep.json", "nested deeper than"),
+    ("step --model {f}/deepobj.json", "nested deeper than"),
+    ("step --model {f}/deep.toml", "TOML"),
+    ("step --model {f}/bigint.json", "4300 digits"),
+    ("step --model {f}/mpe_str.json", "'max_position_embeddings' must be a whole number"),
+    ("step --model {f}/sw_str.json", "'sliding_window' must be a whole number"),
+    ("step --model {f}/experts_str.json", "'num_local_experts' must be a whole number"),
+    ("step --model {f}/textcfg_str.json", "'text_config' must be a table"),
+    ("step --model {f}/quant_str.json", "'quantization_config' must be a table"),
+    ("step --batch 1000000000000", "--batch"),
+    ("run --users 10000000000 --requests 10", "--users"),
+    ("run --users 100000000 --requests 10", "would hold about"),
+    ("run --max-batch 100000000000 --requests 10", "--max-batch"),
+    ("bench --users 10000000000 --ticks 10", "--users"),
+    ("scene {f}/scene_users.toml --headless", "setup.users"),
+    ("step --hardware {f}/mem1e300.toml", "'memory_gb' must be a finite number"),
+    ("run --seed -1 --requests 10", "--seed"),
+    # 2. hangs
+    ("run --users 4 --think-time 1e308 --requests 100", "--think-time"),
+    ("run --users 4 --think-time exp:1e308 --requests 100", "--think-time"),
+    ("run --users 4 --think-time uniform:0,1e308 --requests 100", "--think-time"),
+    ("run --ideal --compute-mult 1e308 --bandwidth-mult 1e308 --duration 1", "--compute-mult"),
+    ("run --users 4 --duration 1e9", "simulated steps, over the limit"),
+    ("run --users 4 --duration 1e308", "--duration"),
+    ("scene {f}/scene_ticks.toml --headless", "run_ticks"),
+    ("run --rate 1e9 --duration 1", "would hold about"),
+    # 3. wrong answers
+    ("run --output uniform:1,1e30 --requests 20", "--output"),
+    ("run --output normal:100,1e300 --requests 20", "--output"),
+    ("run --output lognormal:100,1000 --requests 20", "lognormal sigma"),
+    ("run --think exp:1e300 --requests 20", "--think"),
+    ("step --model {f}/fkdr.json", "'first_k_dense_replace' must be a whole number between 0 and 32"),
+    # 4. silent accepts
+    ("run --user 4 --requests 10", "unrecognized arguments: --user"),
+    ("step --model {f}/heads7.json", "must be a multiple of num_key_value_heads"),
+    ("step --model {f}/heads80.json", "must be a multiple of num_key_value_heads"),
+    ("step --model {f}/hidden4000.json", "does not divide by num_attention_heads"),
+    ("step --model {f}/bert.json", "unsupported architecture: BertModel"),
+    ("step --model {f}/mamba.json", "unsupported architecture: MambaForCausalLM"),
+    ("step --model {f}/kvlora_neg.json", "'kv_lora_rank' must be a whole number"),
+    ("step --model {f}/layertypes.json", "'layer_types' must be a list"),
+    ("step --model {f}/layertypes40.json", "'layer_types' must be a list of 32 entries"),
+    ("run --kv-blocks 1000000000000000 --requests 10", "--kv-blocks"),
+    ("run --kv-blocks 1000000 --requests 10", "memory leaves"),
+    ("run --kv-blocks 100000000 --requests 10", "would hold about"),
+    ("run --runtime sglang --ideal --requests 10", "does nothing with --ideal"),
+    ("run --max-batched-tokens 100 --scheduler static --requests 10", "does nothing with --scheduler static"),
+    ("run --fast-max-batch 8 --requests 10", "without --fast-share"),
+    ("scene 1 --step 0", "has steps 1 to"),
+    ("scene 1 --step 999", "has steps 1 to"),
+    ("step --model {f}/mpe_neg.json", "'max_position_embeddings' must be a whole number"),
+    ("step --model {f}/name42.json", "'name' must be a non-empty string, got 42"),
+    ("step --hardware {f}/name42.toml", "'name' must be a non-empty string, got 42"),
+    ("step --model {f}/bigfield.json", "'num_hidden_layers' must be a whole number"),
+    ("step --model {f}/bigvocab.json", "'vocab_size' must be a whole number"),
+    ("runn", "unknown command 'runn' (did you mean run?)"),
+]
+
+
+@pytest.mark.parametrize(("line", "phrase"), REFUSED, ids=[r[0][:60] for r in REFUSED])
+def test_refused_with_one_line(files: Path, line: str, phrase: str) -> None:
+    argv = line.format(f=files).split()
+    o = call(argv, seconds=20)
+    assert_contract(o, argv)
+    assert o.code == 2, f"{line}: exit {o.code}"
+    assert phrase in o.err, o.err
+
+
+def test_rate_1e9_is_vectorised_and_right(files: Path) -> None:
+    """--rate 1e9 builds its arrivals in blocks: 1,000 requests arrive within a microsecond, all are served."""
+    o = call(["run", "--rate", "1e9", "--requests", "1000", "--json"], seconds=60)
+    assert_contract(o, ["--json"])
+    r = json.loads(o.out)
+    assert r["requests_completed"] == r["requests_accepted"] == 1000 and r["requests_unfinished"] == 0
+
+
+def test_clipped_counts_requests_once() -> None:
+    """A request whose prompt and answer are both clipped counts once: never more clipped than requests."""
+    argv = ["run", "--requests", "10", "--kv-blocks", "200", "--prompt", "uniform:2000,6000", "--output",
+            "uniform:1000,3000", "--json"]  # a pool of 3,200 tokens: most requests lose prompt and answer
+    r = json.loads(call(argv, seconds=60).out)
+    assert 0 < r["clipped_requests"] <= r["requests_accepted"] == 10
+
+
+def test_wide_lognormal_is_clipped_and_counted_not_wrapped() -> None:
+    """lognormal:200,20 draws lengths past int64: they become the context cap and are counted, never 1 token."""
+    argv = ["run", "--model", "qwen2.5-0.5b", "--output", "lognormal:200,20", "--requests", "12", "--users", "12",
+            "--json"]
+    r = json.loads(call(argv, seconds=120).out)
+    assert r["clipped_requests"] > 0
+    assert r["output_tokens"] >= r["requests_completed"] * 1  # never negative or wrapped
+    assert r["output_tokens"] > 12 * 200  # the huge draws are long answers, not one token each
+
+
+def test_non_ascii_name_with_ascii_terminal(files: Path) -> None:
+    """PYTHONIOENCODING=ascii with a Chinese GPU name: the report is written (escaped), exit 0."""
+    p = subprocess.run([sys.executable, "-m", "tui.cli", "step", "--hardware", str(files / "nonascii.toml")],
+                       capture_output=True, env={**__import__("os").environ, "PYTHONIOENCODING": "ascii"},
+                       cwd=Path(__file__).resolve().parents[2], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert b"Traceback" not in p.stderr and b"\\u663e" in p.stdout
+
+
+def test_overload_is_reported() -> None:
+    """run --rate 50 --duration 30 on one H100: the report counts the unfinished and warns."""
+    argv = ["run", "--rate", "50", "--duration", "30"]
+    o = call(argv, seconds=60)
+    assert o.code == 0
+    assert "unfinished when the run stopped" in o.out and "arrivals outrun capacity" in o.out
+    assert "percentiles cover the" in o.out
+    r = json.loads(call([*argv, "--json"], seconds=60).out)
+    assert r["overloaded"] and r["requests_unfinished"] > r["requests_completed"]
+    assert r["requests_unfinished"] == r["queue_end"] + r["running_end"]
+    assert r["requests_accepted"] == r["requests_completed"] + r["requests_unfinished"]
