@@ -14,7 +14,9 @@ Hooks for the scenes engineer:
 - `highlight: str | None` (reactive): the id of one widget to outline (e.g. "l2"); None clears it.
 - `advance_ticks(n)`, `advance_time(sim_s)`, `show_step_part(fraction)`, `set_speed(x)`, `set_playing(b)`,
   `set_users(n)`, `set_lang(lang)`, `apply_config(config)`, `frame` (the last published Frame), `engine`.
-- A `FramePublished` message is posted to the app after every frame.
+- A `FramePublished` message is posted to the app after every frame; `before_frame()` is called just
+  before each frame is built (override it to refresh what the frame carries, as the scene player does).
+- `playback` (tui.playback.Playback): the view's clock over the engine's atomic steps.
 """
 
 from __future__ import annotations
@@ -36,12 +38,11 @@ from textual.widgets import Static
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.snapshot import Snapshot
-from engine.step import StepCost
 from tui.defaults import default_config
 from tui.frame import Frame, build_frame
 from tui.i18n import LANGS, default_lang, t
 from tui.messages import FramePublished
+from tui.playback import Playback
 from tui.screens.help import HelpScreen
 from tui.screens.picker import PickerScreen
 from tui.widgets.header_bar import HeaderBar
@@ -75,7 +76,6 @@ COMPACT_BELOW = (110, 34)  # below this the floor drops borders and the roofline
 # and two rows (boxed: plus its border). The guide gets what is left, so it never hides the users.
 FLOOR_ROWS = {False: 2 + 22 + 4, True: 2 + 13 + 3}
 NARRATION_MAX = 12  # the guide's rows at most (a boxed guide counts its border)
-FF_TICKS = 64  # ticks per engine.advance() call in fast-forward, between looks at the wall-time budget
 STEP_BUDGET_S = 0.012  # wall seconds per frame the engine may use before the view falls behind
 MAX_WALL_DT = 0.25  # a stalled frame (e.g. a suspended terminal) never jumps further than this
 
@@ -130,13 +130,7 @@ class TokensimApp(App[None]):
         self.set_reactive(TokensimApp.highlight, highlight)
         self._timer: Timer | None = None
         self._last_wall: float | None = None
-        self._snap: Snapshot = engine.snapshot()
-        self._pre: Snapshot = self._snap  # the state before the in-flight step
-        self._view_clock = float(engine.clock)
-        self._step_start = self._step_end = self._view_clock
-        self._cost: StepCost | None = None  # the step being shown (None: idle tick or none yet)
-        self._steps_in_frame = 0
-        self._behind = False
+        self.playback = Playback.start(engine)  # the view's clock over the engine's atomic steps
         self.frame: Frame = self._build_frame()
         self._panels: list[FramePanel | UsersList | Narration] = []  # everything that shows a frame
         self._floor_screen: Screen[Any] | None = None
@@ -201,67 +195,29 @@ class TokensimApp(App[None]):
         now = time.monotonic()
         dt = 1 / FPS if self._last_wall is None else min(MAX_WALL_DT, now - self._last_wall)
         self._last_wall = now
-        self._advance(dt * self.speed, budget_s=STEP_BUDGET_S)
+        self.playback.advance(dt * self.speed, budget_s=STEP_BUDGET_S)
         self._publish()
-
-    def _advance(self, sim_dt: float, budget_s: float | None = None) -> None:
-        """Move the view clock on by sim_dt, stepping the engine until its clock covers the view's.
-
-        With a wall-time budget (live play) the view stops at the engine's clock when stepping takes
-        too long ("behind"); tests pass no budget, so the result never depends on the machine's speed.
-        """
-        target = self._view_clock + max(0.0, sim_dt)
-        before = self._snap
-        steps = 0
-        skipped = False
-        deadline = None if budget_s is None else time.perf_counter() + budget_s
-        self._behind = False
-        while self.engine.clock < target:
-            if deadline is not None and steps and time.perf_counter() > deadline:
-                self._behind = True
-                target = float(self.engine.clock)
-                break
-            start = float(self.engine.clock)
-            # Past the frame's first step only the frame's end is shown (fast-forward): let the engine skip
-            # quiet decode runs. Slow motion (one step per frame) still steps one at a time.
-            ran = self.engine.advance(target - start, max_ticks=FF_TICKS) if steps else 0
-            if ran:
-                skipped = True
-            else:
-                self._cost = self.engine.step().cost
-                ran = 1
-            steps += ran
-            self._step_start, self._step_end = start, float(self.engine.clock)
-            if self.engine.clock <= start:  # no time passed (should not happen): never spin
-                break
-        self._steps_in_frame = steps
-        if steps:
-            self._snap = self.engine.snapshot()
-            if skipped:
-                self._cost = self._snap.last_step
-            self._pre = before if steps == 1 else self._snap
-        self._view_clock = target
-
-    def _progress(self) -> float:
-        """How far through the last step the view clock is (1 when not in slow motion)."""
-        span = self._step_end - self._step_start
-        if self._steps_in_frame > 1 or span <= 0:
-            return 1.0
-        return min(1.0, max(0.0, (self._view_clock - self._step_start) / span))
 
     def _build_frame(self) -> Frame:
         """The Frame for the view clock: the pre-step state while a step is in flight, else the latest."""
-        progress = self._progress()
-        shown = self._pre if progress < 1.0 else self._snap
+        pb = self.playback
+        progress = pb.progress()
         return build_frame(
-            shown, step=self._cost, step_tick=self._snap.tick, progress=progress,
-            clock_s=self._view_clock, speed=self.speed, playing=self.playing, lang=self.lang,
-            animate=self.animation_level != "none", steps_in_frame=self._steps_in_frame, rate=self.config.rate,
-            behind=self._behind, narration=self.narration, highlight=self.highlight,
+            pb.shown(progress), step=pb.cost, step_tick=pb.snap.tick, progress=progress,
+            clock_s=pb.view_clock, speed=self.speed, playing=self.playing, lang=self.lang,
+            animate=self.animation_level != "none", steps_in_frame=pb.steps_in_frame, rate=self.config.rate,
+            behind=pb.behind, narration=self.narration, highlight=self.highlight,
         )
+
+    def before_frame(self) -> None:
+        """Hook, called just before each frame is built: subclasses refresh what the frame carries.
+
+        (The scene player keeps its narration's live figures current here.)
+        """
 
     def _publish(self) -> None:
         """Build one frame and hand it to every widget inside one batch update."""
+        self.before_frame()
         self.frame = self._build_frame()
         if not self._panels:
             return
@@ -272,47 +228,28 @@ class TokensimApp(App[None]):
 
     def _resync(self) -> None:
         """After the engine changed under us (reset, new knob): show its state as of now."""
-        self._snap = self._pre = self.engine.snapshot()
-        self._view_clock = self._step_start = self._step_end = float(self.engine.clock)
-        self._steps_in_frame = 0
-        if self._snap.tick == 0:
-            self._cost = None
+        self.playback.resync()
         self._publish()
 
     # ---- public API (tests, scenes) ----------------------------------------------------------
     def show_engine(self) -> None:
         """The engine moved under the app (a scene's director stepped it): show its state and last step."""
-        self._snap = self.engine.snapshot()
-        self._cost = self._snap.last_step
-        self._resync()
+        self.playback.resync(last_step=True)
+        self._publish()
 
     def advance_ticks(self, n: int = 1) -> None:
         """Step the engine exactly n ticks and show the state after the last one."""
-        for _ in range(max(0, n)):
-            start = float(self.engine.clock)
-            self._cost = self.engine.step().cost
-            self._step_start, self._step_end = start, float(self.engine.clock)
-        self._steps_in_frame = 1 if n == 1 else max(0, n)
-        if n > 0:
-            self._snap = self._pre = self.engine.snapshot()
-        self._view_clock = float(self.engine.clock)
+        self.playback.ticks(n)
         self._publish()
 
     def advance_time(self, sim_s: float) -> None:
         """Advance the view clock by sim_s simulated seconds (stepping as needed), as playing would."""
-        self._advance(sim_s)
+        self.playback.advance(sim_s)
         self._publish()
 
     def show_step_part(self, fraction: float) -> None:
         """Run one more step and show it `fraction` of the way through (slow motion, frozen)."""
-        before = self._snap
-        start = float(self.engine.clock)
-        self._cost = self.engine.step().cost
-        self._snap = self.engine.snapshot()
-        self._pre = before
-        self._step_start, self._step_end = start, float(self.engine.clock)
-        self._steps_in_frame = 1
-        self._view_clock = start + min(1.0, max(0.0, fraction)) * (self._step_end - start)
+        self.playback.part(fraction)
         self._publish()
 
     def set_speed(self, speed: float) -> None:

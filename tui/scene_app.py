@@ -117,7 +117,7 @@ class SceneApp(TokensimApp):
         super().__init__(config=self.director.config, lang=lang, autoplay=autoplay, speed=self.director.speed,
                          engine=self.director.engine, narration=self._lines(),
                          highlight=part_widget(self.director.current_highlight()), **kw)
-        self._cost = self.engine.snapshot().last_step  # start on the step the director ran last
+        self.playback.cost = self.engine.snapshot().last_step  # start on the step the director ran last
         self.frame = self._build_frame()
 
     @property
@@ -182,7 +182,7 @@ class SceneApp(TokensimApp):
         self.director.lang = lang
         self.narration = self._lines()
 
-    def _publish(self) -> None:
+    def before_frame(self) -> None:
         """Keep the narration's live figures current as the floor runs (a few times a second, not every frame)."""
         director = getattr(self, "director", None)
         now = time.monotonic()
@@ -191,4 +191,3 @@ class SceneApp(TokensimApp):
             lines = self._lines()
             if lines != self.narration:
                 self.set_reactive(SceneApp.narration, lines)
-        super()._publish()

@@ -1,0 +1,45 @@
+"""The playback clock: the view's time runs smoothly through the engine's atomic steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.serving import Engine
+from tui.defaults import default_config
+from tui.playback import Playback
+
+
+def test_slow_motion_shows_the_state_before_the_step_until_the_step_ends() -> None:
+    pb = Playback.start(Engine(default_config()))
+    first = pb.snap
+    pb.advance(1e-6)  # the first step starts; the view is a sliver into it
+    assert pb.steps_in_frame == 1 and pb.cost is not None
+    span = pb.step_end - pb.step_start
+    assert 0 < pb.progress() < 0.01 and pb.shown(pb.progress()) is first
+    pb.advance(span / 2)
+    assert pb.progress() == pytest.approx((1e-6 + span / 2) / span)
+    assert pb.shown(pb.progress()) is first  # still before the step's effects
+    pb.advance(span)  # past its end (and into the next step)
+    assert pb.snap.tick >= 1 and pb.shown(pb.progress()) is not first
+
+
+def test_fast_forward_shows_only_the_frames_end() -> None:
+    pb = Playback.start(Engine(default_config()))
+    pb.advance(2.0)
+    assert pb.steps_in_frame > 1 and pb.progress() == 1.0 and pb.shown(1.0) is pb.snap
+    assert pb.view_clock == pytest.approx(2.0) and pb.engine.clock >= 2.0
+
+
+def test_ticks_part_and_resync() -> None:
+    eng = Engine(default_config())
+    pb = Playback.start(eng)
+    pb.ticks(3)
+    assert pb.snap.tick == 3 and pb.view_clock == eng.clock and pb.progress() == 1.0
+    pb.part(0.25)
+    assert pb.progress() == pytest.approx(0.25) and pb.shown(0.25).tick == 3 and pb.snap.tick == 4
+    eng.step()  # someone else stepped it (a scene's director)
+    pb.resync(last_step=True)
+    assert pb.snap.tick == 5 and pb.cost is pb.snap.last_step and pb.steps_in_frame == 0
+    eng.reset(default_config())
+    pb.resync()
+    assert pb.cost is None and pb.view_clock == 0.0
