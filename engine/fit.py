@@ -280,22 +280,11 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
         lines.append(f'description = "{DESCRIPTIONS[name]}"')
         for p in (PARAMS + ("expert_bw_eff", "request_overhead_s") if name == "vllm" else fitted_params(name)):
             lines.append(f"{p} = {_fmt(getattr(rt, p))}")
-        if rt.cuda_graphs:
-            lines.append("# Mechanism, not fitted: CUDA graphs FULL_AND_PIECEWISE at vLLM's default capture sizes "
-                         "(step.py graph_sizes).")
-            lines.append("cuda_graphs = true")
-        if rt.async_scheduling:
-            lines.append("async_scheduling = true")
+        for flag, note in _FLAG_NOTES:
+            if getattr(rt, flag):
+                lines += [note, f"{flag} = true"] if note else [f"{flag} = true"]
         if rt.attention != "paged":
             lines.append(f'attention = "{rt.attention}"')
-        if rt.fp8_attn_if_quantised:
-            lines.append("# Kernel choice, not fitted: FP8 context attention whenever o_proj is FP8/NVFP4 quantised "
-                         "(step.py peak_attn).")
-            lines.append("fp8_attn_if_quantised = true")
-        if rt.mxfp4_fp8_act:
-            lines.append("# Kernel choice, not fitted: MXFP4 experts take FP8 activations on Blackwell "
-                         "(W4A8_MXFP4_MXFP8), BF16 on Hopper.")
-            lines.append("mxfp4_fp8_act = true")
         if rt.slow_quant_kernels:
             lines.append("# Kernel choice (fit.py SLOW_QUANT): auto_gptq has no exllama kernel for 8 bits, AutoAWQ's")
             lines.append("# GEMM kernel is built for many tokens; quant_layer_overhead_s: their extra time per layer.")
@@ -303,6 +292,19 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
             lines.append(f"slow_quant_kernels = [{kernels}]")
         lines.append("")
     return "\n".join(lines)
+
+
+# Boolean profile fields written as `flag = true`, each with the comment saying why (mechanism or kernel choice).
+_FLAG_NOTES = (
+    ("cuda_graphs", "# Mechanism, not fitted: CUDA graphs FULL_AND_PIECEWISE at vLLM's default capture sizes "
+                    "(step.py graph_sizes)."),
+    ("async_scheduling", "# Mechanism, not fitted: async scheduling (a request arriving during step k joins step "
+                         "k+2: serving/lane.py _admit)."),
+    ("fp8_attn_if_quantised", "# Kernel choice, not fitted: FP8 context attention whenever o_proj is FP8/NVFP4 "
+                              "quantised (step.py peak_attn)."),
+    ("mxfp4_fp8_act", "# Kernel choice, not fitted: MXFP4 experts take FP8 activations on Blackwell "
+                      "(W4A8_MXFP4_MXFP8), BF16 on Hopper."),
+)
 
 
 def serving_record(err: dict[str, Any], date: str) -> list[str]:
