@@ -33,7 +33,7 @@ from engine.errors import InputError
 from engine.serving.accounting import L, Percentiles, run_metrics
 from engine.serving.arrivals import Arrivals, Budget
 from engine.serving.engine import Engine
-from engine.serving.lane import Lane
+from engine.serving.lane import Lane, draw_lengths, new_rows
 from engine.serving.tables import BLOCK, SHIFT, Rows
 from engine.step import StepModel
 from engine.workload import Dist, Sampler, parse_dist, seeded_rngs
@@ -397,30 +397,9 @@ class Fleet:
     def _draw(self, t: float) -> Rows:
         """The requests due at t (in time order) with their ids and seeded lengths, clipped to fit."""
         tt, uu = self.arrivals.due(t)
-        k = len(tt)
-        prompt = self.s_prompt.take(k)
-        think = self.s_think.take(k)
-        output = self.s_output.take(k)
-        # A request's whole cache (prompt + every generated token) must fit the context and the pool.
-        room = self._cap - prompt
-        over = think + output > room
-        if over.any():
-            self.clipped += int(over.sum())
-            think = np.where(over, np.minimum(think, room - 1), think)
-            output = np.where(over, np.maximum(1, room - think), output)
-        self.clipped += self.s_prompt.clipped
-        self.s_prompt.clipped = 0
-        b = self.budget
-        rows = Rows.new(k)
-        rows.id[:] = np.arange(b.next_id, b.next_id + k)
-        rows.user[:] = uu
-        rows.prompt[:] = prompt
-        rows.think[:] = think
-        rows.total[:] = think + output
-        rows.target[:] = prompt
-        rows.arrival[:] = tt
-        b.next_id += k
-        b.accepted += k
+        prompt, think, output, clipped = draw_lengths(self.s_prompt, self.s_think, self.s_output, len(tt))
+        rows, n_clipped = new_rows(self.budget, tt, uu, prompt, think, output, clipped, self._cap)
+        self.clipped += n_clipped
         return rows
 
     def _send(self, row: Rows, t: float) -> None:

@@ -78,6 +78,42 @@ def idle_result(tick: int, t1: float, dt: float, fast: bool, admitted: np.ndarra
     return TickResult(tick, t1, dt, None, fast, _EMPTY, _EMPTY, admitted, preempted, _EMPTY)
 
 
+
+def draw_lengths(s_prompt: Sampler, s_think: Sampler, s_output: Sampler,
+                 k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """k requests' seeded prompt, think and output lengths, and which of them a sampler pulled down."""
+    prompt = s_prompt.take(k)
+    clipped = s_prompt.last_clipped
+    think = s_think.take(k)
+    clipped = clipped | s_think.last_clipped
+    output = s_output.take(k)
+    return prompt, think, output, clipped | s_output.last_clipped
+
+
+def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, think: np.ndarray, output: np.ndarray,
+             clipped: np.ndarray, cap_tokens: int) -> tuple[Rows, int]:
+    """New request rows with the next ids, lengths clipped so a request's whole cache (prompt + every generated
+    token) fits the context and the pool; also the number of requests clipped, each counted once."""
+    k = len(tt)
+    room = cap_tokens - prompt
+    over = think + output > room
+    if over.any():
+        clipped = clipped | over
+        think = np.where(over, np.minimum(think, room - 1), think)
+        output = np.where(over, np.maximum(1, room - think), output)
+    r = Rows.new(k)
+    r.id[:] = np.arange(b.next_id, b.next_id + k)
+    r.user[:] = uu
+    r.prompt[:] = prompt
+    r.think[:] = think
+    r.total[:] = think + output
+    r.target[:] = prompt
+    r.arrival[:] = tt
+    b.next_id += k
+    b.accepted += k
+    return r, int(np.count_nonzero(clipped))
+
+
 @dataclass(frozen=True, slots=True)
 class LaneSpec:
     """What a lane serves and how it judges answers (built by the Engine from its config)."""
@@ -254,33 +290,15 @@ class Lane:
         k = len(tt)
         b = self.budget
         if content is None:
-            prompt = self.s_prompt.take(k)
-            clipped = self.s_prompt.last_clipped
-            think = self.s_think.take(k)
-            clipped = clipped | self.s_think.last_clipped
-            output = self.s_output.take(k)
-            clipped = clipped | self.s_output.last_clipped
+            prompt, think, output, clipped = draw_lengths(self.s_prompt, self.s_think, self.s_output, k)
         else:
             prompt = np.minimum(content.prompt, self.s_prompt.hi).astype(np.int64)
             clipped = content.prompt > prompt
             think = content.think.copy()
             output = content.output.copy()
-        # A request's whole cache (prompt + every generated token) must fit the context and the pool.
-        room = self.cap_tokens - prompt
-        over = think + output > room
+        r, n_clipped = new_rows(b, tt, uu, prompt, think, output, clipped, self.cap_tokens)
         st = self.stats
-        if over.any():
-            clipped = clipped | over
-            think = np.where(over, np.minimum(think, room - 1), think)
-            output = np.where(over, np.maximum(1, room - think), output)
-        st.clipped += int(np.count_nonzero(clipped))  # requests, each counted once however many lengths shrank
-        r = Rows.new(k)
-        r.id[:] = np.arange(b.next_id, b.next_id + k)
-        r.user[:] = uu
-        r.prompt[:] = prompt
-        r.think[:] = think
-        r.total[:] = think + output
-        r.target[:] = prompt
+        st.clipped += n_clipped
         if self.fast:
             r.fast[:] = 1
         if content is not None:
@@ -291,9 +309,6 @@ class Lane:
             r.stage[:] = content.stage
             if self.caching and not self.shared_content and (r.group.any() or r.body.any()):
                 self.shared_content = True
-        r.arrival[:] = tt
-        b.next_id += k
-        b.accepted += k
         st.accepted += k
         self.Q.append(r)
 

@@ -170,3 +170,17 @@ def _flat(d: dict, pre: str = "") -> dict:
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             out[f"{pre}{k}"] = v
     return out
+
+
+def test_clipped_requests_are_counted_once_as_the_engine_counts_them() -> None:
+    # Prompts past the context and outputs past what is left of it: a request clipped on both counts once,
+    # in the fleet as in the engine (the fleet drew and clipped its lengths with a copy of the lane's code,
+    # which counted such a request twice and missed think/output clips).
+    cfg = EngineConfig(model="llama-3.1-8b", max_model_len=4096, rate=4, users=0, requests=200,
+                       prompt="uniform:100,6000", output="uniform:100,4000")
+    eng = Engine(cfg)
+    eng.run()
+    e = eng.metrics()
+    _, f = _run(cfg)
+    assert 0 < e["clipped_requests"] <= 200
+    assert f["clipped_requests"] == e["clipped_requests"]
