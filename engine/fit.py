@@ -342,6 +342,13 @@ def fit_all(only: str | None = None) -> dict[str, tuple[Runtime, dict[str, Any]]
     return fits
 
 
+def summary(err: dict[str, Any]) -> str:
+    """One line of a profile's errors: per split for a speed table, per mean (TTFT, ITL, E2E) for the campaign."""
+    if "errors" in err:
+        return ", ".join(f"{k.upper()} median {v:.1f}%" for k, v in err["errors"].items())
+    return "; ".join(f"{k} n={v['n']} median {v['median']:.1f}% max {v['max']:.1f}%" for k, v in err.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Fit, print, and with --write rewrite presets/runtimes.toml."""
     ap = argparse.ArgumentParser(prog="python -m engine.fit", description=__doc__.splitlines()[0])
@@ -353,8 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, (rt, err) in fits.items():
         names = PARAMS + ("expert_bw_eff", "request_overhead_s") if name == "vllm" else fitted_params(name)
         consts = " ".join(f"{p}={_fmt(getattr(rt, p))}" for p in names)
-        record = "; ".join(f"{k} n={v['n']} median {v['median']:.1f}% max {v['max']:.1f}%" for k, v in err.items())
-        print(f"{name:9s} {consts}  {record or '(vllm constants, no table)'}")
+        print(f"{name:9s} {consts}  {summary(err) or '(vllm constants, no table)'}")
     if args.write:
         path = Path(str(resources.files("engine").joinpath("presets", "runtimes.toml")))
         path.write_text(toml_text(fits, _dt.date.today().isoformat()), encoding="utf-8")

@@ -33,3 +33,14 @@ def test_constants_round_to_three_figures_and_to_zero_below_the_last_step() -> N
     assert list(got) == [0.0, 0.0123, 0.00174]
     rt = runtimes()["trtllm"]
     assert all(getattr(rt, p) == 0 or abs(getattr(rt, p)) >= fit.LAST_STEP[p] for p in fit.fitted_params("trtllm"))
+
+
+def test_the_fit_prints_both_kinds_of_record() -> None:
+    # `python -m engine.fit --profile vllm` crashed at its last line on the serving campaign's record
+    # (per-mean errors, not per-split ones), after minutes of fitting.
+    from engine.fit import summary
+
+    split = {"train": {"n": 3, "median": 4.0, "max": 9.0}}
+    assert summary(split) == "train n=3 median 4.0% max 9.0%"
+    assert summary({"errors": {"ttft": 9.1, "itl": 4.7, "e2e": 4.7}}) == "TTFT median 9.1%, ITL median 4.7%, E2E median 4.7%"
+    assert summary({}) == ""
