@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.serving.accounting import L, Percentiles, run_metrics
+from engine.serving.accounting import L, Percentiles, explain, run_metrics
 from engine.serving.arrivals import Arrivals, Budget
 from engine.serving.engine import Engine
 from engine.serving.lane import Lane, draw_lengths, new_rows
@@ -506,6 +506,10 @@ class Fleet:
         """(TTFT, TPOT) of every answer the fleet finished (the last LATENCY_SAMPLES per replica)."""
         lat = np.concatenate([r.latencies() for r in self.back])
         return lat[:, L.TTFT], lat[:, L.TPOT]
+
+    def explain(self) -> dict[str, Any]:
+        """Where the answers' TTFT and E2E went, over the replicas that write answers (`run --json --explain`)."""
+        return explain([r.lane for r in self.back])
 
     def _metrics_of(self, reps: list[_Replica]) -> dict[str, Any]:
         """The run metrics over some replicas (their lanes pooled, as an engine pools its lanes)."""

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from engine.serving.kvpool import KVPool
-from engine.serving.tables import BLOCK, Ring
+from engine.serving.tables import BLOCK, FloatCol, Ring
 from engine.step import StepCost
 
 HISTORY_POINTS = 512  # per-tick UI history (kv_util, queue, tok/s, step time): the last 512 ticks
@@ -49,6 +49,28 @@ class L(IntEnum):
     QUEUE = 4  # first admission - arrival
     STAGE = 5  # workload stage the request was sent in
 
+
+class T(IntEnum):
+    """Columns of the per-request times ring (one row per finished request, aligned with the latency ring):
+    the request's id, its FloatCol times and the seconds it spent preempted and recomputing."""
+
+    ID = 0
+    ARRIVAL = 1
+    ADMIT = 2
+    FIRST = 3
+    VISIBLE = 4
+    DONE = 5
+    PRE = 6
+    REC = 7
+    PRE_V = 8
+    REC_V = 9
+    LOST_F = 10
+
+
+# The FloatCol fields the times ring keeps, in T's order after ID.
+TIMES_FROM = np.array([FloatCol.ARRIVAL, FloatCol.ADMIT, FloatCol.FIRST, FloatCol.VISIBLE, FloatCol.DONE,
+                       FloatCol.PRE, FloatCol.REC, FloatCol.PRE_V, FloatCol.REC_V, FloatCol.LOST_F], dtype=np.intp)
+assert len(TIMES_FROM) + 1 == len(T)
 
 # Inter-token latencies are kept as a histogram (one sample per token after the first: millions in a run):
 # log-spaced bins from 1 us to 1000 s, 1 % wide, so percentiles are read to about 1 %.
@@ -137,9 +159,11 @@ class LaneStats:
     last_batch: int = 0
     spec_steps: int = 0  # speculative verify steps' sequences, and the tokens they emitted
     spec_tokens: int = 0
+    path_s: float = 0.0  # the request path outside the GPU steps, added to every TTFT and E2E
     batch_hist: np.ndarray = field(init=False)  # ticks per batch size (sizes above the cap count at the cap)
     hist: Ring = field(init=False)
     lat: Ring = field(init=False)
+    times: Ring = field(init=False)  # per finished request: T columns, row for row with `lat`
     itl: Itl = field(init=False)
     stage_done: np.ndarray = field(init=False)  # requests completed per stage (exact; the ring is bounded)
 
@@ -147,6 +171,7 @@ class LaneStats:
         self.batch_hist = np.zeros(max(self.max_batch, 1) + 1, dtype=np.int64)
         self.hist = Ring(HISTORY_POINTS, len(H))
         self.lat = Ring(LATENCY_SAMPLES, len(L))
+        self.times = Ring(LATENCY_SAMPLES, len(T))
         self.itl = Itl(self.stages)
         self.stage_done = np.zeros(self.stages, dtype=np.int64)
 
@@ -463,3 +488,73 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
         lanes=nl,
         rolling=rolling(lanes, rates),
     )
+
+
+# ---- where each request's time went (run --json --explain, the app's explain screen) ----------------------
+
+# A finished request's TTFT (arrival to first visible token) and E2E (arrival to last token), each split into
+# parts that add up to it exactly:
+#   queue      arrival to first admission (a full pool, a full batch, or async scheduling's one-step wait)
+#   prefill    first admission to first token, less any preemption in between (P/D: the KV copy included)
+#   decode     first token onward (hidden thinking, then the answer), less any preemption in between
+#   preempted  waiting after an eviction until readmitted
+#   recompute  re-reading the prompt and the generated tokens after readmission, until decoding resumes
+#   path       the request path outside the GPU steps (HTTP, tokenising, streaming), the runtime's constant
+PARTS = ("queue", "prefill", "decode", "preempted", "recompute", "path")
+PERCENTILES = (50, 90, 99)
+
+
+class Split(NamedTuple):
+    """Per finished request (rows, oldest first per lane): its id and its TTFT and E2E parts (k x PARTS)."""
+
+    ids: np.ndarray
+    ttft: np.ndarray
+    e2e: np.ndarray
+
+
+def split_of(times: np.ndarray, path_s: np.ndarray | float) -> Split:
+    """The TTFT and E2E parts of finished requests from their times-ring rows (T columns)."""
+    a = times.T
+    queue = a[T.ADMIT] - a[T.ARRIVAL]
+    prefill = a[T.FIRST] - a[T.ADMIT] - a[T.LOST_F]
+    path = np.broadcast_to(np.asarray(path_s, dtype=np.float64), queue.shape)
+    lost_after_f = a[T.PRE_V] + a[T.REC_V] - a[T.LOST_F]  # preempted/recomputing between first and visible
+    ttft = np.stack([queue, prefill, a[T.VISIBLE] - a[T.FIRST] - lost_after_f, a[T.PRE_V], a[T.REC_V], path], 1)
+    e2e = np.stack([queue, prefill, a[T.DONE] - a[T.FIRST] - (a[T.PRE] + a[T.REC] - a[T.LOST_F]), a[T.PRE],
+                    a[T.REC], path], 1)
+    return Split(a[T.ID].astype(np.int64), ttft, e2e)
+
+
+def lanes_split(lanes: list[LaneLike], last: int | None = None) -> Split:
+    """The split of the last `last` (all kept if None) finished requests of each lane, lane after lane."""
+    parts = [split_of(ln.stats.times.last(last), ln.stats.path_s) for ln in lanes]
+    return Split(*(np.concatenate([getattr(p, f) for p in parts]) for f in Split._fields))
+
+
+def _named(parts: np.ndarray) -> dict[str, float]:
+    """One request's (or a mean's) parts by name, and their total."""
+    out = {n: float(v) for n, v in zip(PARTS, parts, strict=True)}
+    out["total"] = float(parts.sum())
+    return out
+
+
+def split_summary(ids: np.ndarray, parts: np.ndarray) -> dict[str, Any]:
+    """The mean split (its total is the mean latency) and the split of the request at each percentile of the
+    latency (the request of that rank in sorted order: a real request, so its parts are its own)."""
+    if not len(parts):
+        return {"mean": None, **{f"p{q}": None for q in PERCENTILES}}
+    total = parts.sum(axis=1)
+    order = np.argsort(total, kind="stable")
+    out: dict[str, Any] = {"mean": _named(parts.mean(axis=0))}
+    for q in PERCENTILES:
+        i = int(order[int(round(q / 100 * (len(order) - 1)))])
+        out[f"p{q}"] = {"request": int(ids[i]), **_named(parts[i])}
+    return out
+
+
+def explain(lanes: list[LaneLike]) -> dict[str, Any]:
+    """`run --json --explain`'s "explain" key: over the same finished requests as the latency percentiles, the
+    mean TTFT and E2E split into PARTS and the split of the p50, p90 and p99 requests."""
+    s = lanes_split(lanes)
+    return {"parts": list(PARTS), "requests": int(len(s.ids)), "ttft_s": split_summary(s.ids, s.ttft),
+            "e2e_s": split_summary(s.ids, s.e2e)}

@@ -22,7 +22,7 @@ from engine import budget
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
-from engine.serving.accounting import H, Rates, rolling, run_metrics
+from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
 from engine.serving.arrivals import Budget, PlanScript, Script, TraceScript
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
@@ -442,6 +442,19 @@ class Engine:
             bytes_moved={"hbm": hbm, "l2": hbm, "smem": hbm},
             metrics=self.rolling_metrics(), history=history,
         )
+
+    @property
+    def lanes(self) -> tuple[Lane, ...]:
+        """The lanes (the main one first, then the fast lane if any), for readers such as engine.trace_out."""
+        return tuple(self._lanes)
+
+    def explain(self) -> dict[str, Any]:
+        """Where the finished requests' TTFT and E2E went (`run --json --explain`; engine.serving.accounting)."""
+        return explain(self._lanes)
+
+    def latency_split(self, last: int | None = None) -> Split:
+        """Per finished request (the last `last` of each lane): its id and its TTFT and E2E parts."""
+        return lanes_split(self._lanes, last)
 
     def rolling_metrics(self) -> dict[str, float]:
         """What the UI shows now: rates over the last HISTORY_POINTS ticks, latencies over the last 256 answers."""

@@ -16,11 +16,12 @@ import math
 from dataclasses import dataclass
 from functools import reduce
 from operator import add
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.prefix_cache import TAG_REQUEST, chain_keys, stream_id
-from engine.serving.accounting import RECENT_DONE, H, L, LaneStats
+from engine.serving.accounting import RECENT_DONE, TIMES_FROM, H, L, LaneStats
 from engine.serving.arrivals import Arrivals, Budget, PlanScript, Script
 from engine.serving.kvpool import KVPool
 from engine.serving.scheduler import Scheduler
@@ -30,6 +31,9 @@ from engine.step import StepCost, StepModel
 from engine.validation import MAX_SECONDS
 from engine.workload import Dist, Sampler
 from engine.workload_file import Requests
+
+if TYPE_CHECKING:
+    from engine.trace_out import Recorder
 
 IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
 
@@ -174,6 +178,8 @@ class Lane:
         self._last_agg: tuple[StepModel, int, float, float, float, float] | None = None  # see last_cost
         stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
         self.stats = LaneStats(self._hist_cap(sched), stages)
+        self.stats.path_s = self._request_s
+        self.rec: Recorder | None = None  # engine.trace_out's recorder, when the run is traced
         self.staged = self.stats.stages > 1
         self.recent = Ring(RECENT_DONE, DONE_COLS)  # the last finished requests (for the snapshot)
         # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.
@@ -350,6 +356,10 @@ class Lane:
         row.full[0] = 0
         row.hkey[0] = 0
         row.preempts[0] += 1
+        t = self.clock  # evictions happen between steps
+        if not np.isnan(row.mark[0]):
+            _spend(row, t, row.rec, row.rec_v)  # evicted part-way through a recompute
+        row.mark[0] = t
         self.P.append(row)
         self.stats.preemptions += 1
         return int(row.id[0])
@@ -438,6 +448,10 @@ class Lane:
         a.blocks[:] = blocks_for(a.cached + chunk)
         first = np.isnan(a.admit)
         a.admit[first] = t
+        if kp:
+            back = a.pick(slice(0, kp))  # readmitted after a preemption: their wait ends, their recompute starts
+            _spend(back, t, back.pre, back.pre_v)
+            back.mark[:] = t  # (views: this writes a's rows)
         R.append(a)
         if kp:
             keep = np.ones(P.n, dtype=bool)
@@ -783,6 +797,8 @@ class Lane:
         h[:, H.FLOPS] = flops
         h[:, H.BYTES] = byts
         st.hist.push(h)
+        if self.rec is not None:
+            self.rec.steps(self, ends, dts, n, byts, flops)
         last = k - 1
         # The last step's StepCost is built only if someone reads it (last_cost): headless runs never do.
         self._last_agg = (self.sm, n, float(sum_ctx[last]), float(sum_win[last]), float(attn[last]),
@@ -891,6 +907,13 @@ class Lane:
             share_cached = share_cached * f + load / dt
         t1 = self.clock + dt
         self.clock = t1
+        if self.stats.preemptions:
+            done_rec = emit & ~np.isnan(c.mark[:n])  # rows whose recompute ends with this step
+            if done_rec.any():
+                idx = np.flatnonzero(done_rec)
+                r = self.R.cols.pick(idx)
+                _spend(r, t1, r.rec, r.rec_v)
+                c.f[:, idx] = r.f
         # Apply: caches grow, tokens come out, first-token times are stamped.
         gen = c.gen[:n]
         cached[:] = fresh_end
@@ -945,6 +968,8 @@ class Lane:
         st.last_cost = cost
         self._last_agg = None
         st.last_batch = n
+        if self.rec is not None:
+            self.rec.step(self, t1, dt, cost.tokens, n, b, ftot)
 
     def _idle(self, limit: float, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
         """Nothing runnable: jump to the next arrival (or `limit`), a zero-token tick."""
@@ -1007,6 +1032,10 @@ class Lane:
             assert not bad.any(), f"finished request {int(d.id[bad][0])} generated " \
                 f"{int(d.gen[bad][0])} tokens, asked for {int(total[bad][0])}"
         self.recent.push(done_rows(d))
+        times = np.concatenate((d.id[None], d.f[TIMES_FROM])).T
+        st.times.push(times)
+        if self.rec is not None:
+            self.rec.done(self, times)
         # Closed-loop users think, then send again (if still active and the run still takes requests).
         self.arrivals.think(d.user, t)
         return d.id
@@ -1049,6 +1078,17 @@ class Lane:
         assert (a.u_next[~a.u_pending] == np.inf).all(), f"{lane}: a user not waiting has a send time"
         ids = np.concatenate([r.id, p.id, q.id])
         assert np.unique(ids).size == ids.size, f"{lane}: a request is in two states at once"
+
+
+def _spend(r: Rows, t: float, total: np.ndarray, before_visible: np.ndarray) -> None:
+    """Rows `r` spent t - mark seconds waiting or recomputing (`total`, a field of r): count them there, in
+    `before_visible` and LOST_F for rows that had no visible / no token yet, and clear the mark."""
+    gap = t - r.mark
+    total += gap
+    before_visible += np.where(np.isnan(r.visible), gap, 0.0)
+    lost = r.lost_f  # a view: += writes the rows
+    lost += np.where(np.isnan(r.first), gap, 0.0)
+    r.mark[:] = np.nan
 
 
 def _window_sums(cached: np.ndarray, k: int, w: int, chunked: bool) -> np.ndarray:

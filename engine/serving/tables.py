@@ -43,13 +43,24 @@ class IntCol(IntEnum):
 
 
 class FloatCol(IntEnum):
-    """Float fields: times in seconds (NaN until they happen)."""
+    """Float fields: times in seconds (NaN until they happen), then seconds spent (0 until some is)."""
 
     ARRIVAL = 0  # sent
     ADMIT = 1  # first admitted into the batch
     FIRST = 2  # first token (hidden or visible)
     VISIBLE = 3  # first visible token
     DONE = 4  # last token
+    # Where a preempted request's time went (engine.serving.accounting's latency split), stamped only at
+    # eviction, readmission and the end of its recompute, never per step:
+    MARK = 5  # evicted at (while preempted), readmitted at (while recomputing); NaN otherwise
+    PRE = 6  # seconds waiting after preemptions
+    REC = 7  # seconds re-reading prompt + generated tokens after preemptions
+    PRE_V = 8  # the part of PRE before the first visible token
+    REC_V = 9  # the part of REC before the first visible token
+    LOST_F = 10  # PRE + REC before the first token of any kind
+
+
+SPENT = slice(FloatCol.PRE, FloatCol.LOST_F + 1)  # the seconds-spent fields: 0 in a new row
 
 
 BLOCK = KV_BLOCK_TOKENS
@@ -74,8 +85,10 @@ class Rows:
 
     @classmethod
     def new(cls, k: int) -> Rows:
-        """k blank rows: zero counts, NaN times."""
-        return cls(np.zeros((len(IntCol), k), dtype=np.int64), np.full((len(FloatCol), k), np.nan))
+        """k blank rows: zero counts, NaN times, no seconds spent."""
+        f = np.full((len(FloatCol), k), np.nan)
+        f[SPENT] = 0.0
+        return cls(np.zeros((len(IntCol), k), dtype=np.int64), f)
 
     def __len__(self) -> int:
         return int(self.i.shape[1])
@@ -120,6 +133,12 @@ class Rows:
     first: np.ndarray
     visible: np.ndarray
     done: np.ndarray
+    mark: np.ndarray
+    pre: np.ndarray
+    rec: np.ndarray
+    pre_v: np.ndarray
+    rec_v: np.ndarray
+    lost_f: np.ndarray
 
 
 def _field(part: str, c: int) -> property:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Any
+from typing import IO, Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from engine import trace_out
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
@@ -182,6 +184,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--budget-per-hour", type=positive_float, default=None,
                    help="refuse a fleet that costs more $ per hour than this")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--explain", action="store_true",
+                   help="where TTFT and end-to-end latency went: queueing, prefill, decode, preemption, recompute and"
+                        " the request path, as the mean and the p50/p90/p99 requests (key \"explain\" with --json)")
+    p.add_argument("--trace-out", metavar="FILE.json", default=None,
+                   help="write the run as a Chrome/Perfetto trace: a track per replica, a span per step, a flow per"
+                        " request (open it in ui.perfetto.dev)")
 
 
 def build(args: argparse.Namespace) -> Engine | Fleet:
@@ -262,12 +270,33 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     return json_safe(out)
 
 
+def open_trace(path: str) -> IO[str]:
+    """The --trace-out file, opened before the run so a bad path fails at once (one line, exit 2)."""
+    if os.path.isdir(path):
+        raise InputError(f"--trace-out {path} is a directory; give a file name such as run.json")
+    try:
+        return open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed by run())
+    except OSError as e:
+        raise InputError(f"--trace-out {path}: cannot write it ({e.strerror or e}); give a writable file path")\
+            from None
+
+
 def run(args: argparse.Namespace) -> int:
-    """Build the engine, run it to its bound, print JSON or the Rich report."""
+    """Build the engine, run it to its bound, print JSON or the Rich report (and the trace, when asked)."""
     engine = build(args)
     check_pool(engine, args.kv_blocks, args.force)
-    run_engine(engine, show_progress=sys.stderr.isatty())
-    out = report(engine)
+    f = open_trace(args.trace_out) if args.trace_out else None
+    try:
+        rec = trace_out.record(engine) if f is not None else None
+        run_engine(engine, show_progress=sys.stderr.isatty())
+        out = report(engine)
+        if args.explain:
+            out["explain"] = json_safe(engine.explain())
+        if f is not None and rec is not None:
+            trace_out.write(rec, f, {k: out[k] for k in ("hardware", "model", "tp", "scheduler", "seed")})
+    finally:
+        if f is not None:
+            f.close()
     if args.json:
         print_json(out)
         return 0
@@ -357,6 +386,24 @@ def _print(r: dict[str, Any]) -> None:
              if r["latency_samples"] < r["requests_completed"] else f"the {r['latency_samples']:,} finished requests")
     left = f"; the {r['requests_unfinished']:,} unfinished ones are not in them" if r["requests_unfinished"] else ""
     con.print(f"note: latency percentiles cover {which}{left}")
+    if r.get("explain"):
+        _print_explain(con, r["explain"])
+
+
+def _print_explain(con: Any, x: dict[str, Any]) -> None:
+    """Where TTFT and end-to-end latency went: one row per part, for the mean and the p50/p90/p99 requests."""
+    for key, label, scale, digits, unit in (("ttft_s", "TTFT", 1e3, 1, " ms"), ("e2e_s", "end to end", 1.0, 2, " s")):
+        s = x[key]
+        if s["mean"] is None:
+            continue
+        cols = [c for c in ("mean", "p50", "p90", "p99") if s[c] is not None]
+        t = Table(header_style="bold", show_edge=False, title=f"where {label} went", title_justify="left")
+        t.add_column("")
+        for c in cols:
+            t.add_column(c if c == "mean" else f"{c} (#{s[c]['request']})", justify="right")
+        for part in (*x["parts"], "total"):
+            t.add_row(part, *(fixed(s[c][part], scale, digits, unit) for c in cols))
+        con.print(t)
 
 
 def _print_fleet(con: Any, r: dict[str, Any]) -> None:
