@@ -35,6 +35,27 @@ def fixed(v: float | None, scale: float = 1.0, digits: int = 1, unit: str = "") 
     return f"{v * scale:,.{digits}f}{unit}"
 
 
+def dur(s: float | None) -> str:
+    """Seconds as µs/ms/s with 3 significant figures; '-' when unknown."""
+    if s is None or not math.isfinite(s):
+        return "-"
+    if s < 1e-3:
+        return f"{sig(s * 1e6, 3)} µs"
+    if s < 1:
+        return f"{sig(s * 1e3, 3)} ms"
+    if s < 600:
+        return f"{sig(s, 4)} s"
+    return f"{int(s // 60)} min {int(s % 60):02d} s"
+
+
+def pct(f: float | None) -> str:
+    """A fraction as a percentage; one decimal below 10 %, '-' when unknown."""
+    if f is None or not math.isfinite(f):
+        return "-"
+    p = f * 100
+    return f"{p:.1f} %" if p < 10 else f"{p:.0f} %"
+
+
 def json_safe(o: Any) -> Any:
     """`o` with every NaN or infinity (which JSON cannot write) replaced by None, through dicts, lists and tuples."""
     if isinstance(o, dict):

@@ -1,6 +1,6 @@
 """Number formatting and cell-width helpers shared by the renderers (CJK-safe via rich.cells).
 
-The plain number formatters (si, sig, fixed) live in engine.numbers so that headless code can use them too.
+The plain number formatters (si, sig, fixed, dur, pct) live in engine.numbers so that headless code can use them too.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
-from engine.numbers import fixed, si, sig
+from engine.numbers import dur, fixed, pct, si, sig
 
 __all__ = ["bar", "clock", "crop_left", "dur", "fit", "fixed", "gb", "nbytes", "num", "pad_join", "pct", "si", "sig"]
 
@@ -30,33 +30,12 @@ def gb(b: float) -> str:
     return f"{b / 1e9:.1f}"
 
 
-def dur(s: float | None) -> str:
-    """Seconds as µs/ms/s with 3 significant figures; '-' when unknown."""
-    if s is None or not math.isfinite(s):
-        return "-"
-    if s < 1e-3:
-        return f"{sig(s * 1e6, 3)} µs"
-    if s < 1:
-        return f"{sig(s * 1e3, 3)} ms"
-    if s < 600:
-        return f"{sig(s, 4)} s"
-    return f"{int(s // 60)} min {int(s % 60):02d} s"
-
-
 def clock(s: float) -> str:
     """The simulated clock: 1.204 s, 2:03.4 past a minute."""
     if s < 60:
         return f"{s:.3f} s"
     m, sec = divmod(s, 60)
     return f"{int(m)}:{sec:04.1f}"
-
-
-def pct(f: float | None) -> str:
-    """A fraction as a percentage; one decimal below 10 %, '-' when unknown."""
-    if f is None or not math.isfinite(f):
-        return "-"
-    p = f * 100
-    return f"{p:.1f} %" if p < 10 else f"{p:.0f} %"
 
 
 def fit(text: str, width: int) -> str:
