@@ -33,6 +33,11 @@ A scene file (scenes/data/NN-<id>.toml, played in NN order):
     choices = [{ value = 1.0, en = "...", zh = "..." }, { value = 0.5, en = "...", zh = "..." }]   # 2 to 4
     explain = { en = "{step_ms/before:.2f}x ...", zh = "..." }   # shown with the verdict once the step has run
 
+Setup may also name a workload file of scenes/workloads (`workload = "shared-system-prompt"`), a bundled trace
+(`trace = "azure-conv-sample"`, `trace_speed`), prefix caching and speculative decoding (`spec_tokens`, ...).
+A fleet is an action: `{ run_fleet = { replicas = 4, router = "least-loaded", pd = "1:3" } }` serves the scene's
+open-loop traffic on engine.fleet to its end, headless, and its figures (fleet_*) read that run until the next.
+
 Placeholders in narration name metrics ({metric:fmt}), a metric's value at a mark ({metric@mark}) or now
 over then ({metric/mark}); they are filled from the live engine, so the text always shows its figures.
 """

@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine import validation as V
 from engine.config import SCHEDULERS
+from engine.errors import InputError
 from engine.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names
 from scenes.checks import (
     MAX_PROBE_BATCH,
     MAX_RUN_SECONDS,
     MAX_RUN_TICKS,
     MAX_SCENE_USERS,
+    MAX_SPEC_TOKENS,
     Ctx,
     dist,
     flag,
@@ -61,8 +63,51 @@ class Player(Protocol):
         """Remember the figures later steps compare against mark `name`."""
         ...
 
+    def run_fleet(self, run: FleetRun) -> None:
+        """Serve the scene's traffic on a fleet (engine.fleet) to its end and keep its metrics for the figures."""
+        ...
+
 
 Check = Callable[[Ctx, str, Any], Any]
+
+MAX_SCENE_REPLICAS = 16  # a fleet a scene runs headless on entering a step: small enough to stay under a second
+_FLEET_KEYS = ("replicas", "router", "pd")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRun:
+    """A `run_fleet` action's value: how many replicas, the router, and a P/D split (None: colocated)."""
+
+    replicas: int
+    router: str = "least-loaded"
+    pd: tuple[int, int] | None = None
+
+
+def _fleet_run(c: Ctx, where: str, v: Any) -> FleetRun:
+    """A table { replicas = 4, router = "least-loaded", pd = "1:3" } (router and pd optional)."""
+    from engine.errors import suggest
+    from engine.fleet import ROUTERS, parse_pd
+
+    if not isinstance(v, dict):
+        raise c.fail(where, f'expected a table like {{ replicas = 4, router = "least-loaded", pd = "1:3" }}, got {v!r}')
+    for k in v:
+        if k not in _FLEET_KEYS:
+            raise c.fail(f"{where}.{k}", f"unknown field '{k}'{suggest(k, list(_FLEET_KEYS))}")
+    if "replicas" not in v:
+        raise c.fail(f"{where}.replicas", "missing: how many replicas the fleet has")
+    n = whole(c, f"{where}.replicas", v["replicas"], 1, MAX_SCENE_REPLICAS)
+    router = word(c, f"{where}.router", v.get("router", "least-loaded"), ROUTERS, "router")
+    pd = None
+    if "pd" in v:
+        if not isinstance(v["pd"], str):
+            raise c.fail(f"{where}.pd", f'expected "P:D" such as "1:3", got {v["pd"]!r}')
+        try:
+            pd = parse_pd(v["pd"])
+        except InputError as e:
+            raise c.fail(f"{where}.pd", str(e)) from None
+        if sum(pd) != n:
+            raise c.fail(f"{where}.pd", f"{v['pd']} is {sum(pd)} replicas, but replicas is {n}")
+    return FleetRun(n, router, pd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +158,11 @@ ACTIONS: dict[str, ActionKind] = {
     "run_seconds": ActionKind(lambda c, w, v: positive(c, w, v, MAX_RUN_SECONDS),
                               lambda p, v: p.run_seconds(float(v))),
     "run_ticks": ActionKind(_at_least(1, MAX_RUN_TICKS), lambda p, v: p.run_ticks(int(v))),
+    "set_prefix_caching": ActionKind(flag, _reconfigure("prefix_caching")),
+    "set_spec_tokens": ActionKind(_at_least(0, MAX_SPEC_TOKENS), _reconfigure("spec_tokens")),
+    "set_spec_accept": ActionKind(share, _reconfigure("spec_accept")),
+    "set_trace_speed": ActionKind(positive, _reconfigure("trace_speed")),
+    "run_fleet": ActionKind(_fleet_run, lambda p, v: p.run_fleet(v)),
     "mark": ActionKind(mark_name, lambda p, v: p.mark(v)),
     "reset": ActionKind(flag, lambda p, v: p.reconfigure()),
 }

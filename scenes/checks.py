@@ -40,6 +40,7 @@ class Ctx:
 MAX_SCENE_USERS = 100_000
 MAX_RUN_TICKS = 100_000
 MAX_RUN_SECONDS = 3600.0
+MAX_SPEC_TOKENS = 16  # draft tokens per step: real drafters propose a handful
 MAX_PROBE_BATCH = 10**6  # sequences the step probe prices at once (as `tokensim step --batch`)
 
 

@@ -20,7 +20,7 @@ from engine.lang import LANGS, bound_word
 from engine.numbers import json_safe
 from engine.snapshot import Snapshot
 from engine.step import StepModel
-from scenes.actions import ACTIONS
+from scenes.actions import ACTIONS, FleetRun
 from scenes.metrics import METRICS, Probe
 from scenes.placeholders import AT, OVER, Ref, parse_ref, refs
 from scenes.quiz import Question, Reveal, correct_choice
@@ -81,7 +81,12 @@ class _Figures(Mapping[str, Any]):
         self._d = director
 
     def __getitem__(self, key: str) -> Any:
-        v = self._d.value(key)
+        try:
+            v = self._d.value(key)
+        except (KeyError, ValueError, ZeroDivisionError, InputError):
+            # A figure the engine has not got (a fleet before one ran, a P/D figure of a colocated fleet) reads
+            # "nan" in the text; the checkpoint that names it fails and says why.
+            return math.nan
         return bound_word(self._d.lang, v) if isinstance(v, str) else v
 
     def __iter__(self) -> Iterator[str]:
@@ -101,6 +106,8 @@ class Director:
         self.lang = lang
         self._factory = engine_factory or _default_engine
         self._marks_needed = self._collect_mark_metrics()
+        # A fleet run is a pure function of (config, FleetRun): replaying the scene (going back) reuses it.
+        self._fleets: dict[tuple[EngineConfig, FleetRun], dict[str, Any]] = {}
         self.engine: Any = engine
         self._build()
         self._enter(0)
@@ -134,6 +141,7 @@ class Director:
         self._snap: Snapshot | None = None
         self._pass_metrics: dict[str, Any] | None = None
         self._other: tuple[StepModel | None, StepModel | None] = (None, None)  # the engine's model, ideal flipped
+        self._fleet: dict[str, Any] | None = None  # metrics of the fleet the last run_fleet action ran
         if self.engine is not None and hasattr(self.engine, "reset"):
             self.engine.reset(self.config)
         else:
@@ -191,6 +199,12 @@ class Director:
         self._sync()
         return self.engine.metrics(fast=fast)
 
+    def fleet_metrics(self) -> dict[str, Any]:
+        """The metrics of the fleet the last run_fleet action ran (KeyError before one ran)."""
+        if self._fleet is None:
+            raise KeyError("no fleet has run yet: a step's run_fleet action runs one")
+        return self._fleet
+
     @contextmanager
     def _pass(self) -> Iterator[None]:
         """Hold one snapshot for a whole narration or evaluation pass, so all figures agree."""
@@ -245,10 +259,31 @@ class Director:
         for _ in range(ticks):
             self.engine.step()
 
+    def run_fleet(self, run: FleetRun) -> None:
+        """Serve the scene's traffic (its config: open loop with a request bound) on a fleet to its end, headless;
+        the floor keeps showing the one engine. Its metrics feed the fleet_* figures until the next fleet."""
+        from engine.fleet import Fleet, FleetSpec
+
+        self._sync()
+        key = (self.config, run)
+        if key not in self._fleets:
+            fleet = Fleet(FleetSpec(self.config, replicas=run.replicas, router=run.router, pd=run.pd))
+            fleet.run()
+            self._fleets[key] = fleet.metrics()
+        self._fleet = self._fleets[key]
+
     def mark(self, name: str) -> None:
         """Remember, now, every figure a later checkpoint or placeholder compares against mark `name`."""
         with self._pass():
-            self.marks[name] = {m: METRICS[m].fn(self) for m in sorted(self._marks_needed.get(name, ()))}
+            self.marks[name] = {m: self._figure(m) for m in sorted(self._marks_needed.get(name, ()))}
+
+    def _figure(self, metric: str) -> float | str:
+        """A metric now, NaN when the engine has not got it (a fleet figure before any fleet ran): a mark keeps
+        what there is, and a later comparison with the missing figure fails its checkpoint instead of the play."""
+        try:
+            return METRICS[metric].fn(self)
+        except (KeyError, ValueError, ZeroDivisionError, InputError):
+            return math.nan
 
     def _enter(self, i: int) -> None:
         for a in self.steps[i].actions:

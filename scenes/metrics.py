@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -46,6 +47,10 @@ class Stage(Protocol):
 
     def lane_metrics(self, fast: bool) -> dict[str, Any]:
         """One lane's run metrics (fast lane or normal lane)."""
+        ...
+
+    def fleet_metrics(self) -> dict[str, Any]:
+        """The metrics of the fleet the scene last ran (engine.fleet.Fleet.metrics()); KeyError before one ran."""
         ...
 
 
@@ -867,3 +872,281 @@ def _fit_gpu_ms(s: Stage) -> float:
 def _prefill_gpu_ms(s: Stage) -> float:
     sm = s.step_model()
     return _prefill(s).time_s * sm.opts.tp / s.probe.prompt * 1e3
+
+
+# ---- the floor's own figures (issue 17: one truth per figure) ---------------------------------
+
+@metric("live_mfu_pct", "%", "the step the engine just ran: its FLOPs over the peak's in its time (the SM grid's MFU)")
+def _live_mfu(s: Stage) -> float:
+    snap = s.snapshot()
+    st, peak = snap.last_step, snap.roof.peak_flops
+    if st is None or st.tokens <= 0 or st.time_s <= 0 or peak <= 0:
+        return 0.0
+    return 100 * min(1.0, st.flops_total / st.time_s / peak)  # as tui.render.figures.mfu: the grid's figure
+
+
+@metric("live_unused_pct", "%", "the share of the peak FLOPs the step the engine just ran left unused")
+def _live_unused(s: Stage) -> float:
+    return 100 - _live_mfu(s)
+
+
+# ---- prefix caching --------------------------------------------------------------------------
+
+@metric("prefix_hit_pct", "%", "prompt tokens read from the prefix cache over all prompt tokens")
+def _prefix_hit(s: Stage) -> float:
+    return 100 * _run(s, "prefix_cache_hit_rate")
+
+
+def _workload_prompt(s: Stage) -> Any:
+    """The first stage's prompt spec of the scene's workload file (KeyError when the scene plays none)."""
+    from engine.workload_file import load_workload
+
+    if s.config.workload is None:
+        raise KeyError("the scene plays no workload file")
+    return load_workload(s.config.workload).stages[0].prompt
+
+
+@metric("workload_prompt_tokens", "tokens", "mean prompt length of the scene's workload file (first stage)")
+def _wl_prompt(s: Stage) -> float:
+    return float(_workload_prompt(s).tokens.mean)
+
+
+@metric("shared_prefix_tokens", "tokens", "of it, the leading tokens every request of a group shares (first stage)")
+def _wl_shared(s: Stage) -> float:
+    return float(_workload_prompt(s).shared_prefix)
+
+
+@metric("input_tokens", "tokens", "prompt tokens served since the start (cached ones included)")
+def _input_tokens(s: Stage) -> float:
+    return _run(s, "input_tokens")
+
+
+@metric("cost_cached_in_per_mtok", "$/Mtok", "cost of a million prompt tokens read from the prefix cache")
+def _cost_cached_in(s: Stage) -> float:
+    return _run(s, "cost_per_mtok_cached_in")
+
+
+@metric("cached_vs_fresh_in_x", "x", "cost of a cached prompt token over a computed one")
+def _cached_vs_fresh(s: Stage) -> float:
+    return _cost_cached_in(s) / _cost_in(s)
+
+
+@metric("cost_in_all_per_mtok", "$/Mtok", "cost of a million prompt tokens, computed and cached together")
+def _cost_in_all(s: Stage) -> float:
+    m = s.engine_metrics()
+    inp = _num(m["input_tokens"])
+    cached = _num(m["cached_input_tokens"])
+    fresh = _num(m["cost_per_mtok_in"]) * (inp - cached) if inp > cached else 0.0
+    return (fresh + (_num(m["cost_per_mtok_cached_in"]) * cached if cached else 0.0)) / inp if inp else float("nan")
+
+
+@metric("ttft_p50_ms", "ms", "median time to the first visible token, in milliseconds")
+def _ttft_ms(s: Stage) -> float:
+    return _ttft(s) * 1e3
+
+
+# ---- speculative decoding --------------------------------------------------------------------
+
+@metric("spec_tokens", "tokens", "draft tokens proposed per step (0: speculative decoding off)")
+def _spec_tokens(s: Stage) -> float:
+    return float(s.config.spec_tokens)
+
+
+@metric("spec_accept_pct", "%", "chance each draft token is accepted")
+def _spec_accept(s: Stage) -> float:
+    return 100 * s.config.spec_accept
+
+
+@metric("spec_expected_tokens", "tokens", "tokens a sequence should emit per verify step: (1 - A^(K+1)) / (1 - A)")
+def _spec_expected(s: Stage) -> float:
+    from engine.speculative import expected_tokens
+
+    return expected_tokens(s.config.spec_tokens, s.config.spec_accept)
+
+
+@metric("spec_tokens_per_step", "tokens", "tokens each running sequence emitted per step, as the engine ran them")
+def _spec_per_step(s: Stage) -> float:
+    return _run(s, "spec_tokens_per_step")
+
+
+# ---- a real trace ----------------------------------------------------------------------------
+
+def _trace(s: Stage) -> Any:
+    """The trace the scene replays, at its replay speed (KeyError when the scene replays none)."""
+    c = s.config
+    if c.trace is None:
+        raise KeyError("the scene replays no trace")
+    return _load_trace(c.trace, c.trace_speed)
+
+
+@lru_cache(maxsize=4)
+def _load_trace(name: str, speed: float) -> Any:
+    """A trace loaded once per (name, speed): the narration asks for its figures on every refresh."""
+    from engine.trace import load_trace
+
+    return load_trace(name, speed)
+
+
+@metric("trace_requests", "requests", "requests in the replayed trace")
+def _trace_requests(s: Stage) -> float:
+    return float(len(_trace(s)))
+
+
+@metric("trace_minutes", "min", "minutes from the trace's first arrival to its last, at the replay speed")
+def _trace_minutes(s: Stage) -> float:
+    return _trace(s).duration / 60
+
+
+@metric("trace_rate", "req/s", "the trace's mean arrival rate at the replay speed")
+def _trace_rate(s: Stage) -> float:
+    tr = _trace(s)
+    return len(tr) / tr.duration if tr.duration else float("nan")
+
+
+@metric("trace_peak_rate", "req/s", "arrivals in the trace's busiest 5-second window (at the replay speed), per second")
+def _trace_peak_rate(s: Stage) -> float:
+    import numpy as np
+
+    tr = _trace(s)
+    # For each arrival, how many arrive in the 5 s from it: the busiest window starts at an arrival.
+    ends = np.searchsorted(tr.arrival, tr.arrival + 5.0, side="left")
+    return float((ends - np.arange(len(tr))).max()) / 5.0
+
+
+@metric("trace_burst_x", "x", "the busiest 5 seconds' arrival rate over the trace's mean rate")
+def _trace_burst(s: Stage) -> float:
+    return _trace_peak_rate(s) / _trace_rate(s)
+
+
+@metric("trace_speed", "x", "how many times faster than recorded the trace is replayed")
+def _trace_speed(s: Stage) -> float:
+    return float(s.config.trace_speed)
+
+
+@metric("kv_peak_pct", "%", "the KV pool's fullest moment since the start, as a share of its blocks")
+def _kv_peak(s: Stage) -> float:
+    return 100 * _run(s, "kv_util_peak")
+
+
+@metric("ttft_p99_s", "s", "99th-percentile time to the first visible token")
+def _ttft99(s: Stage) -> float:
+    return _run(s, "ttft_s", "p99")
+
+
+@metric("queue_delay_p99_s", "s", "99th-percentile time a request waited before admission")
+def _qd99(s: Stage) -> float:
+    return _run(s, "queue_delay_s", "p99")
+
+
+# ---- a fleet (the scene's `run_fleet` action: engine.fleet on the scene's traffic) -------------
+
+def _fleet(s: Stage, key: str, pct: str | None = None) -> float:
+    v = s.fleet_metrics()[key]
+    return _num(v[pct] if pct else v)
+
+
+@metric("fleet_replicas", "replicas", "replicas in the fleet the scene last ran")
+def _fleet_replicas(s: Stage) -> float:
+    return float(len(s.fleet_metrics()["replicas"]))
+
+
+@metric("fleet_prefill_replicas", "replicas", "of them, replicas that only read prompts (P/D; 0 when colocated)")
+def _fleet_prefill(s: Stage) -> float:
+    return float(sum(r["role"] == "prefill" for r in s.fleet_metrics()["replicas"]))
+
+
+@metric("fleet_decode_replicas", "replicas", "of them, replicas that write answers (all of them when colocated)")
+def _fleet_decode(s: Stage) -> float:
+    return float(sum(r["role"] != "prefill" for r in s.fleet_metrics()["replicas"]))
+
+
+@metric("fleet_requests", "requests", "answers the fleet finished")
+def _fleet_done(s: Stage) -> float:
+    return _fleet(s, "requests_completed")
+
+
+@metric("fleet_ttft_p50_s", "s", "the fleet's median time to the first visible token")
+def _fleet_ttft50(s: Stage) -> float:
+    return _fleet(s, "ttft_s", "p50")
+
+
+@metric("fleet_ttft_p90_s", "s", "the fleet's 90th-percentile time to the first visible token")
+def _fleet_ttft90(s: Stage) -> float:
+    return _fleet(s, "ttft_s", "p90")
+
+
+@metric("fleet_ttft_p99_s", "s", "the fleet's 99th-percentile time to the first visible token")
+def _fleet_ttft99(s: Stage) -> float:
+    return _fleet(s, "ttft_s", "p99")
+
+
+@metric("fleet_tpot_p50_ms", "ms", "the fleet's median time per output token")
+def _fleet_tpot50(s: Stage) -> float:
+    return _fleet(s, "tpot_s", "p50") * 1e3
+
+
+@metric("fleet_tpot_p99_ms", "ms", "the fleet's 99th-percentile time per output token")
+def _fleet_tpot99(s: Stage) -> float:
+    return _fleet(s, "tpot_s", "p99") * 1e3
+
+
+@metric("fleet_tpot_spread_x", "x", "the fleet's p99 time per output token over its median: 1 is perfectly steady")
+def _fleet_tpot_spread(s: Stage) -> float:
+    return _fleet_tpot99(s) / _fleet_tpot50(s)
+
+
+@metric("fleet_queue_delay_p90_s", "s", "the fleet's 90th-percentile wait before admission")
+def _fleet_qd90(s: Stage) -> float:
+    return _fleet(s, "queue_delay_s", "p90")
+
+
+@metric("fleet_queue_peak_max", "requests", "the longest queue any replica had")
+def _fleet_qmax(s: Stage) -> float:
+    return float(max(r["queue_peak"] for r in s.fleet_metrics()["replicas"]))
+
+
+@metric("fleet_queue_peak_min", "requests", "the longest queue of the replica whose queue stayed shortest")
+def _fleet_qmin(s: Stage) -> float:
+    return float(min(r["queue_peak"] for r in s.fleet_metrics()["replicas"]))
+
+
+@metric("fleet_preemptions", "preemptions", "requests evicted under KV pressure, every replica")
+def _fleet_preempt(s: Stage) -> float:
+    return _fleet(s, "preemptions")
+
+
+@metric("fleet_kv_copy_ms", "ms", "P/D: median time to copy a prompt's KV from a prefill to a decode replica")
+def _fleet_copy(s: Stage) -> float:
+    m = s.fleet_metrics()
+    if "kv_transfer_s" not in m:
+        raise KeyError("the fleet ran without P/D: no KV copies")
+    return _num(m["kv_transfer_s"]["p50"]) * 1e3
+
+
+@metric("fleet_kv_link_gbps", "GB/s", "P/D: the link each prefill replica copies KV over")
+def _fleet_link(s: Stage) -> float:
+    m = s.fleet_metrics()
+    if "kv_link_gbps" not in m:
+        raise KeyError("the fleet ran without P/D: no KV link")
+    return _num(m["kv_link_gbps"])
+
+
+# ---- the scene's traffic -----------------------------------------------------------------------
+
+@metric("rate_req_s", "req/s", "open-loop arrival rate of the scene's traffic (Poisson)")
+def _rate(s: Stage) -> float:
+    return float(s.config.rate)
+
+
+@metric("prompt_mean_tokens", "tokens", "mean prompt length of the scene's traffic (--prompt)")
+def _prompt_mean(s: Stage) -> float:
+    from engine.workload import parse_dist
+
+    return parse_dist(s.config.prompt, "prompt", 1).mean
+
+
+@metric("output_mean_tokens", "tokens", "mean answer length of the scene's traffic (--output)")
+def _output_mean(s: Stage) -> float:
+    from engine.workload import parse_dist
+
+    return parse_dist(s.config.output, "output", 1).mean

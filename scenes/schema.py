@@ -24,6 +24,7 @@ from scenes.actions import ACTIONS
 from scenes.checks import (
     MAX_PROBE_BATCH,
     MAX_SCENE_USERS,
+    MAX_SPEC_TOKENS,
     Ctx,
     dist,
     flag,
@@ -210,8 +211,22 @@ def _setup(c: Ctx, v: Any) -> Setup:
             kw[k] = word(c, w, val, KV_DTYPES, "KV dtype")
         elif k in ("prompt", "output", "think", "think_time"):
             kw[k] = dist(c, w, val)
-        elif k in ("ideal", "debug"):
+        elif k in ("ideal", "debug", "prefix_caching"):
             kw[k] = flag(c, w, val)
+        elif k == "workload":
+            kw[k] = workload_path(c, w, val)
+        elif k == "trace":
+            from engine.trace import bundled
+
+            kw[k] = word(c, w, val, sorted(bundled()), "bundled trace")
+        elif k == "spec_tokens":
+            kw[k] = whole(c, w, val, 0, MAX_SPEC_TOKENS)
+        elif k == "spec_accept":
+            kw[k] = share(c, w, val)
+        elif k == "spec_draft":
+            from engine.speculative import DRAFT_KINDS
+
+            kw[k] = word(c, w, val, [*DRAFT_KINDS, *model_names()], "drafter")
         elif k == "fast_share":
             kw[k] = share(c, w, val)
         elif k in ("tp", "max_batch", "max_batched_tokens", "fast_max_batch"):
@@ -230,6 +245,18 @@ def _setup(c: Ctx, v: Any) -> Setup:
             kw[k] = positive(c, w, val, V.MAX_SECONDS if k in ("duration", "slo_ttft", "slo_tpot") else V.MAX_MULT) \
                 if k != "rate" or val != 0 else 0.0
     return Setup(config=EngineConfig(**kw), speed=speed, probe=probe)
+
+
+def workload_names() -> list[str]:
+    """The workload files scenes may name (scenes/workloads/NAME.toml), by name."""
+    root = resources.files("scenes").joinpath("workloads")
+    return sorted(e.name[:-5] for e in root.iterdir() if e.name.endswith(".toml"))
+
+
+def workload_path(c: Ctx, where: str, v: Any) -> str:
+    """A scene's workload: the name of a file in scenes/workloads (a scene carries its traffic with it)."""
+    name = word(c, where, v, workload_names(), "scene workload (scenes/workloads/NAME.toml)")
+    return str(resources.files("scenes").joinpath("workloads", f"{name}.toml"))
 
 
 def _checkpoint(c: Ctx, where: str, v: Any, marks: set[str]) -> Checkpoint:

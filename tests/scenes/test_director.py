@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from scenes.actions import FleetRun
 from scenes.director import Director, check
 from scenes.schema import CLAIM_IDS, Checkpoint, load_shipped
 
@@ -150,6 +151,10 @@ _ACTION_VALUES: dict[str, tuple[Any, Any]] = {
     "probe_batch": (7, ("probe", "batch", 7)), "probe_context": (900, ("probe", "context", 900)),
     "probe_prompt": (64, ("probe", "prompt", 64)), "run_seconds": (0.05, None), "run_ticks": (2, None),
     "mark": ("here", None), "reset": (True, None),
+    "set_prefix_caching": (True, ("config", "prefix_caching", True)),
+    "set_spec_tokens": (2, ("config", "spec_tokens", 2)), "set_spec_accept": (0.5, ("config", "spec_accept", 0.5)),
+    "set_trace_speed": (2.0, ("config", "trace_speed", 2.0)),
+    "run_fleet": ({"replicas": 2, "router": "round-robin", "pd": "1:1"}, ("fleet", "replicas", 2)),
 }
 
 
@@ -161,7 +166,17 @@ def test_every_action_of_the_table_is_checked_and_played(name: str) -> None:
 
     assert set(_ACTION_VALUES) == set(ACTIONS)
     value, shows = _ACTION_VALUES[name]
-    assert ACTIONS[name].check(Ctx("t.toml"), f"a.{name}", value) == value
+    checked = ACTIONS[name].check(Ctx("t.toml"), f"a.{name}", value)
+    if name == "run_fleet":  # the table's value becomes a FleetRun; its fleet serves the scene's open-loop traffic
+        assert checked == FleetRun(2, "round-robin", (1, 1))
+        d = Director(_by_id("router"), "en")
+        d.reconfigure(requests=20)
+        d.apply(Action(name, checked))
+        assert d.value("fleet_replicas") == 2 and d.value("fleet_prefill_replicas") == 1
+        assert d.value("fleet_requests") == 20 and d.value("fleet_kv_copy_ms") > 0
+        assert d.engine.tick == 0, "the fleet runs beside the floor's engine, which stays where it was"
+        return
+    assert checked == value
     d = Director(_by_id("compute-x2"), "en")
     d.apply(Action("set_users", 1))
     before = (d.engine.tick, d.engine.snapshot().time_s)
