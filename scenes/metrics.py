@@ -1060,44 +1060,31 @@ def _fleet_decode(s: Stage) -> float:
     return float(sum(r["role"] != "prefill" for r in s.fleet_metrics()["replicas"]))
 
 
-@metric("fleet_requests", "requests", "answers the fleet finished")
-def _fleet_done(s: Stage) -> float:
-    return _fleet(s, "requests_completed")
+# The fleet's run figures read straight from its metrics: (name, unit, key, percentile, scale, doc).
+_FLEET_FIGURES = (
+    ("fleet_requests", "requests", "requests_completed", None, 1.0, "answers the fleet finished"),
+    ("fleet_ttft_p50_s", "s", "ttft_s", "p50", 1.0, "the fleet's median time to the first visible token"),
+    ("fleet_ttft_p90_s", "s", "ttft_s", "p90", 1.0, "the fleet's 90th-percentile time to the first visible token"),
+    ("fleet_ttft_p99_s", "s", "ttft_s", "p99", 1.0, "the fleet's 99th-percentile time to the first visible token"),
+    ("fleet_tpot_p50_ms", "ms", "tpot_s", "p50", 1e3, "the fleet's median time per output token"),
+    ("fleet_tpot_p99_ms", "ms", "tpot_s", "p99", 1e3, "the fleet's 99th-percentile time per output token"),
+    ("fleet_queue_delay_p90_s", "s", "queue_delay_s", "p90", 1.0, "the fleet's 90th-percentile wait before admission"),
+    ("fleet_preemptions", "preemptions", "preemptions", None, 1.0, "requests evicted under KV pressure, every replica"),
+)
 
 
-@metric("fleet_ttft_p50_s", "s", "the fleet's median time to the first visible token")
-def _fleet_ttft50(s: Stage) -> float:
-    return _fleet(s, "ttft_s", "p50")
+def _fleet_figure(key: str, pct: str | None, scale: float) -> Callable[[Stage], float]:
+    """A metric function reading one of the fleet's figures."""
+    return lambda s: _fleet(s, key, pct) * scale
 
 
-@metric("fleet_ttft_p90_s", "s", "the fleet's 90th-percentile time to the first visible token")
-def _fleet_ttft90(s: Stage) -> float:
-    return _fleet(s, "ttft_s", "p90")
-
-
-@metric("fleet_ttft_p99_s", "s", "the fleet's 99th-percentile time to the first visible token")
-def _fleet_ttft99(s: Stage) -> float:
-    return _fleet(s, "ttft_s", "p99")
-
-
-@metric("fleet_tpot_p50_ms", "ms", "the fleet's median time per output token")
-def _fleet_tpot50(s: Stage) -> float:
-    return _fleet(s, "tpot_s", "p50") * 1e3
-
-
-@metric("fleet_tpot_p99_ms", "ms", "the fleet's 99th-percentile time per output token")
-def _fleet_tpot99(s: Stage) -> float:
-    return _fleet(s, "tpot_s", "p99") * 1e3
+for _name, _unit, _key, _pct, _scale, _doc in _FLEET_FIGURES:
+    metric(_name, _unit, _doc)(_fleet_figure(_key, _pct, _scale))
 
 
 @metric("fleet_tpot_spread_x", "x", "the fleet's p99 time per output token over its median: 1 is perfectly steady")
 def _fleet_tpot_spread(s: Stage) -> float:
-    return _fleet_tpot99(s) / _fleet_tpot50(s)
-
-
-@metric("fleet_queue_delay_p90_s", "s", "the fleet's 90th-percentile wait before admission")
-def _fleet_qd90(s: Stage) -> float:
-    return _fleet(s, "queue_delay_s", "p90")
+    return _fleet(s, "tpot_s", "p99") / _fleet(s, "tpot_s", "p50")
 
 
 @metric("fleet_queue_peak_max", "requests", "the longest queue any replica had")
@@ -1108,11 +1095,6 @@ def _fleet_qmax(s: Stage) -> float:
 @metric("fleet_queue_peak_min", "requests", "the longest queue of the replica whose queue stayed shortest")
 def _fleet_qmin(s: Stage) -> float:
     return float(min(r["queue_peak"] for r in s.fleet_metrics()["replicas"]))
-
-
-@metric("fleet_preemptions", "preemptions", "requests evicted under KV pressure, every replica")
-def _fleet_preempt(s: Stage) -> float:
-    return _fleet(s, "preemptions")
 
 
 @metric("fleet_kv_copy_ms", "ms", "P/D: median time to copy a prompt's KV from a prefill to a decode replica")
