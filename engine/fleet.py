@@ -30,11 +30,12 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.serving.accounting import L, Percentiles, explain, run_metrics
+from engine.serving.accounting import L, Percentiles, explain, rolling, run_metrics
 from engine.serving.arrivals import Arrivals, Budget
 from engine.serving.engine import Engine
 from engine.serving.lane import Lane, draw_lengths, new_rows
 from engine.serving.tables import BLOCK, SHIFT, Rows
+from engine.snapshot import Snapshot
 from engine.step import StepModel
 from engine.workload import Dist, Sampler, parse_dist, seeded_rngs
 
@@ -43,6 +44,46 @@ MAX_REPLICAS = 4096
 # Fixed cost of one KV copy between a prefill and a decode replica (connection handshake, descriptor
 # exchange, completion notice): an assumed 1 ms, not fitted to a measurement.
 KV_LINK_LATENCY_S = 1e-3
+ROUTE_LOG = 8  # the router's latest decisions kept for the app (Fleet.routes)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One routing decision, as the router saw it: request -> replica, and why."""
+
+    req_id: int
+    user: int  # closed-loop user (-1: open loop)
+    replica: int
+    why: str  # "round-robin", "least-loaded", "kv-aware", "prefix", "only" (a single front replica)
+    figure: int  # what decided it: the replica's load (least-loaded), free KV blocks (kv-aware), prefix tokens
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """One replica at a glance (the app's fleet rows): role, KV fill, batch, queue, answers, busy time."""
+
+    index: int
+    role: str  # "both", "prefill", "decode"
+    clock_s: float
+    kv_used: int  # blocks held (copies' pins included)
+    kv_total: int
+    held: int  # blocks pinned by KV copies on their way
+    batch: int  # requests running (copies on their way to the batch not included)
+    queued: int  # requests queued or preempted
+    done: int  # requests finished here (a prefill replica: prompts read)
+    busy_s: float  # simulated seconds spent stepping
+
+
+@dataclass(frozen=True, slots=True)
+class CopyState:
+    """A P/D KV copy not yet landed: from a prefill replica to a decode replica (dst -1: not started)."""
+
+    req_id: int
+    src: int
+    dst: int
+    tokens: int  # KV positions copied
+    lands_s: float  # when it lands (nan: waiting for a decode replica with room)
 
 
 def parse_pd(text: str) -> tuple[int, int]:
@@ -234,6 +275,9 @@ class Fleet:
         self.rr = 0
         self.u_last = np.full(cfg.users, -1, dtype=np.int64)  # replica of each user's previous turn
         self.last_routes: list[int] = []  # the router's latest choices (replica indices), newest last
+        self.route_log: deque[Route] = deque(maxlen=ROUTE_LOG)  # the same, with the reasons (for the app)
+        self._why: tuple[str, int] = ("only", 0)  # the reason _route gave for its last choice
+        self.now = 0.0  # the time advance_to() last moved the fleet to
         # Replicas with a step to take, a heap by (clock, index): the one furthest behind steps next.
         self.ready: list[tuple[float, int]] = []
         self.queued = [False] * len(self.reps)
@@ -295,15 +339,18 @@ class Fleet:
         return (self.arrivals.next_time == math.inf and not self.landings and not self.waiting
                 and not (self.inbox and any(self.inbox)) and not self._steppable())
 
-    def run(self, max_ticks: int | None = None) -> int:
-        """Run to the bound (--requests served or --duration passed); returns replica steps taken.
+    def run(self, max_ticks: int | None = None, until: float = math.inf) -> int:
+        """Run to the bound (--requests served or --duration passed), or only the events before `until`;
+        returns replica steps taken.
 
         Events go in time order: an arrival or a copy landing at or before the earliest busy replica's
         clock happens first, so no replica steps past a request meant for it.
         """
-        if self.budget.limit is None and self.budget.duration is None:
+        if until == math.inf and self.budget.limit is None and self.budget.duration is None:
             raise InputError("an unbounded workload never finishes: give --requests N or --duration S")
         if self.inbox is not None:
+            if until < math.inf:
+                raise ValueError("a pre-routed fleet runs only to its bound: build it with preroute=False")
             return self._run_prerouted(max_ticks)
         n = 0
         ready = self.ready
@@ -313,6 +360,8 @@ class Fleet:
             ta = self.arrivals.next_time
             tl = self.landings[0][0] if self.landings else math.inf
             tmin = ready[0][0] if ready else math.inf
+            if until < math.inf and min(ta, tl, tmin) >= until:
+                break  # every event before `until` has happened
             if tl <= tmin and tl <= ta and tl < math.inf:
                 self._land()
                 continue
@@ -326,7 +375,7 @@ class Fleet:
             r = reps[i]
             if not r.busy or r.blocked or (d is not None and r.clock >= d):
                 continue  # it waits for a copy to land (which wakes it) or is past the run's end
-            stop = min(ta, tl) if d is None else min(ta, tl, d)
+            stop = min(ta, tl, until) if d is None else min(ta, tl, d, until)
             k = r.step(stop, (1 << 20) if max_ticks is None else max_ticks - n)
             n += k
             self.ticks += k
@@ -338,6 +387,14 @@ class Fleet:
             if self.waiting and r.role == "decode":
                 self._start_copies(r.clock)
             self._wake(r)
+        return n
+
+    def advance_to(self, t: float, max_ticks: int | None = None) -> int:
+        """Every event before simulated time t (the app's clock: the workload may be unbounded); returns replica
+        steps taken. A replica's last step may end past t, as an engine's does; `max_ticks` bounds the work."""
+        n = self.run(max_ticks, until=t)
+        if max_ticks is None or n < max_ticks:
+            self.now = max(self.now, t)
         return n
 
     def _run_prerouted(self, max_ticks: int | None) -> int:
@@ -359,8 +416,10 @@ class Fleet:
                 self._deal(self._draw(self.arrivals.next_time))
             nxt = float(box[0].arrival[0]) if box else math.inf
             if nxt < math.inf and (nxt <= r.clock or not r.busy):
-                r.inject(box.popleft())
+                row = box.popleft()
+                r.inject(row)
                 self.last_routes = (self.last_routes + [i])[-16:]
+                self.route_log.append(Route(int(row.id[0]), int(row.user[0]), i, "round-robin", i, nxt))
                 r.clock = max(r.clock, nxt)
             elif r.busy and (d is None or r.clock < d):
                 k = r.step(nxt if d is None else min(nxt, d), (1 << 20) if max_ticks is None else max_ticks - n)
@@ -408,6 +467,7 @@ class Fleet:
         rid = int(row.id[0])
         rep = self._route(user)
         self.last_routes = (self.last_routes + [rep.index])[-16:]
+        self.route_log.append(Route(rid, user, rep.index, *self._why, t))
         if user >= 0:
             self.u_last[user] = rep.index
         if rep.role == "prefill":
@@ -423,18 +483,25 @@ class Fleet:
         """The replica (of those that read prompts) the router picks for a request from `user`."""
         reps = self.front
         if len(reps) == 1:
+            self._why = ("only", 0)
             return reps[0]
         name = self.spec.router
         if name == "round-robin":
             i = self.rr
             self.rr = (i + 1) % len(reps)
+            self._why = ("round-robin", i)
             return reps[i]
         if name == "kv-aware":
             # Most free KV, ties to the least loaded, then the lowest index: deterministic.
-            return min(reps, key=lambda r: (-r.free_blocks, r.load, r.index))
+            r = min(reps, key=lambda r: (-r.free_blocks, r.load, r.index))
+            self._why = ("kv-aware", r.free_blocks)
+            return r
         if name == "prefix-aware" and user >= 0 and self.u_last[user] >= 0:
+            self._why = ("prefix", -1)  # the user's previous turn is cached there (its length is not tracked)
             return self.reps[int(self.u_last[user])]
-        return min(reps, key=lambda r: (r.load, r.index))
+        r = min(reps, key=lambda r: (r.load, r.index))
+        self._why = ("least-loaded", r.load)
+        return r
 
     def _think(self, r: _Replica) -> None:
         """Closed-loop users whose answers a replica just finished think, then send again."""
@@ -502,6 +569,41 @@ class Fleet:
             self._start_copies(t)
 
     # ---- reading ------------------------------------------------------------------------------
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        """The router's latest decisions, oldest first (at most ROUTE_LOG)."""
+        return tuple(self.route_log)
+
+    def replica_states(self) -> tuple[ReplicaState, ...]:
+        """Every replica at a glance, in index order (cheap: a few integers each)."""
+        return tuple(ReplicaState(r.index, r.role, r.clock, r.lane.pool.used, r.lane.pool.total, r.held,
+                                  r.lane.R.n, r.lane.waiting, r.lane.stats.completed, r.lane.stats.busy_s)
+                     for r in self.reps)
+
+    def copies(self) -> tuple[CopyState, ...]:
+        """P/D KV copies not yet landed: those under way (by landing time), then those waiting for room."""
+        moving = [CopyState(int(c.row.id[0]), c.src, c.dst, int(c.row.cached[0]), t)
+                  for t, _, c in sorted(self.landings, key=lambda x: (x[0], x[1]))]
+        return (*moving, *(CopyState(int(c.row.id[0]), c.src, -1, int(c.row.cached[0]), math.nan)
+                           for c in self.waiting))
+
+    def rolling_metrics(self) -> dict[str, float]:
+        """Fleet-wide figures now: output tok/s summed over the replicas that write answers (each over its own
+        recent window) and TTFT / TPOT p50 over their recent answers."""
+        rates = self.reps[0].eng._rates()
+        pooled = rolling([r.lane for r in self.back], rates)
+        out = sum(rolling([r.lane], rates).tok_s_out for r in self.back)
+        return {"tok_s_out": out, "ttft_p50": pooled.ttft_p50, "tpot_p50": pooled.tpot_p50}
+
+    def replica_engine(self, i: int) -> Engine:
+        """Replica i's engine, to read (its tick, config, step model); the fleet alone moves it."""
+        return self.reps[i].eng
+
+    def replica_snapshot(self, i: int) -> Snapshot:
+        """Replica i's own engine snapshot (its floor), on its own clock."""
+        r = self.reps[i]
+        return replace(r.eng.snapshot(), time_s=r.clock)
+
     def latencies(self) -> tuple[np.ndarray, np.ndarray]:
         """(TTFT, TPOT) of every answer the fleet finished (the last LATENCY_SAMPLES per replica)."""
         lat = np.concatenate([r.latencies() for r in self.back])
@@ -563,6 +665,16 @@ class _Copy:
 
     def __lt__(self, other: _Copy) -> bool:  # heap ties are broken by the order number first; never reached
         return self.src < other.src
+
+
+def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:
+    """One Engine for one replica without P/D, else a Fleet: the one place options become a simulator.
+
+    `preroute=False` keeps a round-robin fleet on the event-ordered loop, which `advance_to` (the app) needs.
+    """
+    if spec.replicas == 1 and spec.pd is None:
+        return Engine(spec.config)
+    return Fleet(spec, preroute=preroute)
 
 
 SCRIPTED = ("--workload and --trace replay on one engine for now: a fleet (--replicas, --pd) draws its requests"
