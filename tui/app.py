@@ -6,8 +6,12 @@ atomic, so in slow motion the view interpolates inside the last step: progress =
 (view clock - step start) / step time, and the state panels show the state from before that step
 until the view clock reaches its end.
 
-Stable widget ids (for tests and scenes): header, warehouse, traffic, l2, sm-grid, roofline, metrics,
+Stable widget ids (for tests and scenes): header, fleet, warehouse, traffic, l2, sm-grid, roofline, metrics,
 kvqueue, users, narration, keys, enlarge.
+
+A fleet (`fleet=FleetSpec(...)` with more than one replica, or P/D): #fleet shows a row per replica, and
+tab / 1-9 / a click show one replica's own floor (the same panels, fed from that replica's engine); 0 goes
+back to the overview. `apply_setup(spec)` rebuilds the app on an Engine or a Fleet (engine.fleet.engine_for).
 
 Hooks for the scenes engineer:
 - `narration: tuple[str, ...] | None` (reactive): lines shown in the bottom #narration panel; None hides it.
@@ -38,13 +42,16 @@ from textual.widgets import Static
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.fleet import Fleet, FleetSpec, engine_for
 from tui.defaults import default_config
+from tui.fleet_playback import FleetPlayback
 from tui.frame import Frame, build_frame
 from tui.i18n import LANGS, default_lang, t
-from tui.messages import FramePublished
+from tui.messages import FramePublished, ReplicaPicked
 from tui.playback import Playback
 from tui.screens.help import HelpScreen
 from tui.screens.picker import PickerScreen
+from tui.widgets.fleet_panel import FleetPanel
 from tui.widgets.header_bar import HeaderBar
 from tui.widgets.key_bar import KeyBar
 from tui.widgets.kvqueue import KvQueue
@@ -76,6 +83,9 @@ COMPACT_BELOW = (110, 34)  # below this the floor drops borders and the roofline
 # and two rows (boxed: plus its border). The guide gets what is left, so it never hides the users.
 FLOOR_ROWS = {False: 2 + 22 + 4, True: 2 + 13 + 3}
 NARRATION_MAX = 12  # the guide's rows at most (a boxed guide counts its border)
+FLEET_STRIP_MAX = 10  # rows of #fleet above a replica's users list (boxed, full layout only)
+# Actions that exist only with a fleet on screen: elsewhere their keys do what they did (tab moves focus).
+FLEET_ACTIONS = frozenset({"next_replica", "prev_replica", "select_replica"})
 STEP_BUDGET_S = 0.012  # wall seconds per frame the engine may use before the view falls behind
 MAX_WALL_DT = 0.25  # a stalled frame (e.g. a suspended terminal) never jumps further than this
 
@@ -102,6 +112,10 @@ class TokensimApp(App[None]):
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
         Binding("ctrl+l", "redraw", "redraw", show=False),
+        # A fleet: tab / shift+tab walk the replicas' floors and the overview, 1-9 pick one, 0 the overview.
+        Binding("tab", "next_replica", "next replica", show=False, priority=True),
+        Binding("shift+tab", "prev_replica", "previous replica", show=False, priority=True),
+        *(Binding(str(k), f"select_replica({k})", f"replica {k}", show=False) for k in range(10)),
     ]
 
     narration: reactive[tuple[str, ...] | None] = reactive(None, init=False)
@@ -109,8 +123,8 @@ class TokensimApp(App[None]):
 
     def __init__(self, config: EngineConfig | None = None, lang: str | None = None, autoplay: bool = True,
                  seed: int | None = None, speed: float = 1.0, narration: tuple[str, ...] | None = None,
-                 highlight: str | None = None, engine: Engine | None = None) -> None:
-        """Build the engine now, so a configuration that does not fit fails before the screen opens."""
+                 highlight: str | None = None, engine: Engine | None = None, fleet: FleetSpec | None = None) -> None:
+        """Build the engine (or the fleet) now, so a configuration that does not fit fails before the screen opens."""
         super().__init__()
         cfg = config or default_config()
         if seed is not None:
@@ -121,16 +135,15 @@ class TokensimApp(App[None]):
         self.lang = lang or default_lang()
         self.speed = float(speed)
         self.playing = autoplay
-        if engine is None:
-            from engine.serving import Engine
-
-            engine = Engine(cfg)
-        self.engine: Engine = engine
+        self.fleet: Fleet | None = None  # set when more than one replica runs (then `engine` is the one shown)
+        self.fleet_spec = replace(fleet, config=cfg) if fleet is not None else FleetSpec(cfg)
+        sim = engine if engine is not None else engine_for(self.fleet_spec, preroute=False)
         self.set_reactive(TokensimApp.narration, narration)
         self.set_reactive(TokensimApp.highlight, highlight)
         self._timer: Timer | None = None
         self._last_wall: float | None = None
-        self.playback = Playback.start(engine)  # the view's clock over the engine's atomic steps
+        self.playback: Playback | FleetPlayback
+        self._install(sim)
         self.frame: Frame = self._build_frame()
         self._panels: list[FramePanel | UsersList | Narration] = []  # everything that shows a frame
         self._floor_screen: Screen[Any] | None = None
@@ -140,6 +153,7 @@ class TokensimApp(App[None]):
         """The floor: header, the two columns of panels, the users list, narration, keys; the too-small note."""
         with Vertical(id="floor"):
             yield HeaderBar(id="header")
+            yield FleetPanel(id="fleet")
             with Horizontal(id="top"):
                 with Vertical(id="left"):
                     yield Warehouse(id="warehouse")
@@ -186,8 +200,72 @@ class TokensimApp(App[None]):
             note.update(t(self.lang, "too_small", w=MIN_SIZE[0], h=MIN_SIZE[1], cw=width, ch=height))
         compact = width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1]
         floor.set_class(compact, "-compact")
+        self._fit_fleet(compact)
         guide = self._floor_screen.query_one(Narration)
         guide.styles.max_height = max(3, min(NARRATION_MAX, height - FLOOR_ROWS[compact]))
+
+    def _fit_fleet(self, compact: bool) -> None:
+        """A fleet: the overview fills the floor; a replica's floor keeps a strip of replica rows when there is room."""
+        if self._floor_screen is None:
+            return
+        floor = self._floor_screen.query_one("#floor")
+        panel = self._floor_screen.query_one(FleetPanel)
+        fleet = self.fleet
+        overview = fleet is not None and self.selected is None
+        floor.set_class(overview, "-overview")
+        panel.display = fleet is not None and (overview or not compact)
+        if fleet is not None:
+            panel.styles.height = "1fr" if overview else min(FLEET_STRIP_MAX, len(fleet.reps) + 3)
+
+    # ---- the simulator -------------------------------------------------------------------------
+    def _install(self, sim: Engine | Fleet) -> None:
+        """Run on `sim`: an Engine (one replica) or a Fleet (its overview first; `engine` is the replica shown)."""
+        if isinstance(sim, Fleet):
+            self.fleet = sim
+            self.playback = FleetPlayback.start(sim)
+            self.engine = sim.replica_engine(0)
+        else:
+            self.fleet = None
+            self.engine = sim
+            self.playback = Playback.start(sim)  # the view's clock over the engine's atomic steps
+
+    @property
+    def selected(self) -> int | None:
+        """The replica whose floor is shown (None: one engine, or a fleet's overview)."""
+        return self.playback.selected if isinstance(self.playback, FleetPlayback) else None
+
+    def select_replica(self, index: int | None) -> None:
+        """Show replica `index`'s floor (0-based; None: the fleet's overview). Ignored without a fleet."""
+        pb = self.playback
+        if self.fleet is None or not isinstance(pb, FleetPlayback):
+            return
+        if index is not None and not 0 <= index < len(self.fleet.reps):
+            return
+        pb.select(index)
+        self.engine = self.fleet.replica_engine(pb.shown_index)
+        self._fit_to(self.size.width, self.size.height)
+        self._publish()
+
+    def apply_setup(self, spec: FleetSpec) -> bool:
+        """Rebuild on the simulator `spec` describes: one Engine, or a Fleet (replicas, router, P/D), at t = 0.
+
+        The settings screen's entry point; on bad input keep what runs and say why (returns False)."""
+        if self.fleet is None and spec.replicas == 1 and spec.pd is None:
+            if not self.apply_config(spec.config):  # one engine stays the same object (scenes hold it)
+                return False
+            self.fleet_spec = spec
+            return True
+        try:
+            sim = engine_for(spec, preroute=False)
+        except InputError as e:
+            self.notify(str(e), severity="error", timeout=6)
+            return False
+        self.config, self.fleet_spec = spec.config, spec
+        self._install(sim)
+        if self._floor_screen is not None:
+            self._fit_to(self.size.width, self.size.height)
+        self._resync()
+        return True
 
     # ---- the clock ---------------------------------------------------------------------------
     def _on_timer(self) -> None:
@@ -207,6 +285,7 @@ class TokensimApp(App[None]):
             clock_s=pb.view_clock, speed=self.speed, playing=self.playing, lang=self.lang,
             animate=self.animation_level != "none", steps_in_frame=pb.steps_in_frame, rate=self.config.rate,
             behind=pb.behind, narration=self.narration, highlight=self.highlight,
+            fleet=pb.view() if isinstance(pb, FleetPlayback) else None,
         )
 
     def before_frame(self) -> None:
@@ -270,6 +349,9 @@ class TokensimApp(App[None]):
     def set_users(self, n: int) -> None:
         """Closed-loop user count."""
         n = max(1, int(n))
+        if self.fleet is not None:
+            self._restart_fleet(users=n)
+            return
         self.engine.set_users(n)
         self.config = replace(self.config, users=n)
         self._resync()
@@ -283,7 +365,9 @@ class TokensimApp(App[None]):
         self._publish()
 
     def apply_config(self, config: EngineConfig) -> bool:
-        """Rebuild the engine for a new configuration; on bad input keep the old one and say why."""
+        """Rebuild the engine (or the fleet) for a new configuration; on bad input keep the old one and say why."""
+        if self.fleet is not None:
+            return self.apply_setup(replace(self.fleet_spec, config=config))
         try:
             self.engine.reset(config)
         except InputError as e:
@@ -327,8 +411,16 @@ class TokensimApp(App[None]):
         i = bisect.bisect_left(USER_LADDER, self.config.users)
         self.set_users(USER_LADDER[max(0, i - 1)])
 
+    def _restart_fleet(self, **changes: Any) -> None:
+        """A fleet takes a new setting by starting over (its replicas share one workload): say so."""
+        if self.apply_config(replace(self.config, **changes)):
+            self.notify(t(self.lang, "f_restart"), timeout=4)
+
     def _knob(self, **changes: Any) -> None:
         """Apply a what-if knob to the running engine (no restart) and remember it in the config."""
+        if self.fleet is not None:
+            self._restart_fleet(**changes)
+            return
         if "compute_mult" in changes:
             self.engine.set_compute_mult(changes["compute_mult"])
         if "bandwidth_mult" in changes:
@@ -385,6 +477,33 @@ class TokensimApp(App[None]):
     def action_toggle_lang(self) -> None:
         """l: English <-> 中文."""
         self.set_lang("en" if self.lang == "zh" else "zh")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The fleet's keys act only with a fleet on the floor; otherwise the key goes where it went before."""
+        if action in FLEET_ACTIONS:
+            return self.fleet is not None and self.screen is self._floor_screen
+        return True
+
+    def action_select_replica(self, key: int) -> None:
+        """1-9: replica 1-9's floor; 0: the fleet's overview."""
+        self.select_replica(None if key == 0 else key - 1)
+
+    def action_next_replica(self, step: int = 1) -> None:
+        """tab: the next replica's floor (after the last, the overview; from the overview, replica 1)."""
+        if self.fleet is None:
+            return
+        n = len(self.fleet.reps)
+        pos = n if self.selected is None else self.selected  # the overview sits after the last replica
+        pos = (pos + step) % (n + 1)
+        self.select_replica(None if pos == n else pos)
+
+    def action_prev_replica(self) -> None:
+        """shift+tab: the previous replica's floor (before replica 1, the overview)."""
+        self.action_next_replica(-1)
+
+    def on_replica_picked(self, message: ReplicaPicked) -> None:
+        """A click on a row of the fleet panel: that replica's floor."""
+        self.select_replica(message.index)
 
     def action_redraw(self) -> None:
         """ctrl+l: repaint every cell of the terminal (as shells do), e.g. after another program wrote on it."""

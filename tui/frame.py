@@ -13,8 +13,28 @@ from types import EllipsisType
 
 import numpy as np
 
+from engine.fleet import CopyState, ReplicaState, Route
 from engine.snapshot import Phase, Snapshot
 from engine.step import StepCost
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """What a frame shows of a fleet: a row per replica, the router's last choices, KV copies under way."""
+
+    replicas: tuple[ReplicaState, ...]
+    routes: tuple[Route, ...]  # oldest first
+    copies: tuple[CopyState, ...]
+    router: str
+    pd: tuple[int, int] | None
+    selected: int | None  # the replica whose floor is shown (None: the fleet overview)
+    users: int  # closed-loop users of the whole fleet
+    gpus: int
+    cost_per_hour: float
+    done: int  # answers finished, fleet-wide
+    tok_s_out: float  # fleet-wide, recent
+    ttft_p50: float  # recent answers, seconds (nan: none yet)
+    tpot_p50: float
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # eq=False: numpy fields make == ambiguous
@@ -36,6 +56,7 @@ class Frame:
     narration: tuple[str, ...] | None = None
     highlight: str | None = None
     rows: np.ndarray | None = None  # request indices in list order (see `user_rows`)
+    fleet: FleetView | None = None  # a fleet (more than one replica): its rows; `snapshot` is one replica's
 
     @property
     def layer(self) -> int:
@@ -99,7 +120,7 @@ def build_frame(snap: Snapshot, *, step: StepCost | None | EllipsisType = ..., s
                 progress: float = 1.0, clock_s: float | None = None, speed: float = 1.0, playing: bool = False,
                 lang: str = "en", animate: bool = True, steps_in_frame: int = 1, rate: float = 0.0,
                 behind: bool = False, narration: tuple[str, ...] | None = None,
-                highlight: str | None = None) -> Frame:
+                highlight: str | None = None, fleet: FleetView | None = None) -> Frame:
     """A Frame from a snapshot; `step` defaults to the snapshot's last step (None: an idle tick)."""
     st = snap.last_step if isinstance(step, EllipsisType) else step
     p = 1.0 if not math.isfinite(progress) else min(1.0, max(0.0, progress))
@@ -107,7 +128,7 @@ def build_frame(snap: Snapshot, *, step: StepCost | None | EllipsisType = ..., s
         snapshot=snap, step=st, step_tick=snap.tick if step_tick is None else step_tick, progress=p,
         clock_s=snap.time_s if clock_s is None else clock_s, speed=speed, playing=playing, lang=lang,
         animate=animate, steps_in_frame=steps_in_frame, rate=rate, behind=behind, narration=narration,
-        highlight=highlight, rows=user_rows(snap),
+        highlight=highlight, rows=user_rows(snap), fleet=fleet,
     )
 
 

@@ -14,3 +14,12 @@ class FramePublished(Message):
         """Carry the frame just published."""
         super().__init__()
         self.frame = frame
+
+
+class ReplicaPicked(Message):
+    """A replica's row was clicked in the fleet panel: the app shows that replica's floor."""
+
+    def __init__(self, index: int) -> None:
+        """Carry the replica's index (0-based)."""
+        super().__init__()
+        self.index = index

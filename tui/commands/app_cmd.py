@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from engine.config import EngineConfig
 from tui.commands.options import add_model_options, positive_float, require_terminal, run_app
-from tui.commands.run_cmd import add_engine_options
+from tui.commands.run_cmd import add_engine_options, add_fleet_options, fleet_spec
 from tui.commands.run_cmd import config_from_args as run_config_from_args
 from tui.defaults import default_config
 from tui.i18n import LANGS
@@ -23,10 +23,12 @@ _DEFAULT_NOTE = re.compile(r" *\(default [^)]*\)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """`tokensim run`'s model, workload and scheduler options (defaults: the app's), then --lang, --speed, --paused."""
+    """`tokensim run`'s model, workload, scheduler and fleet options (defaults: the app's), then --lang, --speed,
+    --paused."""
     d = default_config()
     add_model_options(p, hardware=d.hardware, model=d.model)
     add_engine_options(p)
+    add_fleet_options(p)
     for action in p._actions:  # argparse keeps no public handle on an option's help text
         if action.dest in _APP_DEFAULTS:
             value = getattr(d, action.dest)
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     """Build the engine (bad options fail here, as one line) and run the app until q."""
     from tui.app import TokensimApp  # Textual loads only when the app opens
 
-    app = TokensimApp(config_from_args(args), lang=args.lang, autoplay=not args.paused, speed=args.speed)
+    cfg = config_from_args(args)
+    app = TokensimApp(cfg, lang=args.lang, autoplay=not args.paused, speed=args.speed, fleet=fleet_spec(args, cfg))
     require_terminal("for a report without one, try: tokensim run")  # after the options: their errors first
     return run_app(app)

@@ -14,7 +14,7 @@ from engine import trace_out
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
-from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
+from engine.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
 from engine.numbers import fixed, json_safe
 from engine.serving import Engine
 from engine.snapshot import KV_BLOCK_TOKENS
@@ -173,14 +173,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Model, workload, scheduler, metric and fleet options, and --json."""
     add_model_options(p)
     add_engine_options(p)
-    f = p.add_argument_group("fleet")
-    f.add_argument("--replicas", type=positive_int, default=None,
-                   help="replicas of the deployment (each a --tp group) behind a router (default 1)")
-    f.add_argument("--router", choices=ROUTERS, default="round-robin", help="how requests pick a replica")
-    f.add_argument("--pd", default=None, metavar="P:D",
-                   help="prefill/decode disaggregation: P prefill and D decode replicas, KV copied between them")
-    f.add_argument("--kv-link-gbps", type=positive_float, default=None,
-                   help="P/D KV copy link per GPU, GB/s one way (default: half the GPU's interconnect_gbps)")
+    f = add_fleet_options(p)
     f.add_argument("--budget-per-hour", type=positive_float, default=None,
                    help="refuse a fleet that costs more $ per hour than this")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
@@ -192,17 +185,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " request (open it in ui.perfetto.dev)")
 
 
+def add_fleet_options(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """--replicas, --router, --pd, --kv-link-gbps (run's and the app's); returns the group for more."""
+    f = p.add_argument_group("fleet")
+    f.add_argument("--replicas", type=positive_int, default=None,
+                   help="replicas of the deployment (each a --tp group) behind a router (default 1)")
+    f.add_argument("--router", choices=ROUTERS, default="round-robin", help="how requests pick a replica")
+    f.add_argument("--pd", default=None, metavar="P:D",
+                   help="prefill/decode disaggregation: P prefill and D decode replicas, KV copied between them")
+    f.add_argument("--kv-link-gbps", type=positive_float, default=None,
+                   help="P/D KV copy link per GPU, GB/s one way (default: half the GPU's interconnect_gbps)")
+    return f
+
+
+def fleet_spec(args: argparse.Namespace, cfg: EngineConfig) -> FleetSpec:
+    """The fleet the options ask for (one replica, no P/D: a single engine's spec)."""
+    pd = parse_pd(args.pd) if args.pd else None
+    replicas = args.replicas if args.replicas is not None else (sum(pd) if pd else 1)
+    return FleetSpec(cfg, replicas=replicas, router=args.router, pd=pd, kv_link_gbps=args.kv_link_gbps)
+
+
 def build(args: argparse.Namespace) -> Engine | Fleet:
     """One engine, or a fleet when --replicas or --pd asks for more than one replica."""
     cfg = config_from_args(args)
-    pd = parse_pd(args.pd) if args.pd else None
-    replicas = args.replicas if args.replicas is not None else (sum(pd) if pd else 1)
-    if replicas == 1 and pd is None:
-        engine: Engine | Fleet = Engine(cfg)
-        gpus = cfg.tp
-    else:
-        engine = Fleet(FleetSpec(cfg, replicas=replicas, router=args.router, pd=pd, kv_link_gbps=args.kv_link_gbps))
-        gpus = engine.gpus
+    spec = fleet_spec(args, cfg)
+    replicas = spec.replicas
+    engine = engine_for(spec)
+    gpus = engine.gpus if isinstance(engine, Fleet) else cfg.tp
     if args.budget_per_hour is not None:
         price = cfg.price_per_hour if cfg.price_per_hour is not None else engine.step_model.hw.price_per_hour
         if price * gpus > args.budget_per_hour + 1e-9:

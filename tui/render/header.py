@@ -67,15 +67,22 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"), ("r", "k_reset"), ("l", "k_lang"),
     ("?", "k_help"), ("q", "k_quit"),
 )
+# A fleet's footer: picking a replica comes first; the knobs restart the fleet (still listed, after it).
+FLEET_KEYS: tuple[tuple[str, str], ...] = (
+    ("space", "k_play"), ("n", "k_step"), ("[ ]", "k_speed"), ("tab 1-9", "k_replica"), ("0", "k_fleet"),
+    ("+ -", "k_users"), ("c", "k_compute"), ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"),
+    ("r", "k_reset"), ("l", "k_lang"), ("?", "k_help"), ("q", "k_quit"),
+)
 _ALWAYS = 2  # "? help" and "q quit" stay even when the bar is cropped
 
 
 @lru_cache(maxsize=16)
-def keybar(lang: str, width: int) -> Text:
+def keybar(lang: str, width: int, fleet: bool = False) -> Text:
     """The footer: every key with its label; keys drop from the middle when the line is too narrow.
 
-    Cached: it depends on nothing but language and width (callers must not modify the Text)."""
-    items = list(KEYS)
+    Cached: it depends on nothing but language, width and whether a fleet is shown (callers must not modify
+    the Text)."""
+    items = list(FLEET_KEYS if fleet else KEYS)
     while True:
         out = Text(" ")
         for i, (key, label) in enumerate(items):

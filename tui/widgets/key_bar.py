@@ -14,4 +14,4 @@ class KeyBar(FramePanel):
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
         """The panel's rows, from its pure renderer."""
-        return [header.keybar(frame.lang, width)]
+        return [header.keybar(frame.lang, width, frame.fleet is not None)]

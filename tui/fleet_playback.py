@@ -1,0 +1,146 @@
+"""The app's playback clock over a fleet: the view's simulated time, the fleet's rows, one replica's floor.
+
+The fleet moves every event before the view clock (`Fleet.advance_to`); each replica's steps stay atomic, as
+an engine's do. The floor of the selected replica is played like one engine's (tui.playback.Playback): while
+the view clock is inside that replica's last step, the floor shows the state from before it. The fleet's rows
+(`FleetView`) are rebuilt only when the fleet moved.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from engine.fleet import Fleet
+from engine.snapshot import Snapshot
+from engine.step import StepCost
+from tui.frame import FleetView
+
+FF_TICKS = 256  # replica steps per advance_to() call while playing, between looks at the wall-time budget
+_FOREVER = math.nextafter(math.inf, 0.0)  # "no time bound" for advance_to on an unbounded workload
+
+
+@dataclass(slots=True)
+class FleetPlayback:
+    """The view clock over `fleet`, with replica `selected`'s floor (None: the overview; replica 0 is fed)."""
+
+    fleet: Fleet
+    selected: int | None
+    snap: Snapshot  # the shown replica's state after its last step
+    pre: Snapshot  # its state before the step in flight (the same as snap when none is)
+    view_clock: float
+    step_start: float
+    step_end: float
+    cost: StepCost | None = None
+    steps_in_frame: int = 0  # steps the shown replica took in the last move (>1: no in-step view)
+    behind: bool = False
+    _view: FleetView | None = None  # the fleet's rows, cached until the fleet moves
+    _view_key: tuple[int | None, ...] = ()
+
+    @classmethod
+    def start(cls, fleet: Fleet, selected: int | None = None) -> FleetPlayback:
+        """The fleet as it is now, showing replica `selected` (or the overview)."""
+        snap = fleet.replica_snapshot(selected or 0)
+        now = fleet.now
+        pb = cls(fleet, selected, snap, snap, now, now, now, snap.last_step)
+        pb.cost = None if snap.tick == 0 else snap.last_step
+        return pb
+
+    @property
+    def shown_index(self) -> int:
+        """The replica whose floor the frame carries."""
+        return self.selected or 0
+
+    def _ticks_of_shown(self) -> int:
+        """Steps the shown replica has taken (its engine's tick count)."""
+        return self.fleet.replica_engine(self.shown_index).tick
+
+    def _moved(self, before_ticks: int, before: Snapshot) -> None:
+        """After the fleet moved: take the shown replica's new state; one step of it is played, more are jumped."""
+        k = self._ticks_of_shown() - before_ticks
+        self.steps_in_frame = k
+        if k <= 0:
+            return
+        self.snap = self.fleet.replica_snapshot(self.shown_index)
+        self.pre = before if k == 1 else self.snap
+        self.cost = self.snap.last_step
+        self.step_end = self.snap.time_s
+        self.step_start = self.step_end - (self.cost.time_s if self.cost is not None else 0.0)
+
+    def advance(self, sim_dt: float, budget_s: float | None = None) -> None:
+        """Move the view clock on by sim_dt: every fleet event before it happens (within a wall-time budget)."""
+        target = self.view_clock + max(0.0, sim_dt)
+        before, ticks = self.snap, self._ticks_of_shown()
+        self.behind = False
+        if budget_s is None:
+            self.fleet.advance_to(target)
+        else:
+            deadline = time.perf_counter() + budget_s
+            while self.fleet.now < target:
+                self.fleet.advance_to(target, max_ticks=FF_TICKS)
+                if self.fleet.now < target and time.perf_counter() > deadline:
+                    self.behind = True  # show what is final: every event before the earliest busy replica's clock
+                    target = max(self.view_clock, min(target, self.fleet.clock))
+                    break
+        self._moved(ticks, before)
+        self.view_clock = target
+
+    def ticks(self, n: int) -> None:
+        """Take exactly n replica steps (whichever replicas are furthest behind) and show the state after them."""
+        before, ticks = self.snap, self._ticks_of_shown()
+        self.fleet.advance_to(_FOREVER, max_ticks=max(0, n))
+        self._moved(ticks, before)
+        self.pre = self.snap
+        self.view_clock = max(self.view_clock, self.fleet.clock)
+
+    def part(self, fraction: float) -> None:
+        """Run until the shown replica takes one more step, and show it `fraction` of the way through."""
+        before, ticks = self.snap, self._ticks_of_shown()
+        while self._ticks_of_shown() == ticks:
+            if not self.fleet.advance_to(_FOREVER, max_ticks=1):
+                return  # nothing will ever run
+        self._moved(ticks, before)
+        self.pre = before
+        self.steps_in_frame = 1
+        self.view_clock = self.step_start + min(1.0, max(0.0, fraction)) * (self.step_end - self.step_start)
+
+    def select(self, index: int | None) -> None:
+        """Show replica `index`'s floor (None: the overview): its latest state, no step in flight."""
+        self.selected = index
+        self.resync(last_step=True)
+
+    def resync(self, last_step: bool = False) -> None:
+        """The fleet changed under the view (a rebuild, a new selection): show the shown replica as of now."""
+        self.snap = self.pre = self.fleet.replica_snapshot(self.shown_index)
+        self.cost = self.snap.last_step if last_step or self.snap.tick else None
+        self.step_start = self.step_end = self.snap.time_s
+        self.view_clock = max(self.view_clock, self.fleet.now) if self.snap.tick else self.fleet.now
+        self.steps_in_frame = 0
+        self._view_key = ()
+
+    def progress(self) -> float:
+        """How far through the shown replica's last step the view clock is (1 when none is in flight)."""
+        span = self.step_end - self.step_start
+        if self.steps_in_frame > 1 or span <= 0:
+            return 1.0
+        return min(1.0, max(0.0, (self.view_clock - self.step_start) / span))
+
+    def shown(self, progress: float) -> Snapshot:
+        """The shown replica's state to draw: before its step while it is in flight, else the latest."""
+        return self.pre if progress < 1.0 else self.snap
+
+    def view(self) -> FleetView:
+        """The fleet's rows for the frame (rebuilt only when the fleet took a step or the selection changed)."""
+        f = self.fleet
+        key = (f.ticks, f.budget.accepted, f.transfers, len(f.landings), len(f.waiting), self.selected)
+        if self._view is None or key != self._view_key:
+            m = f.rolling_metrics()
+            self._view = FleetView(
+                replicas=f.replica_states(), routes=f.routes, copies=f.copies(), router=f.spec.router, pd=f.spec.pd,
+                selected=self.selected, users=f.config.users, gpus=f.gpus, cost_per_hour=f.cost_per_hour,
+                done=f.requests_completed,
+                tok_s_out=m["tok_s_out"], ttft_p50=m["ttft_p50"], tpot_p50=m["tpot_p50"],
+            )
+            self._view_key = key
+        return self._view
