@@ -276,7 +276,6 @@ class Fleet:
         self.u_last = np.full(cfg.users, -1, dtype=np.int64)  # replica of each user's previous turn
         self.last_routes: list[int] = []  # the router's latest choices (replica indices), newest last
         self.route_log: deque[Route] = deque(maxlen=ROUTE_LOG)  # the same, with the reasons (for the app)
-        self._why: tuple[str, int] = ("only", 0)  # the reason _route gave for its last choice
         self.now = 0.0  # the time advance_to() last moved the fleet to
         # Replicas with a step to take, a heap by (clock, index): the one furthest behind steps next.
         self.ready: list[tuple[float, int]] = []
@@ -466,8 +465,8 @@ class Fleet:
         user = int(row.user[0])
         rid = int(row.id[0])
         rep = self._route(user)
+        self.route_log.append(Route(rid, user, rep.index, *self._reason(rep, user), t))
         self.last_routes = (self.last_routes + [rep.index])[-16:]
-        self.route_log.append(Route(rid, user, rep.index, *self._why, t))
         if user >= 0:
             self.u_last[user] = rep.index
         if rep.role == "prefill":
@@ -483,25 +482,32 @@ class Fleet:
         """The replica (of those that read prompts) the router picks for a request from `user`."""
         reps = self.front
         if len(reps) == 1:
-            self._why = ("only", 0)
             return reps[0]
         name = self.spec.router
         if name == "round-robin":
             i = self.rr
             self.rr = (i + 1) % len(reps)
-            self._why = ("round-robin", i)
             return reps[i]
         if name == "kv-aware":
             # Most free KV, ties to the least loaded, then the lowest index: deterministic.
-            r = min(reps, key=lambda r: (-r.free_blocks, r.load, r.index))
-            self._why = ("kv-aware", r.free_blocks)
-            return r
+            return min(reps, key=lambda r: (-r.free_blocks, r.load, r.index))
         if name == "prefix-aware" and user >= 0 and self.u_last[user] >= 0:
-            self._why = ("prefix", -1)  # the user's previous turn is cached there (its length is not tracked)
             return self.reps[int(self.u_last[user])]
-        r = min(reps, key=lambda r: (r.load, r.index))
-        self._why = ("least-loaded", r.load)
-        return r
+        return min(reps, key=lambda r: (r.load, r.index))
+
+    def _reason(self, rep: _Replica, user: int) -> tuple[str, int]:
+        """Why the router picked `rep` for `user`, and the figure that decided it, read as the router read it
+        (before the request is queued there)."""
+        name = self.spec.router
+        if len(self.front) == 1:
+            return "only", 0
+        if name == "round-robin":
+            return "round-robin", self.front.index(rep)
+        if name == "kv-aware":
+            return "kv-aware", rep.free_blocks
+        if name == "prefix-aware" and user >= 0 and self.u_last[user] >= 0:
+            return "prefix", -1  # the user's previous turn is cached there (its length is not tracked)
+        return "least-loaded", rep.load
 
     def _think(self, r: _Replica) -> None:
         """Closed-loop users whose answers a replica just finished think, then send again."""
