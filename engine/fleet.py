@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.serving.accounting import L, Percentiles, explain, rolling, run_metrics
+from engine.serving.accounting import H, L, Percentiles, explain, rolling, run_metrics
 from engine.serving.arrivals import Arrivals, Budget
 from engine.serving.engine import Engine
 from engine.serving.lane import Lane, draw_lengths, new_rows
@@ -596,9 +596,12 @@ class Fleet:
     def rolling_metrics(self) -> dict[str, float]:
         """Fleet-wide figures now: output tok/s summed over the replicas that write answers (each over its own
         recent window) and TTFT / TPOT p50 over their recent answers."""
-        rates = self.reps[0].eng._rates()
-        pooled = rolling([r.lane for r in self.back], rates)
-        out = sum(rolling([r.lane], rates).tok_s_out for r in self.back)
+        pooled = rolling([r.lane for r in self.back], self.reps[0].eng._rates())
+        out = 0.0
+        for r in self.back:  # each replica's rate over its own window (as Engine's rolling tok/s), summed
+            h = r.lane.stats.hist.last()
+            span = float(h[:, H.DT].sum()) if len(h) else 0.0
+            out += float(h[:, H.OUT].sum()) / span if span > 0 else 0.0
         return {"tok_s_out": out, "ttft_p50": pooled.ttft_p50, "tpot_p50": pooled.tpot_p50}
 
     def replica_engine(self, i: int) -> Engine:

@@ -17,7 +17,7 @@ from engine.snapshot import Snapshot
 from engine.step import StepCost
 from tui.frame import FleetView
 
-FF_TICKS = 256  # replica steps per advance_to() call while playing, between looks at the wall-time budget
+FF_TICKS = 32  # replica steps per advance_to() call while playing, between looks at the wall-time budget
 _FOREVER = math.nextafter(math.inf, 0.0)  # "no time bound" for advance_to on an unbounded workload
 
 

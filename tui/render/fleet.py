@@ -20,11 +20,11 @@ from tui.render import palette as pal
 from tui.render.fmt import clock, dur, fit, num, pct
 
 MAX_ROUTE_ROWS = 8  # the router's latest choices shown (newest first), as many as the fleet keeps
-MAX_COPY_ROWS = 2  # KV copies listed under their count
+MAX_COPY_ROWS = 6  # KV copies listed under their count (the next to land first)
 MIN_REPLICA_ROWS = 4  # replica rows kept before the router's and copies' rows get any room
 ROLE_STYLE = {"both": pal.L2, "prefill": pal.MEMORY, "decode": pal.KV_USED}
 # Fixed columns of a replica row: mark, number, role, then the KV bar's figure, batch, queue, done, busy.
-_NUM_W, _ROLE_W, _PCT_W, _COL_W, _DONE_W = 5, 8, 7, 6, 7
+_NUM_W, _ROLE_W, _PCT_W, _COL_W, _DONE_W, _BUSY_W = 5, 8, 7, 6, 7, 7
 
 
 class Plan(NamedTuple):
@@ -72,8 +72,8 @@ def replica_at(view: FleetView, height: int, y: int) -> int | None:
 def _cols(lang: str, width: int) -> tuple[int, bool]:
     """The KV bar's width, and whether the busy column fits."""
     fixed = _NUM_W + _ROLE_W + _PCT_W + 2 * _COL_W + _DONE_W
-    busy = width - fixed - 6 >= 12
-    return max(4, width - fixed - (6 if busy else 0) - 1), busy
+    busy = width - fixed - _BUSY_W >= 12
+    return max(4, width - fixed - (_BUSY_W if busy else 0) - 1), busy
 
 
 def column_header(lang: str, width: int) -> Text:
@@ -81,14 +81,15 @@ def column_header(lang: str, width: int) -> Text:
     bar_w, busy = _cols(lang, width)
     out = Text(fit("", _NUM_W) + fit(t(lang, "f_role"), _ROLE_W) + fit(t(lang, "f_kv"), bar_w + _PCT_W + 1),
                style=pal.DIM)
-    for key, w in (("f_batch", _COL_W), ("f_queue", _COL_W), ("f_done", _DONE_W)) + ((("f_busy", 6),) if busy else ()):
+    cols = (("f_batch", _COL_W), ("f_queue", _COL_W), ("f_done", _DONE_W)) + ((("f_busy", _BUSY_W),) if busy else ())
+    for key, w in cols:
         label = t(lang, key)
         out.append(" " * max(0, w - cell_len(label)) + label, style=pal.DIM)
     out.truncate(width, overflow="crop", pad=True)
     return out
 
 
-def replica_row(r: ReplicaState, lang: str, width: int, clock_s: float, selected: bool) -> Text:
+def replica_row(r: ReplicaState, lang: str, width: int, selected: bool) -> Text:
     """▸ r2 decode  ███▒▒░░░░  41 %  12  3  104  96 %: KV in use (▒ pinned by copies), batch, queue, done, busy."""
     bar_w, busy = _cols(lang, width)
     out = Text("▸" if selected else " ", style="bold " + pal.SM_LIT)
@@ -105,7 +106,8 @@ def replica_row(r: ReplicaState, lang: str, width: int, clock_s: float, selected
     out.append(num(r.queued).rjust(_COL_W), style=pal.PHASE[0] if r.queued else pal.DIM)
     out.append(num(r.done).rjust(_DONE_W))
     if busy:
-        out.append(pct(r.busy_s / clock_s if clock_s > 0 else 0.0).rjust(6), style=pal.COMPUTE)
+        # Busy over the replica's own clock (a replica's last step may end past the view's clock).
+        out.append(pct(r.busy_s / r.clock_s if r.clock_s > 0 else 0.0).rjust(_BUSY_W), style=pal.COMPUTE)
     out.truncate(width, overflow="crop", pad=True)
     return out
 
@@ -162,7 +164,7 @@ def render(frame: Frame, width: int, height: int) -> list[Text]:
     p = plan(v, height)
     rows = [column_header(lang, width)]
     for i in range(p.first, p.first + p.count):
-        rows.append(replica_row(v.replicas[i], lang, width, frame.clock_s, i == v.selected))
+        rows.append(replica_row(v.replicas[i], lang, width, i == v.selected))
     if p.more:
         rows.append(Text(fit(t(lang, "f_more", n=len(v.replicas) - p.count), width), style=pal.DIM))
     if p.routes >= 0 and len(rows) < height:
@@ -209,8 +211,9 @@ def header(frame: Frame, width: int) -> Text:
     room = width - cell_len(right.plain) - cell_len(badge.plain)
     # Narrow: the short figures, then none; the deployment keeps at least 12 cells ("tokensim 4…").
     figs = Text(next((f + "  " for f in (full, short) if cell_len(f) + 14 <= room), ""))
-    room -= cell_len(figs.plain)
+    room -= cell_len(figs.plain) + 1
     left.truncate(max(0, room), overflow="ellipsis", pad=True)
+    left.append(" ")
     for part in (badge, figs, right):  # one Text: the bar's base style runs under every part, as on one engine
         left.append_text(part)
     left.truncate(width, overflow="crop", pad=True)

@@ -1,0 +1,210 @@
+"""The app on a fleet: the overview, a replica's floor on selection (keys and a click), rebuilds, the CLI, snapshots.
+
+Snapshots: plain `def` tests, a paused app stepped an exact number of replica steps, fixed size and theme, no animation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from engine.fleet import Fleet, FleetSpec
+from engine.serving import Engine
+from tui.app import TokensimApp
+from tui.cli import build_parser
+from tui.commands.app_cmd import config_from_args
+from tui.commands.run_cmd import fleet_spec
+from tui.defaults import default_config
+from tui.render import fleet as fleet_render
+from tui.widgets.fleet_panel import FleetPanel
+
+SIZE = (120, 40)
+TICKS = 400  # replica steps (every replica's, together) before a snapshot
+
+
+def make_app(replicas: int = 4, router: str = "least-loaded", pd: tuple[int, int] | None = None,
+             link: float | None = None, lang: str = "en", **cfg: Any) -> TokensimApp:
+    """Paused, seeded, no animation, a fixed theme: the same steps always draw the same screen."""
+    config = replace(default_config(), seed=0, **cfg)
+    app = TokensimApp(config, lang=lang, autoplay=False, seed=0,
+                      fleet=FleetSpec(config, replicas=replicas, router=router, pd=pd, kv_link_gbps=link))
+    app.animation_level = "none"
+    app.theme = "textual-dark"
+    return app
+
+
+def steps(n: int, then: Callable[[TokensimApp], Any] | None = None) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    """A run_before that takes n replica steps (and then does `then`)."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, TokensimApp)
+        app.advance_ticks(n)
+        if then is not None:
+            then(app)
+        await pilot.pause()
+
+    return run_before
+
+
+async def test_keys_pick_a_replicas_floor_and_go_back_to_the_overview() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_time(3.0)
+        fleet = app.fleet
+        assert fleet is not None and app.selected is None and app.frame.fleet is not None
+        top = app.screen.query_one("#top")
+        assert not top.display and app.screen.query_one("#fleet").display  # the overview: rows only
+        await pilot.press("3")
+        assert app.selected == 2 and app.frame.fleet.selected == 2 and top.display
+        assert app.engine is fleet.replica_engine(2)
+        snap = app.frame.snapshot  # the floor is replica 3's own
+        assert snap.kv_blocks_used == fleet.replica_states()[2].kv_used and snap.tick == fleet.replica_engine(2).tick
+        await pilot.press("tab")
+        assert app.selected == 3
+        await pilot.press("tab")
+        assert app.selected is None  # after the last replica, the overview
+        await pilot.press("shift+tab")
+        assert app.selected == 3
+        await pilot.press("9")  # no replica 9: nothing changes
+        assert app.selected == 3
+        await pilot.press("0")
+        assert app.selected is None and not top.display
+
+
+async def test_a_click_on_a_replicas_row_shows_its_floor() -> None:
+    app = make_app(replicas=3)
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_time(1.0)
+        await pilot.pause()
+        panel = app.screen.query_one(FleetPanel)
+        assert app.frame.fleet is not None
+        # Content row 2 is replica 2 (row 0 the column names); the panel's border and padding come first.
+        assert fleet_render.replica_at(app.frame.fleet, panel.content_size.height, 2) == 1
+        region = panel.content_region
+        await pilot.click(offset=(region.x + 3, region.y + 2))
+        await pilot.pause()
+        assert app.selected == 1
+
+
+async def test_the_fleet_moves_with_the_view_clock_and_every_answer_is_counted() -> None:
+    app = make_app(pd=(1, 3))
+    async with app.run_test(size=SIZE):
+        app.advance_time(4.0)
+        fleet = app.fleet
+        v = app.frame.fleet
+        assert fleet is not None and v is not None and fleet.now == pytest.approx(4.0)
+        assert app.frame.clock_s == pytest.approx(4.0) and v.pd == (1, 3)
+        assert [r.role for r in v.replicas] == ["prefill", "decode", "decode", "decode"]
+        assert v.done == fleet.requests_completed == sum(r.done for r in v.replicas[1:]) > 0
+        assert v.routes and all(r.why == "only" and r.replica == 0 for r in v.routes)
+
+
+async def test_slow_motion_plays_the_shown_replicas_step() -> None:
+    app = make_app(replicas=2)
+    async with app.run_test(size=SIZE):
+        app.advance_time(1.0)
+        app.select_replica(1)
+        app.set_speed(0.01)
+        app.show_step_part(0.4)
+        f = app.frame
+        assert f.in_step and f.progress == pytest.approx(0.4) and f.step is not None
+        assert f.snapshot.tick == app.engine.tick - 1  # the floor shows replica 2 before the step in flight
+        assert f.layer == int(0.4 * f.layers) + 1
+        app.advance_time(0.3 * f.step.time_s)  # the view clock moves inside the step: the same state, further on
+        assert app.frame.progress == pytest.approx(0.7) and app.frame.snapshot.tick == app.engine.tick - 1
+        app.advance_time(0.31 * f.step.time_s)  # past its end: the state after it, the next step in flight
+        assert app.frame.snapshot.tick == f.snapshot.tick + 1 and app.frame.step_tick == f.step_tick + 1
+
+
+async def test_one_replica_keeps_the_single_engine_floor_and_its_keys() -> None:
+    config = replace(default_config(), seed=0)
+    app = TokensimApp(config, autoplay=False, seed=0, fleet=FleetSpec(config))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.fleet is None and isinstance(app.engine, Engine) and app.frame.fleet is None
+        assert not app.screen.query_one("#fleet").display
+        await pilot.press("2", "tab", "0")
+        assert app.selected is None and app.fleet is None
+
+
+async def test_apply_setup_rebuilds_on_a_fleet_and_back() -> None:
+    app = make_app(replicas=1)
+    async with app.run_test(size=SIZE) as pilot:
+        engine = app.engine
+        assert app.apply_setup(FleetSpec(app.config, replicas=3, router="kv-aware"))
+        assert isinstance(app.fleet, Fleet) and app.frame.fleet is not None and app.frame.fleet.router == "kv-aware"
+        await pilot.press("2")
+        assert app.selected == 1
+        assert not app.apply_setup(FleetSpec(app.config, replicas=3, pd=(3, 0)))  # refused: the fleet runs on
+        assert isinstance(app.fleet, Fleet) and len(app.fleet.reps) == 3
+        assert app.apply_setup(FleetSpec(app.config))
+        assert app.fleet is None and isinstance(app.engine, Engine) and app.engine is not engine
+        assert not app.screen.query_one("#fleet").display and app.screen.query_one("#top").display
+
+
+async def test_users_and_knobs_restart_the_fleet_with_the_new_setting() -> None:
+    app = make_app(replicas=2)
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_time(2.0)
+        await pilot.press("plus")
+        assert app.config.users == 8 and app.fleet is not None and app.fleet.config.users == 8
+        assert app.fleet.now == 0.0 and app.frame.fleet is not None and app.frame.fleet.users == 8
+        await pilot.press("c")
+        assert app.fleet.replica_engine(1).step_model.opts.compute_mult == 2.0
+
+
+def test_the_app_takes_runs_fleet_options() -> None:
+    argv = ["--replicas", "4", "--router", "prefix-aware", "--pd", "1:3", "--kv-link-gbps", "50"]
+    args = build_parser(argv).parse_args(argv)
+    spec = fleet_spec(args, config_from_args(args))
+    assert (spec.replicas, spec.router, spec.pd, spec.kv_link_gbps) == (4, "prefix-aware", (1, 3), 50.0)
+    args = build_parser(["--pd", "2:2"]).parse_args(["--pd", "2:2"])
+    assert fleet_spec(args, config_from_args(args)).replicas == 4
+
+
+@pytest.mark.parametrize("argv", [["--pd", "2:0"], ["--replicas", "3", "--pd", "1:1"], ["--replicas", "0"],
+                                  ["--replicas", "2", "--fast-share", "0.2"]])
+def test_a_fleet_that_cannot_be_is_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from tui.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own refusals exit directly
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+# ---- snapshots ------------------------------------------------------------------------------------------
+
+
+def test_snapshot_fleet_overview(snap_compare: Any) -> None:
+    """Four replicas behind least-loaded: a row each, and the router's last eight choices with their reasons."""
+    assert snap_compare(make_app(users=24), terminal_size=SIZE, run_before=steps(TICKS))
+
+
+def test_snapshot_fleet_overview_80x24(snap_compare: Any) -> None:
+    """The overview stays usable at 80x24: every replica's row, the figures, the keys."""
+    assert snap_compare(make_app(users=24), terminal_size=(80, 24), run_before=steps(TICKS))
+
+
+def test_snapshot_pd_overview_with_copies_in_flight(snap_compare: Any) -> None:
+    """P/D 1:3 on a slow 2 GB/s link: the prefill replica's pinned blocks (▒) and the copies on their way."""
+    assert snap_compare(make_app(users=24, pd=(1, 3), link=2.0), terminal_size=SIZE, run_before=steps(TICKS))
+
+
+def test_snapshot_a_decode_replicas_floor(snap_compare: Any) -> None:
+    """Replica 3 of P/D 1:3 selected: its own factory floor under a strip of the fleet's rows, fleet-wide header."""
+    assert snap_compare(make_app(users=24, pd=(1, 3)), terminal_size=SIZE,
+                        run_before=steps(TICKS, lambda a: a.select_replica(2)))
+
+
+def test_snapshot_a_replicas_floor_80x24(snap_compare: Any) -> None:
+    """A replica's floor at 80x24: the compact floor, the replica named in the header."""
+    assert snap_compare(make_app(users=24), terminal_size=(80, 24),
+                        run_before=steps(TICKS, lambda a: a.select_replica(1)))
