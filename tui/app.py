@@ -223,7 +223,7 @@ class TokensimApp(App[None]):
         if isinstance(sim, Fleet):
             self.fleet = sim
             self.playback = FleetPlayback.start(sim)
-            self.engine = sim.replica_engine(0)
+            self.engine = self.playback.engine
         else:
             self.fleet = None
             self.engine = sim
@@ -242,7 +242,7 @@ class TokensimApp(App[None]):
         if index is not None and not 0 <= index < len(self.fleet.reps):
             return
         pb.select(index)
-        self.engine = self.fleet.replica_engine(pb.shown_index)
+        self.engine = pb.engine
         self._fit_to(self.size.width, self.size.height)
         self._publish()
 

@@ -14,38 +14,33 @@ from dataclasses import dataclass
 
 from engine.fleet import Fleet
 from engine.snapshot import Snapshot
-from engine.step import StepCost
 from tui.frame import FleetView
+from tui.playback import Playback
 
 FF_TICKS = 32  # replica steps per advance_to() call while playing, between looks at the wall-time budget
 _FOREVER = math.nextafter(math.inf, 0.0)  # "no time bound" for advance_to on an unbounded workload
 
 
-@dataclass(slots=True)
-class FleetPlayback:
-    """The view clock over `fleet`, with replica `selected`'s floor (None: the overview; replica 0 is fed)."""
+@dataclass(slots=True, kw_only=True)
+class FleetPlayback(Playback):
+    """The view clock over `fleet`, with replica `selected`'s floor (None: the overview; replica 0 is fed).
+
+    The base's fields describe the shown replica: `engine` is its engine (read, never stepped here), `snap` and
+    `pre` its state after and before its step in flight; progress() and shown() are the base's."""
 
     fleet: Fleet
     selected: int | None
-    snap: Snapshot  # the shown replica's state after its last step
-    pre: Snapshot  # its state before the step in flight (the same as snap when none is)
-    view_clock: float
-    step_start: float
-    step_end: float
-    cost: StepCost | None = None
-    steps_in_frame: int = 0  # steps the shown replica took in the last move (>1: no in-step view)
-    behind: bool = False
     _view: FleetView | None = None  # the fleet's rows, cached until the fleet moves
     _view_key: tuple[int | None, ...] = ()
 
     @classmethod
     def start(cls, fleet: Fleet, selected: int | None = None) -> FleetPlayback:
         """The fleet as it is now, showing replica `selected` (or the overview)."""
-        snap = fleet.replica_snapshot(selected or 0)
+        i = selected or 0
+        snap = fleet.replica_snapshot(i)
         now = fleet.now
-        pb = cls(fleet, selected, snap, snap, now, now, now, snap.last_step)
-        pb.cost = None if snap.tick == 0 else snap.last_step
-        return pb
+        return cls(fleet.replica_engine(i), snap, snap, now, now, now, None if snap.tick == 0 else snap.last_step,
+                   fleet=fleet, selected=selected)
 
     @property
     def shown_index(self) -> int:
@@ -54,7 +49,7 @@ class FleetPlayback:
 
     def _ticks_of_shown(self) -> int:
         """Steps the shown replica has taken (its engine's tick count)."""
-        return self.fleet.replica_engine(self.shown_index).tick
+        return self.engine.tick
 
     def _moved(self, before_ticks: int, before: Snapshot) -> None:
         """After the fleet moved: take the shown replica's new state; one step of it is played, more are jumped."""
@@ -108,6 +103,7 @@ class FleetPlayback:
     def select(self, index: int | None) -> None:
         """Show replica `index`'s floor (None: the overview): its latest state, no step in flight."""
         self.selected = index
+        self.engine = self.fleet.replica_engine(self.shown_index)
         self.resync(last_step=True)
 
     def resync(self, last_step: bool = False) -> None:
@@ -118,17 +114,6 @@ class FleetPlayback:
         self.view_clock = max(self.view_clock, self.fleet.now) if self.snap.tick else self.fleet.now
         self.steps_in_frame = 0
         self._view_key = ()
-
-    def progress(self) -> float:
-        """How far through the shown replica's last step the view clock is (1 when none is in flight)."""
-        span = self.step_end - self.step_start
-        if self.steps_in_frame > 1 or span <= 0:
-            return 1.0
-        return min(1.0, max(0.0, (self.view_clock - self.step_start) / span))
-
-    def shown(self, progress: float) -> Snapshot:
-        """The shown replica's state to draw: before its step while it is in flight, else the latest."""
-        return self.pre if progress < 1.0 else self.snap
 
     def view(self) -> FleetView:
         """The fleet's rows for the frame (rebuilt only when the fleet took a step or the selection changed)."""

@@ -5,15 +5,14 @@ Snapshots: plain `def` tests, a paused app stepped an exact number of replica st
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 
 from engine.fleet import Fleet, FleetSpec
 from engine.serving import Engine
+from tests.tui.test_snapshots import ticks
 from tui.app import TokensimApp
 from tui.cli import build_parser
 from tui.commands.app_cmd import config_from_args
@@ -35,20 +34,6 @@ def make_app(replicas: int = 4, router: str = "least-loaded", pd: tuple[int, int
     app.animation_level = "none"
     app.theme = "textual-dark"
     return app
-
-
-def steps(n: int, then: Callable[[TokensimApp], Any] | None = None) -> Callable[[Pilot[Any]], Awaitable[None]]:
-    """A run_before that takes n replica steps (and then does `then`)."""
-
-    async def run_before(pilot: Pilot[Any]) -> None:
-        app = pilot.app
-        assert isinstance(app, TokensimApp)
-        app.advance_ticks(n)
-        if then is not None:
-            then(app)
-        await pilot.pause()
-
-    return run_before
 
 
 async def test_keys_pick_a_replicas_floor_and_go_back_to_the_overview() -> None:
@@ -185,26 +170,26 @@ def test_a_fleet_that_cannot_be_is_one_line_and_exit_2(argv: list[str], capsys: 
 
 def test_snapshot_fleet_overview(snap_compare: Any) -> None:
     """Four replicas behind least-loaded: a row each, and the router's last eight choices with their reasons."""
-    assert snap_compare(make_app(users=24), terminal_size=SIZE, run_before=steps(TICKS))
+    assert snap_compare(make_app(users=24), terminal_size=SIZE, run_before=ticks(TICKS))
 
 
 def test_snapshot_fleet_overview_80x24(snap_compare: Any) -> None:
     """The overview stays usable at 80x24: every replica's row, the figures, the keys."""
-    assert snap_compare(make_app(users=24), terminal_size=(80, 24), run_before=steps(TICKS))
+    assert snap_compare(make_app(users=24), terminal_size=(80, 24), run_before=ticks(TICKS))
 
 
 def test_snapshot_pd_overview_with_copies_in_flight(snap_compare: Any) -> None:
     """P/D 1:3 on a slow 2 GB/s link: the prefill replica's pinned blocks (▒) and the copies on their way."""
-    assert snap_compare(make_app(users=24, pd=(1, 3), link=2.0), terminal_size=SIZE, run_before=steps(TICKS))
+    assert snap_compare(make_app(users=24, pd=(1, 3), link=2.0), terminal_size=SIZE, run_before=ticks(TICKS))
 
 
 def test_snapshot_a_decode_replicas_floor(snap_compare: Any) -> None:
     """Replica 3 of P/D 1:3 selected: its own factory floor under a strip of the fleet's rows, fleet-wide header."""
     assert snap_compare(make_app(users=24, pd=(1, 3)), terminal_size=SIZE,
-                        run_before=steps(TICKS, lambda a: a.select_replica(2)))
+                        run_before=ticks(TICKS, lambda a: a.select_replica(2)))
 
 
 def test_snapshot_a_replicas_floor_80x24(snap_compare: Any) -> None:
     """A replica's floor at 80x24: the compact floor, the replica named in the header."""
     assert snap_compare(make_app(users=24), terminal_size=(80, 24),
-                        run_before=steps(TICKS, lambda a: a.select_replica(1)))
+                        run_before=ticks(TICKS, lambda a: a.select_replica(1)))

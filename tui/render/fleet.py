@@ -18,6 +18,7 @@ from tui.frame import FleetView, Frame
 from tui.i18n import t
 from tui.render import palette as pal
 from tui.render.fmt import clock, dur, fit, num, pct
+from tui.render.header import who
 
 MAX_ROUTE_ROWS = 8  # the router's latest choices shown (newest first), as many as the fleet keeps
 MAX_COPY_ROWS = 6  # KV copies listed under their count (the next to land first)
@@ -186,13 +187,10 @@ def header(frame: Frame, width: int) -> Text:
     """The top bar of a fleet: the deployment and router, fleet-wide figures, the replica shown, the clock."""
     v, s, lang = frame.fleet, frame.snapshot, frame.lang
     assert v is not None
-    if frame.rate > 0:
-        who = t(lang, "rate_n", rate=frame.rate)
-    else:
-        who = t(lang, "users_1") if v.users == 1 else t(lang, "users_n", n=num(v.users))
     tp = f" ×{s.opts.tp}" if s.opts.tp > 1 else ""
     left = Text(" tokensim ", style="bold reverse")
-    left.append(" " + t(lang, "f_head", n=len(v.replicas), hw=f"{s.hardware.name}{tp}") + f" · {s.model.name} · {who}")
+    left.append(" " + t(lang, "f_head", n=len(v.replicas), hw=f"{s.hardware.name}{tp}")
+                + f" · {s.model.name} · {who(lang, frame.rate, v.users)}")
     badge = Text()
     if v.selected is not None:
         r = v.replicas[v.selected]

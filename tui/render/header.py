@@ -31,20 +31,24 @@ def knobs(frame: Frame) -> list[str]:
     return out
 
 
+def who(lang: str, rate: float, users: int) -> str:
+    """Who sends: '4.5 req/s' (open loop) or '6 users'."""
+    if rate > 0:
+        return t(lang, "rate_n", rate=rate)
+    return t(lang, "users_1") if users == 1 else t(lang, "users_n", n=num(users))
+
+
 def render(frame: Frame, width: int) -> Text:
     """One row: left the configuration, right the clock, speed and play state."""
     s, lang = frame.snapshot, frame.lang
     dtype = s.opts.weight_dtype or s.model.weight_dtype
-    if frame.rate > 0:
-        who = t(lang, "rate_n", rate=frame.rate)
-    else:
-        who = t(lang, "users_1") if s.users == 1 else t(lang, "users_n", n=num(s.users))
+    who_ = who(lang, frame.rate, s.users)
     tp = f" ×{s.opts.tp}" if s.opts.tp > 1 else ""
     left = Text(" tokensim ", style="bold reverse")
     if width >= 100:
-        left.append(f" {s.hardware.display}{tp} · {s.model.name} {dtype} · {who} · {s.scheduler}")
+        left.append(f" {s.hardware.display}{tp} · {s.model.name} {dtype} · {who_} · {s.scheduler}")
     else:  # narrow: preset names, no scheduler, so the user count survives
-        left.append(f" {s.hardware.name}{tp} · {s.model.name} {dtype} · {who}")
+        left.append(f" {s.hardware.name}{tp} · {s.model.name} {dtype} · {who_}")
     for k in knobs(frame):
         left.append(" ")
         left.append(f" {k} ", style="bold reverse " + pal.COMPUTE)
