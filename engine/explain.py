@@ -34,6 +34,8 @@ TEXT: dict[str, dict[str, str]] = {
         "t_step": "step time", "t_bw": "bandwidth use", "t_mfu": "MFU", "t_kv": "KV fill", "t_tok_s": "tokens/s out",
         "t_per_user": "tokens/s per user", "t_ttft": "TTFT", "t_tpot": "TPOT", "t_cost_in": "$/Mtok in",
         "t_cost_out": "$/Mtok out", "t_batch": "batch", "t_queue": "queue", "t_bound": "bound by",
+        "screen": "explain {fig} · {i}/{n}",
+        "hint": "e or → next figure · ← previous · esc close · values as of sim {t}",
         "no_step": "no step yet: press n or space to run one",
         "no_answers": "no finished request yet",
         "step_rule": "step time = max(bytes / bandwidth, FLOPs / peak FLOP/s) + overhead",
@@ -82,6 +84,8 @@ TEXT: dict[str, dict[str, str]] = {
         "t_per_user": "每用户 token/s", "t_ttft": "首字延迟 TTFT", "t_tpot": "每字延迟 TPOT",
         "t_cost_in": "输入 $/百万 token", "t_cost_out": "输出 $/百万 token", "t_batch": "批大小", "t_queue": "排队",
         "t_bound": "瓶颈",
+        "screen": "解释 {fig} · {i}/{n}",
+        "hint": "e 或 → 下一个数字 · ← 上一个 · Esc 关闭 · 数值取自模拟时刻 {t}",
         "no_step": "还没有跑过一步：按 n 或空格",
         "no_answers": "还没有完成的请求",
         "step_rule": "步时 = max(字节 / 带宽, FLOPs / 峰值算力) + 开销",
@@ -134,6 +138,11 @@ class Explanation:
     figure: str
     title: str
     lines: tuple[str, ...]
+
+
+def text(lang: str, key: str, **kw: object) -> str:
+    """TEXT[lang][key] formatted (English when `lang` has no such key): for the screen's own words."""
+    return _t(lang, key, **kw)
 
 
 def _t(lang: str, key: str, **kw: object) -> str:

@@ -6,7 +6,7 @@ atomic, so in slow motion the view interpolates inside the last step: progress =
 (view clock - step start) / step time, and the state panels show the state from before that step
 until the view clock reaches its end.
 
-Stable widget ids (for tests and scenes): header, fleet, warehouse, traffic, l2, sm-grid, roofline, metrics,
+Stable widget ids (for tests and scenes): header, fleet, warehouse, traffic, l2, sm-grid, roofline, xray, metrics,
 kvqueue, users, narration, keys, enlarge.
 
 A fleet (`fleet=FleetSpec(...)` with more than one replica, or P/D): #fleet shows a row per replica, and
@@ -49,6 +49,7 @@ from tui.frame import Frame, build_frame
 from tui.i18n import LANGS, default_lang, t
 from tui.messages import FramePublished, ReplicaPicked
 from tui.playback import Playback
+from tui.screens.explain import ExplainScreen, figure_at_click
 from tui.screens.help import HelpScreen
 from tui.screens.picker import PickerScreen
 from tui.widgets.fleet_panel import FleetPanel
@@ -64,6 +65,7 @@ from tui.widgets.sm_grid import SmGrid
 from tui.widgets.traffic import Traffic
 from tui.widgets.users_list import UsersList
 from tui.widgets.warehouse import Warehouse
+from tui.widgets.xray_bar import XRayBar
 
 if TYPE_CHECKING:
     from engine.serving import Engine
@@ -109,6 +111,7 @@ class TokensimApp(App[None]):
         Binding("h", "pick_gpu", "GPU"),
         Binding("r", "reset", "reset"),
         Binding("l", "toggle_lang", "language"),
+        Binding("e", "explain", "explain"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
         Binding("ctrl+l", "redraw", "redraw", show=False),
@@ -147,6 +150,7 @@ class TokensimApp(App[None]):
         self.frame: Frame = self._build_frame()
         self._panels: list[FramePanel | UsersList | Narration] = []  # everything that shows a frame
         self._floor_screen: Screen[Any] | None = None
+        self.explained = "step"  # the figure `e` opens (the one last explained)
 
     # ---- layout ------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -162,6 +166,7 @@ class TokensimApp(App[None]):
                     yield SmGrid(id="sm-grid")
                 with Vertical(id="right"):
                     yield Roofline(id="roofline")
+                    yield XRayBar(id="xray")
                     yield Metrics(id="metrics")
                     yield KvQueue(id="kvqueue")
             yield UsersList(id="users")
@@ -509,6 +514,34 @@ class TokensimApp(App[None]):
         """ctrl+l: repaint every cell of the terminal (as shells do), e.g. after another program wrote on it."""
         self.refresh()
 
+    def action_explain(self, figure: str | None = None) -> None:
+        """e: the formula of a floor figure with its values (the last one explained; a click passes its own)."""
+        from engine.explain import explain_figure
+        from engine.numbers import sig
+        from engine.serving.accounting import ROLLING_SAMPLES
+
+        def explain(name: str) -> tuple[Any, str]:
+            """The figure's explanation from the latest frame, and the sim clock it shows."""
+            f = self.frame
+            split = getattr(self.engine, "latency_split", None)
+            x = explain_figure(name, f.snapshot, f.step, self.lang, split(ROLLING_SAMPLES) if split else None,
+                               self.config.price_per_hour)
+            return x, f"{sig(f.clock_s, 4)} s"
+
+        def closed(last: str | None) -> None:
+            """Remember the figure last shown for the next `e`."""
+            if last:
+                self.explained = last
+
+        if isinstance(self.screen, ExplainScreen):
+            return
+        self.push_screen(ExplainScreen(figure or self.explained, explain, self.lang), closed)
+
+    def on_click(self, event: events.Click) -> None:
+        """A click on a figure of the floor opens its explanation."""
+        if self.screen is self._floor_screen and (fig := figure_at_click(event)) is not None:
+            self.action_explain(fig)
+
     def action_help(self) -> None:
         """?: the help screen."""
         self.push_screen(HelpScreen(self.lang))
@@ -545,7 +578,8 @@ class TokensimApp(App[None]):
             ("cmd_compute", "c", "h_c", self.action_compute), ("cmd_bw", "b", "h_b", self.action_bandwidth),
             ("cmd_fp8", "f", "h_f", self.action_fp8), ("cmd_model", "m", "h_m", self.action_pick_model),
             ("cmd_gpu", "h", "h_h", self.action_pick_gpu), ("cmd_reset", "r", "h_r", self.action_reset),
-            ("cmd_lang", "l", "h_l", self.action_toggle_lang), ("cmd_help", "?", "h_help", self.action_help),
+            ("cmd_lang", "l", "h_l", self.action_toggle_lang), ("cmd_explain", "e", "h_e", self.action_explain),
+            ("cmd_help", "?", "h_help", self.action_help),
         ):
             # The description says what it does and which key does it, so the palette teaches the keys.
             yield SystemCommand(t(lang, title), f"{key} · {t(lang, what)}", action)

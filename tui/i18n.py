@@ -110,6 +110,7 @@ EN: dict[str, str] = {
     "k_gpu": "GPU",
     "k_reset": "reset",
     "k_lang": "中文",
+    "k_explain": "explain",
     "k_help": "help",
     "k_quit": "quit",
     # fleet (more than one replica): the fleet panel, its header and keys
@@ -159,6 +160,7 @@ EN: dict[str, str] = {
     "h_h": "pick a GPU preset",
     "h_r": "restart the run at t = 0 with the current settings",
     "h_l": "switch language (English / 中文)",
+    "h_e": "explain a figure: its formula with today's values (or click it); e again for the next",
     "h_help": "this help; ctrl+p opens the command palette",
     "h_q": "quit",
     "p_warehouse": "HBM warehouse: memory split into weights, the KV pool (used / free) and the reserve",
@@ -189,6 +191,7 @@ EN: dict[str, str] = {
     "cmd_gpu": "Pick a GPU",
     "cmd_reset": "Reset the run",
     "cmd_lang": "Switch language",
+    "cmd_explain": "Explain a figure",
     "cmd_help": "Help",
     # misc
     "too_small": "tokensim needs at least {w}×{h} cells; this terminal is {cw}×{ch}.\nPlease enlarge the window.",
@@ -292,6 +295,7 @@ ZH: dict[str, str] = {
     "k_gpu": "GPU",
     "k_reset": "重置",
     "k_lang": "English",
+    "k_explain": "解释",
     "k_help": "帮助",
     "k_quit": "退出",
     # 集群（多于一个副本）
@@ -340,6 +344,7 @@ ZH: dict[str, str] = {
     "h_h": "选择 GPU 预设",
     "h_r": "以当前设置从 t = 0 重新开始",
     "h_l": "切换语言（English / 中文）",
+    "h_e": "解释一个数字：公式和当前数值（或直接点击它）；再按 e 看下一个",
     "h_help": "本帮助；ctrl+p 打开命令面板",
     "h_q": "退出",
     "p_warehouse": "HBM 仓库：显存分为权重、KV 池（已用/空闲）和预留",
@@ -368,6 +373,7 @@ ZH: dict[str, str] = {
     "cmd_gpu": "选择 GPU",
     "cmd_reset": "重置",
     "cmd_lang": "切换语言",
+    "cmd_explain": "解释一个数字",
     "cmd_help": "帮助",
     "too_small": "tokensim 至少需要 {w}×{h} 字符，当前终端为 {cw}×{ch}。\n请放大窗口。",
     "narration": "导览",

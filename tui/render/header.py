@@ -69,7 +69,7 @@ def render(frame: Frame, width: int) -> Text:
 KEYS: tuple[tuple[str, str], ...] = (
     ("space", "k_play"), ("n", "k_step"), ("[ ]", "k_speed"), ("+ -", "k_users"), ("c", "k_compute"),
     ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"), ("r", "k_reset"), ("l", "k_lang"),
-    ("?", "k_help"), ("q", "k_quit"),
+    ("e", "k_explain"), ("?", "k_help"), ("q", "k_quit"),
 )
 # A fleet's footer: picking a replica comes first; the knobs restart the fleet (still listed, after it).
 FLEET_KEYS: tuple[tuple[str, str], ...] = (

@@ -78,15 +78,28 @@ PRIORITY = ("step", "tok_s", "per_user", "ttft", "tpot", "bound", "batch", "mfu"
             "queue")
 
 
+def layout(width: int) -> tuple[tuple[str, ...], ...]:
+    """The figures on each row: PAIRS side by side from 44 cells, else PRIORITY one a row."""
+    return PAIRS if width >= 44 else tuple((k,) for k in PRIORITY)
+
+
+def figure_at(width: int, x: int, y: int) -> str | None:
+    """The figure drawn at cell (x, y) of a panel `width` cells wide (None past the last row): for clicks."""
+    rows = layout(width)
+    if not 0 <= y < len(rows) or not 0 <= x < width:
+        return None
+    names = rows[y]
+    return names[min(len(names) - 1, x // max(1, width // len(names)))]
+
+
 def render(frame: Frame, width: int, height: int = 6) -> list[Text]:
     """Two columns of label/value pairs (one column when narrow); rows beyond `height` are dropped."""
     its = items(frame)
-    cols = 2 if width >= 44 else 1
-    layout = PAIRS if cols == 2 else tuple((k,) for k in PRIORITY)
-    col_w = width // cols
+    lay = layout(width)
+    col_w = width // len(lay[0])
     lab_w = max(cell_len(v[0]) for v in its.values()) + 1
     rows: list[Text] = []
-    for names in layout[:max(0, height)]:
+    for names in lay[:max(0, height)]:
         line = Text()
         for k in names:
             lab, val, style = its[k]

@@ -1,0 +1,86 @@
+"""The step x-ray: the shown step's time as one stacked bar of what it waited on (engine.xray's segments).
+
+weights read, KV read, compute, communication and the fixed cost, each a share of the bar as of the step time,
+and a legend with their times. Pure: a Frame in, rows of cells out.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from engine.xray import SEGMENT_WORDS, SEGMENTS, XRay, step_xray
+from tui.frame import Frame
+from tui.render import palette as pal
+from tui.render.fmt import dur
+
+COLOURS = {"weights": pal.WEIGHTS, "kv": pal.KV_USED, "compute": pal.COMPUTE, "communication": pal.PACKET,
+           "overhead": pal.RESERVE}
+assert set(COLOURS) == set(SEGMENTS)
+
+
+def words(lang: str) -> dict[str, str]:
+    """The segment names and the title in `lang` (English when it has none)."""
+    return SEGMENT_WORDS.get(lang, SEGMENT_WORDS["en"])
+
+
+def xray(frame: Frame) -> XRay | None:
+    """The x-ray of the frame's step (None when idle or before the first step)."""
+    st = frame.step
+    if st is None or st.tokens <= 0 or st.time_s <= 0:
+        return None
+    return step_xray(st, frame.snapshot.opts.ideal)
+
+
+def widths(seconds: list[float], width: int) -> list[int]:
+    """Cells per segment: proportional to its seconds, summing to `width` (largest remainders round up); a
+    segment with any time gets at least one cell while the bar has cells to give."""
+    total = sum(seconds)
+    if width <= 0 or total <= 0:
+        return [0] * len(seconds)
+    exact = [s / total * width for s in seconds]
+    cells = [int(x) for x in exact]
+    for i in sorted(range(len(exact)), key=lambda i: exact[i] - cells[i], reverse=True)[:width - sum(cells)]:
+        cells[i] += 1
+    for i, s in enumerate(seconds):
+        if s > 0 and cells[i] == 0:
+            j = max(range(len(cells)), key=lambda j: cells[j])
+            if cells[j] > 1:
+                cells[j] -= 1
+                cells[i] = 1
+    return cells
+
+
+def bar(x: XRay, width: int) -> Text:
+    """The stacked bar, `width` cells, coloured by segment."""
+    out = Text()
+    segs = x.segments()
+    for (name, _), n in zip(segs, widths([s for _, s in segs], width), strict=True):
+        out.append("█" * n, style=COLOURS[name])
+    return out
+
+
+def legend(x: XRay, lang: str, width: int) -> Text:
+    """■ weights 9.92 ms ■ KV 2.02 ms ■ fixed 1.50 ms: every segment with time in it."""
+    w = words(lang)
+    out = Text()
+    for name, s in x.segments():
+        if s <= 0:
+            continue
+        if out.plain:
+            out.append(" ")
+        out.append("■ ", style=COLOURS[name])
+        out.append(f"{w[name]} {dur(s)}")
+    out.truncate(width, overflow="ellipsis", pad=True)
+    return out
+
+
+def render(frame: Frame, width: int, height: int = 2) -> list[Text]:
+    """Row 1: the bar and the step time; row 2: the legend. Idle: a dim note."""
+    x = xray(frame)
+    if x is None:
+        return [Text(" " * width)] * max(0, min(height, 2))
+    tail = f" {dur(x.time_s)}"
+    top = bar(x, max(1, width - len(tail)))
+    top.append(tail, style="bold")
+    top.truncate(width, overflow="crop", pad=True)
+    return [top, legend(x, frame.lang, width)][:max(0, height)]
