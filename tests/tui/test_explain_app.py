@@ -99,12 +99,14 @@ def test_xray_rows_are_the_steps_segments() -> None:
     assert rows[0].plain.endswith(tail)
     cells = 50 - len(tail)
     # Each segment's run of the bar is its share of the step time, to a cell.
-    runs = {xray.COLOURS[n]: 0 for n, _ in x.segments()}
+    runs = dict.fromkeys(xray.COLOURS.values(), 0)
     for sp in rows[0].spans:
-        if sp.style in runs:
-            runs[sp.style] += sp.end - sp.start
+        colour = str(sp.style).rsplit(" on ", 1)[-1]
+        if colour in runs:
+            runs[colour] += sp.end - sp.start
     for name, secs in x.segments():
         assert runs[xray.COLOURS[name]] == pytest.approx(secs / x.time_s * cells, abs=1.0), name
+    assert f"weights {xray.dur(x.weights)}" in rows[0].plain  # the widest segment carries its label
     assert f"weights {xray.dur(x.weights)}" in rows[1].plain and f"fixed {xray.dur(x.overhead)}" in rows[1].plain
     idle = build_frame(app.engine.snapshot(), step=None, lang="en")
     assert [r.plain.strip() for r in xray.render(idle, 50, 2)] == ["", ""]

@@ -1,11 +1,12 @@
 """The step x-ray: the shown step's time as one stacked bar of what it waited on (engine.xray's segments).
 
 weights read, KV read, compute, communication and the fixed cost, each a share of the bar as of the step time,
-and a legend with their times. Pure: a Frame in, rows of cells out.
+labelled inside where it has room (and a legend row when the panel has two rows). Pure: a Frame in, rows of cells out.
 """
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from engine.xray import SEGMENT_WORDS, SEGMENTS, XRay, step_xray
@@ -50,12 +51,18 @@ def widths(seconds: list[float], width: int) -> list[int]:
     return cells
 
 
-def bar(x: XRay, width: int) -> Text:
-    """The stacked bar, `width` cells, coloured by segment."""
+def bar(x: XRay, width: int, lang: str = "en") -> Text:
+    """The stacked bar, `width` cells: each segment in its colour, labelled inside with its name and time (or
+    just its time, or nothing) as far as its cells allow."""
+    w = words(lang)
     out = Text()
     segs = x.segments()
-    for (name, _), n in zip(segs, widths([s for _, s in segs], width), strict=True):
-        out.append("█" * n, style=COLOURS[name])
+    for (name, secs), n in zip(segs, widths([s for _, s in segs], width), strict=True):
+        if n <= 0:
+            continue
+        label = next((lab for lab in (f"{w[name]} {dur(secs)}", dur(secs), w[name]) if cell_len(lab) + 1 <= n), "")
+        pad = n - cell_len(label)
+        out.append(" " * (pad // 2) + label + " " * (pad - pad // 2), style=f"bold #000000 on {COLOURS[name]}")
     return out
 
 
@@ -74,13 +81,13 @@ def legend(x: XRay, lang: str, width: int) -> Text:
     return out
 
 
-def render(frame: Frame, width: int, height: int = 2) -> list[Text]:
-    """Row 1: the bar and the step time; row 2: the legend. Idle: a dim note."""
+def render(frame: Frame, width: int, height: int = 1) -> list[Text]:
+    """Row 1: the labelled bar and the step time; a second row, if given one, the legend. Idle: blank."""
     x = xray(frame)
     if x is None:
         return [Text(" " * width)] * max(0, min(height, 2))
     tail = f" {dur(x.time_s)}"
-    top = bar(x, max(1, width - len(tail)))
+    top = bar(x, max(1, width - len(tail)), frame.lang)
     top.append(tail, style="bold")
     top.truncate(width, overflow="crop", pad=True)
     return [top, legend(x, frame.lang, width)][:max(0, height)]
