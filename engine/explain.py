@@ -19,7 +19,7 @@ from engine.numbers import dur, pct, si, sig
 from engine.serving.accounting import PARTS, Split
 from engine.snapshot import Snapshot
 from engine.step import StepCost
-from engine.xray import step_xray
+from engine.xray import SEGMENT_WORDS, step_xray
 
 # The figures `e` steps through, in the order the floor shows them.
 FIGURES = ("step", "bw", "mfu", "kv", "tok_s", "per_user", "ttft", "tpot", "cost_in", "cost_out", "batch", "queue",
@@ -41,7 +41,7 @@ TEXT: dict[str, dict[str, str]] = {
         "step_rule": "step time = max(bytes / bandwidth, FLOPs / peak FLOP/s) + overhead",
         "step_vals": "= max({b} / {bw}, {f} / {p}) + {o} overhead = max({tm}, {tc}) + {o} = {t}",
         "step_ideal": "= max({b} / {bw}, {f} / {p}) = max({tm}, {tc}) = {t}  (--ideal: no overhead)",
-        "xray": "x-ray, what it waited on: weights {w} + KV {k} + compute {c} + communication {m} + fixed {o} = {t}",
+        "xray": "x-ray, what it waited on: {parts} = {t}",
         "xray_hidden": "hidden under the winning term: memory {hm}, compute {hc} (kernels overlap them)",
         "overhead_why": "overhead = step time − floor: sustained rather than peak rates and the fixed per-step and"
                         " per-layer launch cost ({rt} runtime)",
@@ -91,7 +91,7 @@ TEXT: dict[str, dict[str, str]] = {
         "step_rule": "步时 = max(字节 / 带宽, FLOPs / 峰值算力) + 开销",
         "step_vals": "= max({b} / {bw}, {f} / {p}) + {o} 开销 = max({tm}, {tc}) + {o} = {t}",
         "step_ideal": "= max({b} / {bw}, {f} / {p}) = max({tm}, {tc}) = {t}（--ideal：无开销）",
-        "xray": "透视（在等什么）：权重 {w} + KV {k} + 计算 {c} + 通信 {m} + 固定开销 {o} = {t}",
+        "xray": "透视（在等什么）：{parts} = {t}",
         "xray_hidden": "被主导项掩盖的部分：内存 {hm}，计算 {hc}（内核把它们重叠执行）",
         "overhead_why": "开销 = 步时 − 下限：实际持续速率低于峰值，加上每步、每层的固定启动成本（{rt} 运行时）",
         "bw_rule": "带宽利用率 = 字节 / (峰值带宽 × 步时)",
@@ -196,8 +196,9 @@ def _step(snap: Snapshot, st: StepCost | None, lang: str, split: Split | None, p
     else:
         out.append(_t(lang, "step_vals", o=dur(st.time_s - floor), **common))
     x = step_xray(st, ideal)
-    out.append(_t(lang, "xray", w=dur(x.weights), k=dur(x.kv), c=dur(x.compute), m=dur(x.communication),
-                  o=dur(x.overhead), t=dur(x.time_s)))
+    words = SEGMENT_WORDS.get(lang, SEGMENT_WORDS["en"])
+    parts = " + ".join(f"{words[n]} {dur(v)}" for n, v in x.segments() if v > 0)  # structural zeros left out
+    out.append(_t(lang, "xray", parts=parts, t=dur(x.time_s)))
     if x.hidden_memory > 0 or x.hidden_compute > 0:
         out.append(_t(lang, "xray_hidden", hm=dur(x.hidden_memory), hc=dur(x.hidden_compute)))
     if not ideal:

@@ -168,6 +168,8 @@ EN: dict[str, str] = {
     "p_l2": "L2 shelf: every HBM byte passes through it; refills = bytes / L2 size",
     "p_sm": "SM workstations: lit by the step's MFU, its FLOPs over what the peak could do in its time",
     "p_roofline": "roofline: intensity (FLOP/byte) vs. FLOP/s; left of the ridge you wait on memory",
+    "p_xray": "step x-ray: the step's time split by what it waited on (weights, KV, compute, comm, fixed cost);"
+              " click any panel or figure for its formula",
     "p_users": "users: each request's phase, its answer streaming, and its KV cache in 16-token blocks (blk)",
     "kv_blk": "blk",
     "help_close": "press escape or ? to close",
@@ -352,6 +354,7 @@ ZH: dict[str, str] = {
     "p_l2": "L2 货架：每个 HBM 字节都经过它；补货次数 = 字节数 / L2 容量",
     "p_sm": "SM 工位：按本步的 MFU 点亮，即本步的运算量占峰值算力在这段时间里能做的比例",
     "p_roofline": "屋顶线：算术强度 (FLOP/字节) 对 FLOP/s；脊点左侧在等内存",
+    "p_xray": "单步透视：这一步的时间按它在等什么拆开（权重、KV、计算、通信、固定开销）；点击任一面板或数字看它的公式",
     "p_users": "用户：每个请求的阶段、逐字输出的回答，以及它的 KV 缓存占了几块（每块 16 个 token）",
     "kv_blk": "块",
     "help_close": "按 Esc 或 ? 关闭",

@@ -16,7 +16,7 @@ HELP_KEYS: tuple[tuple[str, str], ...] = (
     ("space", "h_space"), ("n", "h_n"), ("[ ]", "h_speed"), ("+ -", "h_users"), ("c", "h_c"), ("b", "h_b"),
     ("f", "h_f"), ("m", "h_m"), ("h", "h_h"), ("r", "h_r"), ("l", "h_l"), ("e", "h_e"), ("?", "h_help"), ("q", "h_q"),
 )
-HELP_PANELS = ("p_warehouse", "p_traffic", "p_l2", "p_sm", "p_roofline", "p_users")
+HELP_PANELS = ("p_warehouse", "p_traffic", "p_l2", "p_sm", "p_roofline", "p_xray", "p_users")
 
 
 def help_text(lang: str) -> Text:
