@@ -916,6 +916,13 @@ def _wl_shared(s: Stage) -> float:
     return float(_workload_prompt(s).shared_prefix)
 
 
+@metric("kv_block_tokens", "tokens", "tokens one KV block holds (the pool's and the prefix cache's unit)")
+def _kv_block_tokens(s: Stage) -> float:
+    from engine.snapshot import KV_BLOCK_TOKENS
+
+    return float(KV_BLOCK_TOKENS)
+
+
 @metric("input_tokens", "tokens", "prompt tokens served since the start (cached ones included)")
 def _input_tokens(s: Stage) -> float:
     return _run(s, "input_tokens")
