@@ -267,8 +267,12 @@ class Director:
         self._sync()
         key = (self.config, run)
         if key not in self._fleets:
-            fleet = Fleet(FleetSpec(self.config, replicas=run.replicas, router=run.router, pd=run.pd))
-            fleet.run()
+            try:
+                fleet = Fleet(FleetSpec(self.config, replicas=run.replicas, router=run.router, pd=run.pd))
+                fleet.run()
+            except InputError as e:  # the fleet's message names CLI options: say where the scene went wrong
+                raise InputError(f"{self.scene.path}: run_fleet: {e} (a fleet scene's setup gives rate and requests, "
+                                 "or users and requests)") from None
             self._fleets[key] = fleet.metrics()
         self._fleet = self._fleets[key]
 

@@ -127,3 +127,11 @@ def test_scene_five_names_the_sm_grids_mfu() -> None:
     shown = f"{d.value('live_mfu_pct'):.1f} %"
     assert shown in d.current_narration() and shown in title(frame), (d.current_narration(), title(frame))
     assert "busy" not in d.current_narration()
+
+
+def test_a_fleet_the_engine_refuses_is_one_line_naming_the_scene_and_the_action() -> None:
+    # A fleet needs a bounded workload (it serves the traffic to its end): without `requests` it refuses.
+    with pytest.raises(InputError) as e:
+        _variant("router", "requests = 300\n", "")
+    msg = str(e.value)
+    assert msg.startswith("scenes/data/21-router.toml: run_fleet: ") and "requests" in msg and "\n" not in msg
