@@ -135,3 +135,17 @@ def test_a_fleet_the_engine_refuses_is_one_line_naming_the_scene_and_the_action(
         _variant("router", "requests = 300\n", "")
     msg = str(e.value)
     assert msg.startswith("scenes/data/21-router.toml: run_fleet: ") and "requests" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(("line", "msg"), [
+    ('workload = "system-prompt"', r"setup.workload: unknown scene workload .*'system-prompt'.*did you mean"),
+    ('trace = "azure-conv"', r"setup.trace: unknown bundled trace 'azure-conv'"),
+    ("spec_tokens = 40", r"setup.spec_tokens"),
+    ("spec_accept = 1.5", r"setup.spec_accept: expected a fraction between 0 and 1"),
+    ('spec_draft = "eagle"', r"setup.spec_draft: unknown drafter 'eagle'"),
+    ("prefix_caching = 1", r"setup.prefix_caching: expected true or false"),
+])
+def test_the_new_setup_keys_are_checked_with_one_line_naming_the_key(line: str, msg: str) -> None:
+    name, text = _text("router")
+    with pytest.raises(InputError, match=msg):
+        parse_text(text.replace('model = "qwen2.5-32b"\n', f'model = "qwen2.5-32b"\n{line}\n', 1), name)
