@@ -116,7 +116,7 @@ class FleetSpec:
 class _Replica:
     """One replica: an engine lane fed by the fleet (it draws no arrivals of its own)."""
 
-    __slots__ = ("eng", "lane", "index", "role", "queue_peak", "held", "inflight", "finished_rows")
+    __slots__ = ("eng", "lane", "index", "role", "queue_peak", "held", "inflight", "finished_rows", "calm")
 
     def __init__(self, cfg: EngineConfig, index: int, role: str = "both") -> None:
         # No users, no rate, no bounds: the lane only serves what the fleet injects.
@@ -128,6 +128,7 @@ class _Replica:
         self.held = 0  # KV blocks pinned by copies (prefill: until the copy lands; decode: reserved for it)
         self.inflight = 0  # decode: batch slots reserved for copies on their way
         self.finished_rows: list[Rows] = []
+        self.calm = -math.inf  # no step that could finish a request starts before this time (see Fleet._calm)
         # The fleet hears of every finished request (a prefill replica's prompt to copy, a closed-loop user to
         # wake), however the lane ran the step: keep the rows _complete drops.
         complete = self.lane._complete
@@ -208,6 +209,17 @@ class _Replica:
         ln.n_pf += 1  # it still computes one token of its prompt (see Fleet._handoff)
         ln.stats.accepted += 1
 
+    def steps_to_finish(self) -> int:
+        """The fewest steps after which a request here can finish: each step emits at most one token per request
+        (no speculative decoding), so a request needs as many steps as tokens it has left (0: nothing here)."""
+        ln = self.lane
+        m = 0
+        for t in (ln.R, ln.P, ln.Q):
+            if t.size:
+                left = int((t.col("total") - t.col("gen")).min())
+                m = left if not m else min(m, left)
+        return m
+
     def step(self, limit: float, max_steps: int) -> int:
         """Move this replica on without crossing `limit` (the fleet's next event): a run of up to `max_steps`
         quiet decode steps priced at once when the lane can (the same numbers as one by one), else one step.
@@ -287,6 +299,15 @@ class Fleet:
             self.inbox = [deque() for _ in self.reps]
             self.ready = [(0.0, i) for i in range(len(self.reps))]
             self.queued = [True] * len(self.reps)
+        # Least-loaded over open-loop arrivals reads only how many requests each replica holds, which changes only
+        # when one finishes: a replica need not stop at an arrival it provably finishes nothing before
+        # (_run_lazy). Speculative decoding can emit several tokens a step, so it takes the event-ordered loop.
+        self.lazy = (preroute and spec.router == "least-loaded" and cfg.users == 0 and spec.pd is None
+                     and spec.replicas > 1 and not cfg.spec_tokens)
+        # The cheapest step this model can take (one token, no context; a decode replaying a full CUDA graph or a
+        # prefill chunk without logits), less a margin for rounding in the lanes' clock sums.
+        self.dt_min = 0.999 * min(sm.cost_agg(1, 1, 0.0, 0.0, 0.5, 0.5, lg, attn_decode=ad).time_s
+                                  for lg, ad in ((1, 0.5), (0, 0.0)))
 
     # ---- what `tokensim run` reads (the same names as Engine's) ----------------------------------
     @property
@@ -351,6 +372,8 @@ class Fleet:
             if until < math.inf:
                 raise ValueError("a pre-routed fleet runs only to its bound: build it with preroute=False")
             return self._run_prerouted(max_ticks)
+        if self.lazy and max_ticks is None and until == math.inf:
+            return self._run_lazy()
         n = 0
         ready = self.ready
         reps = self.reps
@@ -431,6 +454,55 @@ class Fleet:
             self.queued[i] = True
         return n
 
+    def _run_lazy(self) -> int:
+        """run() for least-loaded over open-loop arrivals: a replica is moved up to an arrival only when a request
+        of its could finish before it (its load, what the router reads, changes only then), or when the arrival
+        is routed to it. The others keep their long quiet decode runs. The routes and every step are those of
+        the event-ordered loop: each replica still takes exactly its steps that start before each arrival."""
+        d = self.budget.duration
+        end = math.inf if d is None else d
+        n = 0
+        while (ta := self.arrivals.next_time) < math.inf:
+            stop = min(ta, end)
+            for r in self.reps:
+                if r.calm < stop:
+                    n += self._catch_up(r, stop)
+            n += self._arrive_lazy(ta, stop)
+        for r in self.reps:
+            n += self._catch_up(r, end, calm=False)
+        return n
+
+    def _arrive_lazy(self, t: float, stop: float) -> int:
+        """_arrive for the lazy loop: the chosen replica takes its steps before t, then gets the request."""
+        rows = self._draw(t)
+        n = 0
+        for j in range(len(rows)):
+            row = rows.pick(slice(j, j + 1)).copy()
+            rep = self._route(int(row.user[0]))
+            n += self._catch_up(rep, stop, calm=False)
+            self._give(rep, row, t)
+            rep.calm = self._calm(rep)
+        return n
+
+    def _catch_up(self, r: _Replica, stop: float, calm: bool = True) -> int:
+        """Take replica r's steps that start before `stop`; with `calm`, only as far as needed to be sure no
+        request of its finishes in them unseen. Returns the steps taken."""
+        n = 0
+        while r.busy and r.clock < stop and not (calm and r.calm >= stop):
+            k = r.step(stop, 1 << 20)
+            n += k
+            self.ticks += k
+            if r.finished_rows:
+                self._think(r)
+            r.calm = self._calm(r)
+        return n
+
+    def _calm(self, r: _Replica) -> float:
+        """A time before which no step of r can finish a request: after m - 1 more steps at the least, each no
+        shorter than the cheapest step this model can take (every cost term grows with tokens and context)."""
+        m = r.steps_to_finish()
+        return math.inf if not m else r.clock + (m - 1) * self.dt_min
+
     def _deal(self, rows: Rows) -> None:
         """Deal drawn requests to the replicas' inboxes in turn (round-robin decided at the draw)."""
         assert self.inbox is not None
@@ -461,10 +533,13 @@ class Fleet:
         return rows
 
     def _send(self, row: Rows, t: float) -> None:
-        """One request to the replica the router picks (a prefill replica reads only its prompt)."""
+        """One request to the replica the router picks."""
+        self._give(self._route(int(row.user[0])), row, t)
+
+    def _give(self, rep: _Replica, row: Rows, t: float) -> None:
+        """Queue one request on the replica the router picked (a prefill replica reads only its prompt)."""
         user = int(row.user[0])
         rid = int(row.id[0])
-        rep = self._route(user)
         self.route_log.append(Route(rid, user, rep.index, *self._reason(rep, user), t))
         self.last_routes = (self.last_routes + [rep.index])[-16:]
         if user >= 0:

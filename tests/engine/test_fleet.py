@@ -143,15 +143,19 @@ def test_bad_fleets_are_one_line_errors() -> None:
         Fleet(FleetSpec(OPEN, replicas=2, router="random"))
 
 
-@pytest.mark.parametrize("bound", [{"requests": 500}, {"duration": 60.0}])
-def test_prerouted_round_robin_is_the_event_ordered_loop(bound: dict) -> None:
+@pytest.mark.parametrize(("bound", "router", "replicas"), [({"requests": 500}, "round-robin", 3),
+                                                            ({"duration": 60.0}, "round-robin", 3),
+                                                            ({"requests": 500}, "least-loaded", 3),
+                                                            ({"duration": 60.0}, "least-loaded", 8)])
+def test_prerouted_and_lazy_loops_are_the_event_ordered_loop(bound: dict, router: str, replicas: int) -> None:
     # Round-robin over open-loop arrivals deals requests in advance so each replica runs to its own next
-    # request; every number must equal the loop that stops every replica at every arrival.
+    # request; least-loaded moves a replica up to an arrival only when it could finish a request before it.
+    # Every number must equal the loop that stops every replica at every arrival.
     cfg = EngineConfig(rate=8, users=0, prompt="lognormal:1000,0.8", output="lognormal:200,0.8", **bound)
     runs = []
     for pre in (False, True):
-        f = Fleet(FleetSpec(cfg, replicas=3), preroute=pre)
-        assert (f.inbox is not None) == pre
+        f = Fleet(FleetSpec(cfg, replicas=replicas, router=router), preroute=pre)
+        assert (f.inbox is not None or f.lazy) == pre
         f.run()
         m = f.metrics()
         m.pop("rolling")
