@@ -302,8 +302,10 @@ class Fleet:
         # Least-loaded over open-loop arrivals reads only how many requests each replica holds, which changes only
         # when one finishes: a replica need not stop at an arrival it provably finishes nothing before
         # (_run_lazy). Speculative decoding can emit several tokens a step, so it takes the event-ordered loop.
-        self.lazy = (preroute and spec.router == "least-loaded" and cfg.users == 0 and spec.pd is None
-                     and spec.replicas > 1 and not cfg.spec_tokens)
+        # Kv-aware reads free blocks, which change every step: it moves every replica up to an arrival unless one
+        # known exactly there has its whole pool free (a replica still running holds blocks, so cannot beat it).
+        self.lazy = (preroute and spec.router in ("least-loaded", "kv-aware") and cfg.users == 0 and spec.pd is None
+                     and spec.replicas > 1 and not cfg.spec_tokens and not cfg.kv_offload_gb)
         # The cheapest step this model can take (one token, no context; a decode replaying a full CUDA graph or a
         # prefill chunk without logits), less a margin for rounding in the lanes' clock sums.
         self.dt_min = 0.999 * min(sm.cost_agg(1, 1, 0.0, 0.0, 0.5, 0.5, lg, attn_decode=ad).time_s
@@ -455,10 +457,11 @@ class Fleet:
         return n
 
     def _run_lazy(self) -> int:
-        """run() for least-loaded over open-loop arrivals: a replica is moved up to an arrival only when a request
-        of its could finish before it (its load, what the router reads, changes only then), or when the arrival
-        is routed to it. The others keep their long quiet decode runs. The routes and every step are those of
-        the event-ordered loop: each replica still takes exactly its steps that start before each arrival."""
+        """run() for least-loaded and kv-aware over open-loop arrivals: a replica is moved up to an arrival only
+        when a request of its could finish before it (its load changes only then; kv-aware may need every replica
+        there, see _arrive_lazy), or when the arrival is routed to it. The others keep their long quiet decode
+        runs. The routes and every step are those of the event-ordered loop: each replica still takes exactly its
+        steps that start before each arrival."""
         d = self.budget.duration
         end = math.inf if d is None else d
         n = 0
@@ -478,7 +481,15 @@ class Fleet:
         n = 0
         for j in range(len(rows)):
             row = rows.pick(slice(j, j + 1)).copy()
-            rep = self._route(int(row.user[0]))
+            if self.spec.router == "kv-aware":
+                known = [r for r in self.reps if not r.busy or r.clock >= stop]  # their state at t is exact
+                rep = min(known, key=_kv_key) if known else None
+                if rep is None or rep.free_blocks < rep.lane.pool.total:
+                    for r in self.reps:
+                        n += self._catch_up(r, stop, calm=False)
+                    rep = self._route(-1)
+            else:
+                rep = self._route(int(row.user[0]))
             n += self._catch_up(rep, stop, calm=False)
             self._give(rep, row, t)
             rep.calm = self._calm(rep)
@@ -564,8 +575,7 @@ class Fleet:
             self.rr = (i + 1) % len(reps)
             return reps[i]
         if name == "kv-aware":
-            # Most free KV, ties to the least loaded, then the lowest index: deterministic.
-            return min(reps, key=lambda r: (-r.free_blocks, r.load, r.index))
+            return min(reps, key=_kv_key)
         if name == "prefix-aware" and user >= 0 and self.u_last[user] >= 0:
             return self.reps[int(self.u_last[user])]
         return min(reps, key=lambda r: (r.load, r.index))
@@ -735,6 +745,11 @@ class Fleet:
         m["replicas"] = [r.summary(m["sim_time_s"]) for r in self.reps]
         m["kv_peak_bytes"] = max(s["kv_peak_bytes"] for s in m["replicas"])
         return m
+
+
+def _kv_key(r: _Replica) -> tuple[int, int, int]:
+    """Kv-aware's order: most free KV, ties to the least loaded, then the lowest index (deterministic)."""
+    return (-r.free_blocks, r.load, r.index)
 
 
 @dataclass(slots=True)

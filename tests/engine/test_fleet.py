@@ -146,10 +146,13 @@ def test_bad_fleets_are_one_line_errors() -> None:
 @pytest.mark.parametrize(("bound", "router", "replicas"), [({"requests": 500}, "round-robin", 3),
                                                             ({"duration": 60.0}, "round-robin", 3),
                                                             ({"requests": 500}, "least-loaded", 3),
-                                                            ({"duration": 60.0}, "least-loaded", 8)])
+                                                            ({"duration": 60.0}, "least-loaded", 8),
+                                                            ({"requests": 500}, "kv-aware", 3),
+                                                            ({"duration": 60.0}, "kv-aware", 8)])
 def test_prerouted_and_lazy_loops_are_the_event_ordered_loop(bound: dict, router: str, replicas: int) -> None:
     # Round-robin over open-loop arrivals deals requests in advance so each replica runs to its own next
-    # request; least-loaded moves a replica up to an arrival only when it could finish a request before it.
+    # request; least-loaded moves a replica up to an arrival only when it could finish a request before it, and
+    # kv-aware only when no replica known exactly at the arrival has its whole pool free.
     # Every number must equal the loop that stops every replica at every arrival.
     cfg = EngineConfig(rate=8, users=0, prompt="lognormal:1000,0.8", output="lognormal:200,0.8", **bound)
     runs = []
