@@ -24,7 +24,9 @@ from engine.errors import InputError
 from engine.fleet import ROUTERS, SCRIPTED, Fleet, FleetSpec, parse_pd, scripted
 from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
+from engine.serving.tables import BLOCK
 from engine.specs import load_hardware
+from engine.workload import Sampler, parse_dist, seeded_rngs
 
 MAX_POINTS = 100_000  # a grid larger than this is a typo (e.g. --replicas 1-100000), not a plan
 
@@ -191,6 +193,46 @@ def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None
     if budget_per_hour is not None and cost > budget_per_hour + 1e-9:
         return f"costs ${cost:,.2f}/h for {point.gpus} GPUs, over the budget of ${budget_per_hour:,.2f}/h"
     return None
+
+
+def beyond_slo(point: Point, base: EngineConfig, slo: Slo) -> str | None:
+    """Why no run of a point that fits can meet the SLOs, from bounds no simulation can beat (None if it might)."""
+    ttft, tpot = slo_bounds(point, base, slo.percentile)
+    out = []
+    if slo.tpot is not None and tpot is not None and tpot > slo.tpot:
+        out.append(f"{slo.key} TPOT is at least {tpot * 1e3:.3g} ms (one decode step alone) > {slo.tpot:g} s")
+    if slo.ttft is not None and ttft is not None and ttft > slo.ttft:
+        out.append(f"{slo.key} TTFT is at least {ttft * 1e3:.3g} ms (each prompt computed alone) > {slo.ttft:g} s")
+    return "; ".join(out) or None
+
+
+def slo_bounds(point: Point, base: EngineConfig, percentile: float) -> tuple[float | None, float | None]:
+    """Lower bounds on a run's TTFT and TPOT at `percentile` (None where there is none to give).
+
+    TPOT: every token after a request's first takes a step of its own, and no step is cheaper than one token
+    on an empty cache (every cost term grows with tokens and context). TTFT: a request's first token waits at
+    least for its whole prompt computed alone in one step (chunks and batch-mates only add time), plus the
+    request path; the percentile of those bounds over the very prompts the run draws bounds the run's.
+    Speculative decoding (several tokens a step) and scripted workloads (cached prefixes skip prefill) are left
+    to the simulation.
+    """
+    if base.spec_tokens or scripted(base):
+        return None, None
+    eng = Engine(fleet_spec(point, base).config)
+    sm = eng.step_model
+    out, think = parse_dist(base.output, "--output", 1), parse_dist(base.think, "--think", 0)
+    tpot = None
+    if not (out.is_fixed and think.is_fixed and round(out.a) + round(think.a) <= 1):  # else no request has a TPOT
+        tpot = min(sm.cost_agg(1, 1, 0.0, 0.0, 0.5, 0.5, 1, attn_decode=ad).time_s for ad in (0.5, 0.0))
+    ttft = None
+    if base.requests is not None:
+        cap = min(sm.model.max_context, eng.kv_blocks_total * BLOCK)  # the lanes clip prompts below it
+        prompts = Sampler(parse_dist(base.prompt, "--prompt", 1), seeded_rngs(base.seed, 1)[0], True, 1,
+                          max(1, cap - 1)).take(int(base.requests)).astype(np.float64)
+        one, zero = np.ones_like(prompts), np.zeros_like(prompts)
+        t = sm.times_agg(prompts, zero, zero, prompts * prompts / 2, sm.model.local_pairs(zero, prompts), one, zero)
+        ttft = _pct(t + (0.0 if sm.opts.ideal else sm.runtime.request_overhead_s), percentile)
+    return ttft, tpot
 
 
 def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | None = None) -> dict[str, Any]:

@@ -58,6 +58,21 @@ def test_prune_says_why_before_simulating() -> None:
     assert over is not None and "$20.00/h for 8 GPUs" in over
 
 
+@pytest.mark.parametrize(("hw", "tp", "reps", "pd"), [("l40s", 1, 1, None), ("h100-sxm", 2, 2, None),
+                                                        ("a100-80g", 1, 2, (1, 1))])
+def test_slo_bounds_never_exceed_what_the_simulation_gives(hw: str, tp: int, reps: int, pd: tuple | None) -> None:
+    # The bounds prune points without simulating them, so they must hold for every run: each at or below the
+    # simulated percentile (close to it for an idle replica), and a target below them prunes with the reason.
+    p = pl.Point(hw, "generic-14b", tp, reps, pd, 256, 8192, "round-robin")
+    ttft, tpot = pl.slo_bounds(p, BASE, 90.0)
+    r = pl.evaluate(p, BASE, SLO)
+    assert ttft is not None and tpot is not None
+    assert 0.3 * r["ttft_s"] < ttft <= r["ttft_s"] and 0.5 * r["tpot_s"] < tpot <= r["tpot_s"]
+    why = pl.beyond_slo(p, BASE, pl.Slo(ttft=0.99 * ttft, tpot=0.99 * tpot))
+    assert why is not None and "TTFT is at least" in why and "TPOT is at least" in why
+    assert pl.beyond_slo(p, BASE, pl.Slo(ttft=ttft * 1.01, tpot=tpot * 1.01)) is None
+
+
 def _r(cost: float, usd: float, ttft: float, tpot: float, reps: int) -> dict:
     cfg = pl.Point("h100-sxm", "generic-14b", 1, reps, None, 256, 8192, "round-robin").as_dict()
     return {"config": cfg, "cost_per_hour": cost, "usd_per_mtok": usd, "ttft_s": ttft, "tpot_s": tpot,

@@ -63,12 +63,13 @@ def plan_grid(configs: int = 1000, minutes: float = 10.0, workers: int | None = 
     workers = workers or os.cpu_count() or 1
     t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
     points = grid_space(configs).points()[:configs][::every]
-    keep = [p for p in points if pl.prune(p, base) is None]
+    keep = [p for p in points if pl.prune(p, base) is None and pl.beyond_slo(p, base, slo) is None]
     results = pl.run_grid([(p, base, slo, None) for p in keep], lambda jobs: pl.pool_map(jobs, workers))
     out = pl.summarize(results, [], slo)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0 + _children_cpu() - k0
-    return {"configs": len(points), "simulated": len(results), "workers": workers, "wall_s": wall, "cpu_s": cpu,
+    return {"configs": len(points), "simulated": len(results), "pruned": len(points) - len(keep),
+            "workers": workers, "wall_s": wall, "cpu_s": cpu,
             "cpu_s_per_config": cpu / max(1, len(points)),
             "s_per_config": wall / max(1, len(points)), "sim_minutes": minutes, "requests_each": base.requests,
             "best": None if out["best"] is None else {k: out["best"][k] for k in ("hardware", "tp", "replicas",

@@ -134,17 +134,26 @@ def run(args: argparse.Namespace) -> int:
     mapper, backend = mapper_for(args)
     pruned = []
     keep = []
+    beyond: list[tuple[pl.Point, str]] = []  # points that fit but provably miss the SLOs
     for pt in points:
         why = pl.prune(pt, base, args.budget_per_hour)
-        if why is None:
+        if why is None and (miss := pl.beyond_slo(pt, base, slo)) is not None:
+            beyond.append((pt, miss))
+        elif why is None:
             keep.append(pt)
         else:
             pruned.append({"config": pt.as_dict(), "why": why})
+    if not keep and beyond:
+        # Nothing can meet the SLOs: simulate them after all, so the report can say which target binds and how
+        # near the nearest point comes.
+        keep, beyond = [pt for pt, _ in beyond], []
     if not keep:
         raise InputError(_nothing_fits(pruned, points, base, args.budget_per_hour))
+    pruned += [{"config": pt.as_dict(), "why": why} for pt, why in beyond]
     jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
     results = _run_jobs(jobs, mapper, show=sys.stderr.isatty())
     out = pl.summarize(results, pruned, slo)
+    out["pruned_slo"] = len(beyond)  # of the pruned: points that fit but provably miss the SLOs
     out["wall_s"] = time.perf_counter() - t0
     out["backend"] = backend
     out["workload"] = {"users": base.users, "rate": base.rate, "prompt": base.prompt, "output": base.output,
@@ -189,7 +198,8 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
     targets = " and ".join(f"{k} {n} <= {v:g} s" for n, v in (("TTFT", slo.ttft), ("TPOT", slo.tpot)) if v)
     con.print(f"[bold]plan[/] · {load} · prompt {w['prompt']} · output {w['output']} · {w['requests']} requests"
               f" · {targets or 'no SLO'}")
-    con.print(f"{out['evaluated']} configurations simulated, {out['pruned']} pruned before simulating,"
+    con.print(f"{out['evaluated']} configurations simulated, {out['pruned']} pruned before simulating"
+              f" ({out['pruned_slo']} of them provably miss the SLOs),"
               f" {out['feasible']} meet the SLOs · {out['backend']} · {out['wall_s']:.1f} s")
     b = out["best"]
     if b is not None:
