@@ -121,7 +121,7 @@ class _Replica:
     def __init__(self, cfg: EngineConfig, index: int, role: str = "both") -> None:
         # No users, no rate, no bounds: the lane only serves what the fleet injects.
         self.eng = Engine(replace(cfg, users=0, rate=0.0, requests=None, duration=None, fast_share=0.0))
-        self.lane: Lane = self.eng._lanes[0]
+        self.lane: Lane = self.eng.lane
         self.index = index
         self.role = role  # "both", or "prefill" / "decode" in a disaggregated fleet
         self.queue_peak = 0
@@ -130,15 +130,8 @@ class _Replica:
         self.finished_rows: list[Rows] = []
         self.calm = -math.inf  # no step that could finish a request starts before this time (see Fleet._calm)
         # The fleet hears of every finished request (a prefill replica's prompt to copy, a closed-loop user to
-        # wake), however the lane ran the step: keep the rows _complete drops.
-        complete = self.lane._complete
-
-        def keep_rows(done: np.ndarray, t: float) -> np.ndarray:
-            rows = self.lane.R.rows().pick(done).copy()
-            rows.done[:] = t
-            self.finished_rows.append(rows)
-            return complete(done, t)
-        self.lane._complete = keep_rows  # type: ignore[method-assign]
+        # wake), however the lane ran the step.
+        self.eng.on_complete(self.finished_rows.append)
 
     @property
     def clock(self) -> float:
@@ -186,28 +179,18 @@ class _Replica:
     def hold(self, blocks: int) -> None:
         """Pin (or, negative, release) blocks for a KV copy: the pool counts them as used."""
         self.held += blocks
-        if blocks >= 0:
-            self.lane.pool.take(blocks)
-        else:
-            self.lane.pool.give(-blocks)
+        self.eng.pin(blocks)
 
     def inject(self, rows: Rows) -> None:
         """Queue requests (already clipped to fit) at the tail of this replica's FIFO."""
-        ln = self.lane
-        ln.stats.accepted += len(rows)
-        ln.Q.append(rows)
-        self.queue_peak = max(self.queue_peak, ln.waiting)
+        self.eng.accept(rows)
+        self.queue_peak = max(self.queue_peak, self.lane.waiting)
 
     def land(self, row: Rows) -> None:
         """A copied request joins the running batch: its reserved blocks become its own."""
-        ln = self.lane
         self.held -= int(row.blocks[0])  # the pool already counts them: they change hands, not state
         self.inflight -= 1
-        row.seq[0] = ln.seq
-        ln.seq += 1
-        ln.R.append(row)
-        ln.n_pf += 1  # it still computes one token of its prompt (see Fleet._handoff)
-        ln.stats.accepted += 1
+        self.eng.admit_copied(row)  # it still computes one token of its prompt (see Fleet._handoff)
 
     def steps_to_finish(self) -> int:
         """The fewest steps after which a request here can finish: each step emits at most one token per request
@@ -224,11 +207,7 @@ class _Replica:
         """Move this replica on without crossing `limit` (the fleet's next event): a run of up to `max_steps`
         quiet decode steps priced at once when the lane can (the same numbers as one by one), else one step.
         Returns the steps taken."""
-        k = self.lane.jump(limit, max_steps) if max_steps >= 2 else 0
-        if not k:
-            self.lane.step(limit, self.eng._tick + 1)
-            k = 1
-        self.eng._tick += k
+        k = self.eng.step_lane(limit, max_steps)
         self.queue_peak = max(self.queue_peak, self.lane.waiting)
         return k
 
@@ -712,7 +691,7 @@ class Fleet:
         cfg = self.spec.config
         sm = self.step_model
         slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
-        return run_metrics([r.lane for r in reps], self.reps[0].eng._rates(), self.ticks, sm.kv_capacity_bytes,
+        return run_metrics([r.lane for r in reps], self.reps[0].eng.rates(), self.ticks, sm.kv_capacity_bytes,
                            sm.kv_bytes_per_token, slo, cfg.tp).as_dict()
 
     def metrics(self) -> dict[str, Any]:

@@ -248,7 +248,7 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
     if isinstance(dep, Fleet):
         ttft, tpot = dep.latencies()
     else:
-        lat = np.concatenate([ln.stats.lat.last() for ln in dep._lanes])
+        lat = dep.latencies()
         ttft, tpot = lat[:, L.TTFT], lat[:, L.TPOT]
     cost_h = cost_per_hour(point, base)
     q = slo.percentile

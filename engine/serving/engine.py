@@ -13,6 +13,7 @@ forward for both (a fleet of replicas is more lanes on the same clock, with a ro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -26,7 +27,7 @@ from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rol
 from engine.serving.arrivals import Budget, PlanScript, Script, TraceScript
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
-from engine.serving.tables import BLOCK, done_view
+from engine.serving.tables import BLOCK, Rows, done_view
 from engine.snapshot import Phase, RequestView, Snapshot
 from engine.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.speculative import Drafter
@@ -92,6 +93,7 @@ class Engine:
             self._lanes.append(self._lane(True, blocks, rngs[5:]))
         self._tick = 0
         self._clock = 0.0
+        self._pinned = 0  # blocks held for KV copies (see pin)
 
     def _lane(self, fast: bool, blocks: int, rngs: list[np.random.Generator]) -> Lane:
         """One lane of this engine: the fast one serves fast_share of the users at fast_max_batch."""
@@ -224,6 +226,66 @@ class Engine:
     def kv_blocks_total(self) -> int:
         """KV pool size in 16-token blocks (per GPU group of the main lane)."""
         return self._lanes[0].pool.total
+
+    # ---- driven from outside: a fleet's replica ---------------------------------------------------------------
+    # A fleet draws and routes the requests itself: each replica is an engine with no users and no rate whose main
+    # lane it feeds (accept, admit_copied), steps (step_lane) and hears from (on_complete).
+    @property
+    def lane(self) -> Lane:
+        """The main lane (one GPU group): its tables, pool and stats, for a fleet to read."""
+        return self._lanes[0]
+
+    def accept(self, rows: Rows) -> None:
+        """Queue requests drawn elsewhere (already clipped to fit) at the tail of the main lane's FIFO."""
+        ln = self._lanes[0]
+        ln.stats.accepted += len(rows)
+        self._budget.accepted += len(rows)
+        ln.Q.append(rows)
+
+    def admit_copied(self, row: Rows) -> None:
+        """A request whose KV cache was copied in (prefill/decode disaggregation) joins the main lane's running
+        batch with the blocks the caller reserved for it; it still computes its prompt's last token."""
+        ln = self._lanes[0]
+        row.seq[0] = ln.seq
+        ln.seq += 1
+        ln.R.append(row)
+        ln.n_pf += 1
+        ln.stats.accepted += 1
+        self._budget.accepted += 1
+
+    def step_lane(self, limit: float, max_steps: int) -> int:
+        """Move the main lane on by one step, or by a run of up to `max_steps` quiet decode steps priced at once
+        (the same numbers), none starting at or after `limit`; returns the ticks taken."""
+        ln = self._lanes[0]
+        prev = ln.clock
+        k = ln.jump(limit, max_steps) if max_steps >= 2 and self.skip_quiet else 0
+        if not k:
+            ln.step(limit, self._tick + 1)
+            k = 1
+        self._tick += k
+        self._clock = ln.clock
+        if self._cfg.debug and not self._pinned:  # pinned blocks belong to no request: the check would miscount
+            ln.check(prev)
+        return k
+
+    def pin(self, blocks: int) -> None:
+        """Hold (or, negative, let go of) KV blocks of the main lane's pool that no request here holds: a KV copy
+        on its way out of or into this GPU group. The pool counts them as used."""
+        pool = self._lanes[0].pool
+        self._pinned += blocks
+        if blocks >= 0:
+            pool.take(blocks)
+        else:
+            pool.give(-blocks)
+
+    def rates(self) -> Rates:
+        """Per-GPU peaks and the price of one GPU group: what run metrics are computed against."""
+        return self._rates()
+
+    def on_complete(self, fn: Callable[[Rows], None] | None) -> None:
+        """Call fn with the rows of every request the main lane finishes (their done column set), however it
+        stepped: how a fleet hands a prompt on to a decode replica or wakes a closed-loop user."""
+        self._lanes[0].on_done = fn
 
     # ---- running ------------------------------------------------------------------------------
     def step(self) -> TickResult:
@@ -455,6 +517,11 @@ class Engine:
     def latency_split(self, last: int | None = None) -> Split:
         """Per finished request (the last `last` of each lane): its id and its TTFT and E2E parts."""
         return lanes_split(self._lanes, last)
+
+    def latencies(self) -> np.ndarray:
+        """Latency rows (columns accounting.L: TTFT, TPOT, ...) of the answers finished, the last ones each lane
+        keeps: what percentiles over a run are taken from."""
+        return np.concatenate([ln.stats.lat.last() for ln in self._lanes])
 
     def rolling_metrics(self) -> dict[str, float]:
         """What the UI shows now: rates over the last HISTORY_POINTS ticks, latencies over the last 256 answers."""

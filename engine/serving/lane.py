@@ -13,6 +13,7 @@ row, accepted ones emitted); the pricing and the accounting take any plan.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 from operator import add
@@ -182,6 +183,7 @@ class Lane:
         self.rec: Recorder | None = None  # engine.trace_out's recorder, when the run is traced
         self.staged = self.stats.stages > 1
         self.recent = Ring(RECENT_DONE, DONE_COLS)  # the last finished requests (for the snapshot)
+        self.on_done: Callable[[Rows], None] | None = None  # told of every finished request (a fleet's router)
         # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.
         self.script = script
         self._blocked: tuple[int, int, int, int] = (-1, -1, 0, 0)  # (head id, keys added, free, planned) that failed
@@ -1036,6 +1038,8 @@ class Lane:
         st.times.push(times)
         if self.rec is not None:
             self.rec.done(self, times)
+        if self.on_done is not None:
+            self.on_done(d)
         # Closed-loop users think, then send again (if still active and the run still takes requests).
         self.arrivals.think(d.user, t)
         return d.id

@@ -191,3 +191,16 @@ def test_clipped_requests_are_counted_once_as_the_engine_counts_them() -> None:
     _, f = _run(cfg)
     assert 0 < e["clipped_requests"] <= 200
     assert f["clipped_requests"] == e["clipped_requests"]
+
+
+@pytest.mark.parametrize("kw", [{"replicas": 3, "router": "least-loaded"}, {"replicas": 3, "pd": (1, 2)},
+                                {"replicas": 2, "router": "kv-aware"}])
+def test_replicas_keep_every_lane_invariant_under_debug(kw: dict) -> None:
+    # Replicas are engines driven through the Engine's public seam (accept, step_lane, admit_copied, pin,
+    # on_complete); under debug each step checks the lane's invariants (counts, blocks, caches), so a fleet
+    # that mis-fed a replica fails here. KV copies' pinned blocks belong to no request: checked once let go.
+    for cfg in (EngineConfig(rate=8, users=0, requests=200, debug=True),
+                EngineConfig(users=16, requests=200, debug=True)):
+        f, m = _run(cfg, **kw)  # type: ignore[arg-type]
+        assert m["requests_completed"] == 200
+        assert all(r.eng.tick > 0 and r.eng.lane.stats.accepted == r.eng.lane.stats.completed for r in f.reps)
