@@ -31,13 +31,11 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.serving.accounting import H, L, Percentiles, explain, rolling, run_metrics
-from engine.serving.arrivals import Arrivals, Budget
 from engine.serving.engine import Engine
-from engine.serving.lane import Lane, draw_lengths, new_rows
+from engine.serving.lane import Lane
 from engine.serving.tables import BLOCK, SHIFT, Rows
 from engine.snapshot import Snapshot
 from engine.step import StepModel
-from engine.workload import Dist, Sampler, parse_dist, seeded_rngs
 
 ROUTERS = ("round-robin", "least-loaded", "kv-aware", "prefix-aware")
 MAX_REPLICAS = 4096
@@ -120,7 +118,8 @@ class _Replica:
 
     def __init__(self, cfg: EngineConfig, index: int, role: str = "both") -> None:
         # No users, no rate, no bounds: the lane only serves what the fleet injects.
-        self.eng = Engine(replace(cfg, users=0, rate=0.0, requests=None, duration=None, fast_share=0.0))
+        self.eng = Engine(replace(cfg, users=0, rate=0.0, requests=None, duration=None, fast_share=0.0, workload=None,
+                                  trace=None))
         self.lane: Lane = self.eng.lane
         self.index = index
         self.role = role  # "both", or "prefill" / "decode" in a disaggregated fleet
@@ -233,7 +232,16 @@ class Fleet:
         self.spec = spec
         n_pf = spec.pd[0] if spec.pd else 0
         roles = ["prefill"] * n_pf + ["decode"] * (spec.replicas - n_pf) if spec.pd else ["both"] * spec.replicas
+        # The workload, drawn once for the whole fleet by an engine on the full config that is never stepped: the
+        # same streams, lengths, content and stages a lone engine's lane draws (force: it prices no steps).
+        self.src = Engine(replace(cfg, force=True))
+        self.limit, self.duration = self.src.bounds
         self.reps = [_Replica(cfg, i, role) for i, role in enumerate(roles)]
+        if self.src.stages:
+            for r in self.reps:
+                r.eng.count_stages(len(self.src.stages))
+        # Open loop: when requests come does not depend on when answers finish (no users in any stage).
+        open_loop = cfg.users == 0 and not any(st.users for st in self.src.stages)
         # Arrivals go to the replicas that read prompts; answers are written by those that decode.
         self.front = [r for r in self.reps if r.role != "decode"]
         self.back = [r for r in self.reps if r.role != "prefill"]
@@ -250,21 +258,9 @@ class Fleet:
         self.transfers = 0
         self.transfer_s: list[float] = []
         self.pending: dict[int, tuple[int, int]] = {}  # P/D: request id -> (think, total) while its prompt is read
-        # The workload, drawn once for the whole fleet from the same streams an engine's lane uses.
-        rngs = seeded_rngs(cfg.seed, 5)
-        self._cap = self.reps[0].cap_tokens
-        self.s_prompt = Sampler(parse_dist(cfg.prompt, "--prompt", 1), rngs[0], True, 1, max(1, self._cap - 1))
-        self.s_output = Sampler(parse_dist(cfg.output, "--output", 1), rngs[1], True, 1)
-        self.s_think = Sampler(parse_dist(cfg.think, "--think", 0), rngs[2], True, 0)
-        self.budget = Budget(cfg.requests, cfg.users, cfg.duration)
-        self.arrivals = Arrivals(self.budget, False, 0.0, cfg.rate,
-                                 Sampler(parse_dist(cfg.think_time, "--think-time", 0), rngs[3], False, 0.0),
-                                 Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
-        self.arrivals.set_users(cfg.users, 0.0, np.zeros(0, dtype=np.int64))
-        self.clipped = 0
         self.ticks = 0
         self.rr = 0
-        self.u_last = np.full(cfg.users, -1, dtype=np.int64)  # replica of each user's previous turn
+        self.u_last: dict[int, int] = {}  # replica of each user's previous turn
         self.last_routes: list[int] = []  # the router's latest choices (replica indices), newest last
         self.route_log: deque[Route] = deque(maxlen=ROUTE_LOG)  # the same, with the reasons (for the app)
         self.now = 0.0  # the time advance_to() last moved the fleet to
@@ -274,7 +270,7 @@ class Fleet:
         # Round-robin over open-loop arrivals routes without looking at any replica: each replica gets an inbox
         # of requests dealt to it in advance, and runs to its own next one (see _run_prerouted).
         self.inbox: list[deque[Rows]] | None = None
-        if preroute and spec.router == "round-robin" and cfg.users == 0 and spec.pd is None and spec.replicas > 1:
+        if preroute and spec.router == "round-robin" and open_loop and spec.pd is None and spec.replicas > 1:
             self.inbox = [deque() for _ in self.reps]
             self.ready = [(0.0, i) for i in range(len(self.reps))]
             self.queued = [True] * len(self.reps)
@@ -283,7 +279,7 @@ class Fleet:
         # (_run_lazy). Speculative decoding can emit several tokens a step, so it takes the event-ordered loop.
         # Kv-aware reads free blocks, which change every step: it moves every replica up to an arrival unless one
         # known exactly there has its whole pool free (a replica still running holds blocks, so cannot beat it).
-        self.lazy = (preroute and spec.router in ("least-loaded", "kv-aware") and cfg.users == 0 and spec.pd is None
+        self.lazy = (preroute and spec.router in ("least-loaded", "kv-aware") and open_loop and spec.pd is None
                      and spec.replicas > 1 and not cfg.spec_tokens and not cfg.kv_offload_gb)
         # The cheapest step this model can take (one token, no context; a decode replaying a full CUDA graph or a
         # prefill chunk without logits), less a margin for rounding in the lanes' clock sums.
@@ -307,6 +303,11 @@ class Fleet:
         return self.ticks
 
     @property
+    def requests_accepted(self) -> int:
+        """Requests the fleet has taken so far (drawn and routed)."""
+        return self.src.requests_accepted
+
+    @property
     def requests_completed(self) -> int:
         """Answers finished so far (by the replicas that write answers)."""
         return sum(r.lane.stats.completed for r in self.back)
@@ -325,7 +326,7 @@ class Fleet:
     # ---- the clock ----------------------------------------------------------------------------
     def _steppable(self) -> list[_Replica]:
         """Replicas with a step to take now (busy, not waiting on a copy, inside the run's duration)."""
-        d = self.budget.duration
+        d = self.duration
         return [r for r in self.reps if r.busy and not r.blocked and (d is None or r.clock < d)]
 
     @property
@@ -337,7 +338,7 @@ class Fleet:
     @property
     def finished(self) -> bool:
         """No request will come, no copy is under way, and every replica has drained (or the duration passed)."""
-        return (self.arrivals.next_time == math.inf and not self.landings and not self.waiting
+        return (self.src.next_arrival == math.inf and not self.landings and not self.waiting
                 and not (self.inbox and any(self.inbox)) and not self._steppable())
 
     def run(self, max_ticks: int | None = None, until: float = math.inf) -> int:
@@ -347,7 +348,7 @@ class Fleet:
         Events go in time order: an arrival or a copy landing at or before the earliest busy replica's
         clock happens first, so no replica steps past a request meant for it.
         """
-        if until == math.inf and self.budget.limit is None and self.budget.duration is None:
+        if until == math.inf and self.limit is None and self.duration is None:
             raise InputError("an unbounded workload never finishes: give --requests N or --duration S")
         if self.inbox is not None:
             if until < math.inf:
@@ -358,9 +359,9 @@ class Fleet:
         n = 0
         ready = self.ready
         reps = self.reps
-        d = self.budget.duration
+        d = self.duration
         while max_ticks is None or n < max_ticks:
-            ta = self.arrivals.next_time
+            ta = self.src.next_arrival
             tl = self.landings[0][0] if self.landings else math.inf
             tmin = ready[0][0] if ready else math.inf
             if until < math.inf and min(ta, tl, tmin) >= until:
@@ -408,15 +409,15 @@ class Fleet:
         assert inbox is not None
         ready = self.ready
         reps = self.reps
-        d = self.budget.duration
+        d = self.duration
         n = 0
         while ready and (max_ticks is None or n < max_ticks):
             _, i = heapq.heappop(ready)
             self.queued[i] = False
             r = reps[i]
             box = inbox[i]
-            while not box and self.arrivals.next_time < math.inf:
-                self._deal(self._draw(self.arrivals.next_time))
+            while not box and self.src.next_arrival < math.inf:
+                self._deal(self._draw(self.src.next_arrival))
             nxt = float(box[0].arrival[0]) if box else math.inf
             if nxt < math.inf and (nxt <= r.clock or not r.busy):
                 row = box.popleft()
@@ -441,10 +442,10 @@ class Fleet:
         there, see _arrive_lazy), or when the arrival is routed to it. The others keep their long quiet decode
         runs. The routes and every step are those of the event-ordered loop: each replica still takes exactly its
         steps that start before each arrival."""
-        d = self.budget.duration
+        d = self.duration
         end = math.inf if d is None else d
         n = 0
-        while (ta := self.arrivals.next_time) < math.inf:
+        while (ta := self.src.next_arrival) < math.inf:
             stop = min(ta, end)
             for r in self.reps:
                 if r.calm < stop:
@@ -502,7 +503,7 @@ class Fleet:
 
     def _wake(self, r: _Replica) -> None:
         """Put a replica with a step to take on the heap of ready replicas (by clock, then index), once."""
-        d = self.budget.duration
+        d = self.duration
         if not self.queued[r.index] and r.busy and not r.blocked and (d is None or r.clock < d):
             heapq.heappush(self.ready, (r.clock, r.index))
             self.queued[r.index] = True
@@ -515,12 +516,13 @@ class Fleet:
             self._send(rows.pick(slice(j, j + 1)).copy(), t)
 
     def _draw(self, t: float) -> Rows:
-        """The requests due at t (in time order) with their ids and seeded lengths, clipped to fit."""
-        tt, uu = self.arrivals.due(t)
-        prompt, think, output, clipped = draw_lengths(self.s_prompt, self.s_think, self.s_output, len(tt))
-        rows, n_clipped = new_rows(self.budget, tt, uu, prompt, think, output, clipped, self._cap)
-        self.clipped += n_clipped
-        return rows
+        """The requests due at t (in time order) with their ids, seeded lengths and content, clipped to fit."""
+        return self.src.draw_due(t)
+
+    @property
+    def clipped(self) -> int:
+        """Requests whose drawn lengths were cut to fit the context and the pool, each counted once."""
+        return self.src.lane.stats.clipped
 
     def _send(self, row: Rows, t: float) -> None:
         """One request to the replica the router picks."""
@@ -555,8 +557,8 @@ class Fleet:
             return reps[i]
         if name == "kv-aware":
             return min(reps, key=_kv_key)
-        if name == "prefix-aware" and user >= 0 and self.u_last[user] >= 0:
-            return self.reps[int(self.u_last[user])]
+        if name == "prefix-aware" and user in self.u_last:
+            return self.reps[self.u_last[user]]
         return min(reps, key=lambda r: (r.load, r.index))
 
     def _reason(self, rep: _Replica, user: int) -> tuple[str, int]:
@@ -576,7 +578,7 @@ class Fleet:
     def _think(self, r: _Replica) -> None:
         """Closed-loop users whose answers a replica just finished think, then send again."""
         for rows in r.finished_rows:
-            self.arrivals.think(rows.user, float(rows.done[0]))
+            self.src.wake(rows.user, float(rows.done[0]))
         r.finished_rows.clear()
 
     # ---- prefill/decode disaggregation --------------------------------------------------------
@@ -597,6 +599,8 @@ class Fleet:
                 row.target[0] = p
                 row.gen[0] = 0
                 row.input[0] = p  # its input tokens were counted where they were read
+                # The copy arrives as blocks of its own: nothing of it is in the decode replica's prefix cache.
+                row.full[0] = row.hkey[0] = row.hit[0] = 0
                 row.blocks[0] = (p - 1 + BLOCK - 1) >> SHIFT
                 row.first[0] = row.visible[0] = row.done[0] = np.nan
                 self.waiting.append(_Copy(r.clock, r.index, pinned, -1, row))
@@ -692,7 +696,7 @@ class Fleet:
         sm = self.step_model
         slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
         return run_metrics([r.lane for r in reps], self.reps[0].eng.rates(), self.ticks, sm.kv_capacity_bytes,
-                           sm.kv_bytes_per_token, slo, cfg.tp).as_dict()
+                           sm.kv_bytes_per_token, slo, cfg.tp, self.src.stages).as_dict()
 
     def metrics(self) -> dict[str, Any]:
         """`run --json`'s fleet-wide keys over every replica, plus `replicas` (one summary each) and the router.
@@ -706,7 +710,7 @@ class Fleet:
             front = self._metrics_of(self.front)
             for k in ("requests_completed", "output_tokens", "visible_tokens", "ttft_s", "ttft_raw_s", "tpot_s",
                       "e2e_s", "latency_samples", "goodput_req_s", "goodput_tok_s", "slo_attainment",
-                      "cost_per_mtok_out", "batch_p50"):
+                      "cost_per_mtok_out", "batch_p50", "stages"):
                 m[k] = back[k]
             m["cost_per_mtok_in"] = front["cost_per_mtok_in"]
             m["queue_delay_s"] = front["queue_delay_s"]
@@ -716,7 +720,7 @@ class Fleet:
             m["kv_transfers"] = self.transfers
             m["kv_transfer_s"] = Percentiles.of(np.array(self.transfer_s))._asdict()
             m["kv_link_gbps"] = self.link_bytes_s / 1e9
-        m["requests_accepted"] = self.budget.accepted
+        m["requests_accepted"] = self.src.requests_accepted
         m["clipped_requests"] = self.clipped
         m["gpus"] = self.gpus
         m["cost_per_hour"] = self.cost_per_hour
@@ -755,10 +759,6 @@ def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:
     return Fleet(spec, preroute=preroute)
 
 
-SCRIPTED = ("--workload and --trace replay on one engine for now: a fleet (--replicas, --pd) draws its requests"
-            " from --users or --rate with --prompt and --output")
-
-
 def scripted(cfg: EngineConfig) -> bool:
     """The workload comes from a file or a trace (the engine's scripts), not from users, rate and lengths."""
     return cfg.workload is not None or cfg.trace is not None
@@ -766,8 +766,6 @@ def scripted(cfg: EngineConfig) -> bool:
 
 def _validate(spec: FleetSpec) -> None:
     """Fleet-level contradictions: one line each."""
-    if scripted(spec.config):
-        raise InputError(SCRIPTED)
     if spec.router not in ROUTERS:
         raise InputError(f"--router {spec.router!r} is not a router; choose from {', '.join(ROUTERS)}")
     if isinstance(spec.replicas, bool) or int(spec.replicas) != spec.replicas or not 1 <= spec.replicas <= MAX_REPLICAS:

@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.fleet import ROUTERS, SCRIPTED, Fleet, FleetSpec, parse_pd, scripted
+from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd, scripted
 from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
 from engine.serving.tables import BLOCK
@@ -187,8 +187,6 @@ def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None
         Engine(fleet_spec(point, base).config)
     except InputError as e:
         return str(e)
-    if not alone(point) and scripted(base):
-        return SCRIPTED
     cost = cost_per_hour(point, base)
     if budget_per_hour is not None and cost > budget_per_hour + 1e-9:
         return f"costs ${cost:,.2f}/h for {point.gpus} GPUs, over the budget of ${budget_per_hour:,.2f}/h"

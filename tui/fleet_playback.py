@@ -118,7 +118,7 @@ class FleetPlayback(Playback):
     def view(self) -> FleetView:
         """The fleet's rows for the frame (rebuilt only when the fleet took a step or the selection changed)."""
         f = self.fleet
-        key = (f.ticks, f.budget.accepted, f.transfers, len(f.landings), len(f.waiting), self.selected)
+        key = (f.ticks, f.requests_accepted, f.transfers, len(f.landings), len(f.waiting), self.selected)
         if self._view is None or key != self._view_key:
             m = f.rolling_metrics()
             self._view = FleetView(

@@ -23,7 +23,7 @@ from engine import budget
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
-from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
+from engine.serving.accounting import H, LaneStats, Rates, Split, explain, lanes_split, rolling, run_metrics
 from engine.serving.arrivals import Budget, PlanScript, Script, TraceScript
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
@@ -240,6 +240,8 @@ class Engine:
         ln = self._lanes[0]
         ln.stats.accepted += len(rows)
         self._budget.accepted += len(rows)
+        if ln.caching and not ln.shared_content and (rows.group.any() or rows.body.any()):
+            ln.shared_content = True  # as the lane's own _create: blocks are keyed once content is shared
         ln.Q.append(rows)
 
     def admit_copied(self, row: Rows) -> None:
@@ -277,6 +279,45 @@ class Engine:
             pool.take(blocks)
         else:
             pool.give(-blocks)
+
+    # ---- driven from outside: a fleet's source of requests -------------------------------------------------
+    # A fleet draws its whole workload (users, rate, a workload file's stages, a trace) from one engine built on
+    # the full config, which it never steps: the rows come out drawn exactly as a lane draws its own.
+    @property
+    def next_arrival(self) -> float:
+        """When the main lane's next request (or workload stage) is due (inf: none within the run's bounds)."""
+        return self._lanes[0].next_arrival
+
+    def draw_due(self, t: float) -> Rows:
+        """Every request due by t, with its lengths, content and stage drawn as the main lane draws its own,
+        handed over (in arrival order) instead of queued."""
+        ln = self._lanes[0]
+        assert not ln.Q.size, "draw_due is for an engine that only draws: its queue stays empty"
+        ln._arrive(t)
+        rows = ln.Q.rows().copy()
+        ln.Q.pop(len(rows))
+        return rows
+
+    def wake(self, users: np.ndarray, t: float) -> None:
+        """Closed-loop users whose answers finished at t (served elsewhere) think, then send again."""
+        self._lanes[0].arrivals.think(users, t)
+
+    @property
+    def requests_accepted(self) -> int:
+        """Requests the run has taken so far (drawn, whatever served them)."""
+        return self._budget.accepted
+
+    @property
+    def stages(self) -> tuple[Any, ...]:
+        """A workload file's stages (empty for any other workload)."""
+        return self._script.plan.wl.stages if isinstance(self._script, PlanScript) else ()
+
+    def count_stages(self, n: int) -> None:
+        """Keep per-stage latencies for n stages of requests fed from outside (each row carries its stage).
+        Before the first step only."""
+        ln = self._lanes[0]
+        ln.stats = LaneStats(ln._hist_cap(ln.sched), n)
+        ln.staged = n > 1
 
     def rates(self) -> Rates:
         """Per-GPU peaks and the price of one GPU group: what run metrics are computed against."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine.config import EngineConfig
@@ -204,3 +206,46 @@ def test_replicas_keep_every_lane_invariant_under_debug(kw: dict) -> None:
         f, m = _run(cfg, **kw)  # type: ignore[arg-type]
         assert m["requests_completed"] == 200
         assert all(r.eng.tick > 0 and r.eng.lane.stats.accepted == r.eng.lane.stats.completed for r in f.reps)
+
+
+STAGED = """
+[[stage]]
+rate = 6.0
+duration = 20
+[[stage]]
+rate = 12.0
+duration = 10
+[prompt]
+tokens = 1200
+shared_prefix = 800
+groups = 3
+[output]
+tokens = 60
+"""
+
+
+def test_workload_files_and_traces_run_on_fleets(tmp_path: Path) -> None:
+    # A fleet draws a workload file's stages and content (shared prefixes) and a trace's rows with the engine's
+    # own code: one replica is the engine, and more replicas or a P/D split serve the same requests.
+    w = tmp_path / "staged.toml"
+    w.write_text(STAGED)
+    for cfg in (EngineConfig(users=0, workload=str(w)), EngineConfig(users=0, trace="azure-conv-sample", requests=150)):
+        eng = Engine(cfg)
+        eng.run()
+        e = eng.metrics()
+        _, one = _run(cfg)
+        for k in ("requests_completed", "requests_accepted", "input_tokens", "output_tokens", "prefix_cache_hit_rate",
+                  "cached_input_tokens", "clipped_requests"):
+            assert one[k] == e[k], k
+        assert one["ttft_s"] == pytest.approx(e["ttft_s"])
+        for kw in ({"replicas": 3, "router": "least-loaded"}, {"replicas": 3, "pd": (1, 2)}):
+            fl, m = _run(cfg, **kw)  # type: ignore[arg-type]
+            assert m["requests_accepted"] == e["requests_accepted"]
+            left = sum(r.lane.R.n + r.lane.waiting for r in fl.reps) + len(fl.landings) + len(fl.waiting)
+            assert m["requests_completed"] + left == m["requests_accepted"]  # nothing lost
+            assert m["requests_completed"] >= 0.9 * m["requests_accepted"]
+            if cfg.workload:
+                done = [s["requests_completed"] for s in m["stages"]]
+                assert len(done) == 2 and sum(done) == m["requests_completed"] and done[0] == e["stages"][0][
+                    "requests_completed"]
+                assert m["prefix_cache_hit_rate"] > 0.3  # the groups' shared prefix is found on the replicas
