@@ -11,8 +11,8 @@ Routers (what they read is each replica's state at the arrival):
 - round-robin: replica i, i+1, ... in turn;
 - least-loaded: fewest requests queued, preempted or running;
 - kv-aware: the most free KV blocks;
-- prefix-aware: the replica that served this user's previous turn (where its conversation's prefix
-  is cached), else the least loaded. Open-loop requests have no conversation: least loaded.
+- prefix-aware: the replica whose prefix cache holds the longest run of the request's leading blocks (a
+  group's shared prefix, a session's history), read from each replica's block pool; else the least loaded.
 
 Replica-level detail (injecting rows, reading pools and latencies) lives in `_Replica`, the one place
 that knows the serving loop's tables.
@@ -31,7 +31,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.serving.accounting import H, L, Percentiles, explain, rolling, run_metrics
-from engine.serving.engine import Engine
+from engine.serving.engine import Engine, prefix_keys
 from engine.serving.lane import Lane
 from engine.serving.tables import BLOCK, SHIFT, Rows
 from engine.snapshot import Snapshot
@@ -260,7 +260,6 @@ class Fleet:
         self.pending: dict[int, tuple[int, int]] = {}  # P/D: request id -> (think, total) while its prompt is read
         self.ticks = 0
         self.rr = 0
-        self.u_last: dict[int, int] = {}  # replica of each user's previous turn
         self.last_routes: list[int] = []  # the router's latest choices (replica indices), newest last
         self.route_log: deque[Route] = deque(maxlen=ROUTE_LOG)  # the same, with the reasons (for the app)
         self.now = 0.0  # the time advance_to() last moved the fleet to
@@ -306,6 +305,16 @@ class Fleet:
     def requests_accepted(self) -> int:
         """Requests the fleet has taken so far (drawn and routed)."""
         return self.src.requests_accepted
+
+    @property
+    def prefix_caching(self) -> bool:
+        """Whether the replicas cache prefixes (the config's choice or the runtime's default)."""
+        return self.reps[0].eng.prefix_caching
+
+    @property
+    def bounds(self) -> tuple[int | None, float | None]:
+        """The run's request limit and duration (a workload file or a trace sets them when the config does not)."""
+        return self.limit, self.duration
 
     @property
     def requests_completed(self) -> int:
@@ -467,9 +476,9 @@ class Fleet:
                 if rep is None or rep.free_blocks < rep.lane.pool.total:
                     for r in self.reps:
                         n += self._catch_up(r, stop, calm=False)
-                    rep = self._route(-1)
+                    rep = self._route()
             else:
-                rep = self._route(int(row.user[0]))
+                rep = self._route(row)
             n += self._catch_up(rep, stop, calm=False)
             self._give(rep, row, t)
             rep.calm = self._calm(rep)
@@ -526,16 +535,13 @@ class Fleet:
 
     def _send(self, row: Rows, t: float) -> None:
         """One request to the replica the router picks."""
-        self._give(self._route(int(row.user[0])), row, t)
+        self._give(self._route(row), row, t)
 
     def _give(self, rep: _Replica, row: Rows, t: float) -> None:
         """Queue one request on the replica the router picked (a prefill replica reads only its prompt)."""
-        user = int(row.user[0])
         rid = int(row.id[0])
-        self.route_log.append(Route(rid, user, rep.index, *self._reason(rep, user), t))
+        self.route_log.append(Route(rid, int(row.user[0]), rep.index, *self._reason(rep, row), t))
         self.last_routes = (self.last_routes + [rep.index])[-16:]
-        if user >= 0:
-            self.u_last[user] = rep.index
         if rep.role == "prefill":
             # It reads the prompt and computes one token; the answer comes from a decode replica.
             self.pending[rid] = (int(row.think[0]), int(row.total[0]))
@@ -545,8 +551,9 @@ class Fleet:
         rep.clock = max(rep.clock, t)
         self._wake(rep)
 
-    def _route(self, user: int) -> _Replica:
-        """The replica (of those that read prompts) the router picks for a request from `user`."""
+    def _route(self, row: Rows | None = None) -> _Replica:
+        """The replica (of those that read prompts) the router picks for a request (None: any request, for a
+        router that does not read it)."""
         reps = self.front
         if len(reps) == 1:
             return reps[0]
@@ -557,12 +564,18 @@ class Fleet:
             return reps[i]
         if name == "kv-aware":
             return min(reps, key=_kv_key)
-        if name == "prefix-aware" and user in self.u_last:
-            return self.reps[self.u_last[user]]
+        if name == "prefix-aware" and row is not None and reps[0].eng.prefix_caching:
+            keys = prefix_keys(row)
+            if len(keys):
+                # The longest cached run of this request's blocks wins; ties (and no hit anywhere) go to the least
+                # loaded, then the lowest index.
+                best = min(reps, key=lambda r: (-r.eng.cached_blocks(keys), r.load, r.index))
+                if best.eng.cached_blocks(keys):
+                    return best
         return min(reps, key=lambda r: (r.load, r.index))
 
-    def _reason(self, rep: _Replica, user: int) -> tuple[str, int]:
-        """Why the router picked `rep` for `user`, and the figure that decided it, read as the router read it
+    def _reason(self, rep: _Replica, row: Rows) -> tuple[str, int]:
+        """Why the router picked `rep` for a request, and the figure that decided it, read as the router read it
         (before the request is queued there)."""
         name = self.spec.router
         if len(self.front) == 1:
@@ -571,8 +584,8 @@ class Fleet:
             return "round-robin", self.front.index(rep)
         if name == "kv-aware":
             return "kv-aware", rep.free_blocks
-        if name == "prefix-aware" and user >= 0 and self.u_last[user] >= 0:
-            return "prefix", -1  # the user's previous turn is cached there (its length is not tracked)
+        if name == "prefix-aware" and (hit := rep.eng.cached_blocks(prefix_keys(row))):
+            return "prefix", hit * BLOCK  # tokens of the request's prefix cached there
         return "least-loaded", rep.load
 
     def _think(self, r: _Replica) -> None:

@@ -27,7 +27,7 @@ from engine.serving.accounting import H, LaneStats, Rates, Split, explain, lanes
 from engine.serving.arrivals import Budget, PlanScript, Script, TraceScript
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
-from engine.serving.tables import BLOCK, Rows, done_view
+from engine.serving.tables import BLOCK, SHIFT, Rows, done_view
 from engine.snapshot import Phase, RequestView, Snapshot
 from engine.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.speculative import Drafter
@@ -323,6 +323,11 @@ class Engine:
         """Per-GPU peaks and the price of one GPU group: what run metrics are computed against."""
         return self._rates()
 
+    def cached_blocks(self, keys: np.ndarray) -> int:
+        """How many leading blocks of these content keys (prefix_keys) the main lane's prefix cache holds now:
+        what admission would reuse (0 with prefix caching off)."""
+        return self._lanes[0].pool.match(keys)
+
     def on_complete(self, fn: Callable[[Rows], None] | None) -> None:
         """Call fn with the rows of every request the main lane finishes (their done column set), however it
         stepped: how a fleet hands a prompt on to a decode replica or wakes a closed-loop user."""
@@ -578,6 +583,15 @@ class Engine:
         stages = self._script.plan.wl.stages if isinstance(self._script, PlanScript) else ()
         return run_metrics(lanes, self._rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
                            cfg.tp, stages).as_dict()
+
+
+def prefix_keys(row: Rows) -> np.ndarray:
+    """Content keys of the leading blocks of one request's prompt that another request could have cached (its
+    group's shared prefix, a shared prompt, a session's history), as the prefix cache keys them; never the
+    block holding its last token, which admission always computes."""
+    z = np.zeros(1, dtype=np.int64)
+    n = np.minimum((row.target - 1) >> SHIFT, Lane._shareable(row.prompt, row.prefix, row.body, row.sess))
+    return Lane._keys(row.id, row.group, row.prefix, row.body, row.sess, row.prompt, z, np.maximum(n, 0), z)
 
 
 # ---- validation -------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
 from engine.serving import Engine
+from engine.serving.engine import prefix_keys
 from engine.serving.tables import Rows
 
 OPEN = EngineConfig(rate=8, users=0, requests=600, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")
@@ -71,31 +73,56 @@ def test_routers_read_the_replicas_state() -> None:
     f.reps[0].inject(_request(101, 10))
     f.reps[1].inject(_request(102, 30_000))
     f.reps[1].step(1.0, 1)
-    assert f._route(-1).index == 2
+    assert f._route().index == 2
     # kv-aware: replicas 0 and 2 have all their blocks free; 2 is less loaded, and 1 holds 30,000 tokens.
     f.spec = FleetSpec(f.spec.config, replicas=3, router="kv-aware")
     assert f.reps[1].free_blocks < f.reps[0].free_blocks == f.reps[2].free_blocks
-    assert f._route(-1).index == 2
+    assert f._route().index == 2
     f.reps[2].inject(_request(103, 20))
     f.reps[2].inject(_request(104, 20))
-    assert f._route(-1).index == 0  # equal free KV: the less loaded
+    assert f._route().index == 0  # equal free KV: the less loaded
 
 
-def test_prefix_aware_keeps_a_user_on_one_replica() -> None:
-    cfg = EngineConfig(users=12, think_time="exp:1", requests=240, output="uniform:20,80")
+SHARED = """
+[[stage]]
+rate = 10.0
+duration = 30
+[prompt]
+tokens = 1800
+shared_prefix = 1600
+groups = 40
+[output]
+tokens = 50
+"""
+
+
+def test_prefix_aware_reads_the_block_pools_and_beats_least_loaded_on_hits(tmp_path: Path) -> None:
+    # 40 groups share a 1,600-token prefix; each replica's pool (1,500 blocks) holds about 15 of them. Least
+    # loaded spreads every group over every replica, which evict each other's prefixes; prefix-aware sends a
+    # request where its prefix is cached, so each replica keeps its own groups.
+    w = tmp_path / "shared.toml"
+    w.write_text(SHARED)
+    cfg = EngineConfig(users=0, workload=str(w), kv_pool_blocks=1500)
+    hits = {}
+    for router in ("least-loaded", "prefix-aware"):
+        f, m = _run(cfg, replicas=4, router=router)
+        assert m["requests_completed"] > 0.95 * m["requests_accepted"] > 250  # the rest in flight at 30 s
+        hits[router] = m["prefix_cache_hit_rate"]
+    assert hits["prefix-aware"] > 0.75 and hits["prefix-aware"] > hits["least-loaded"] + 0.3
+    # It reads the pools: a request whose group's prefix is cached on replica 2 goes there, whatever the loads.
     f = Fleet(FleetSpec(cfg, replicas=3, router="prefix-aware"))
-    seen: dict[int, set[int]] = {}
-    route = f._route
-
-    def spy(user: int) -> object:
-        r = route(user)
-        seen.setdefault(user, set()).add(r.index)
-        return r
-    f._route = spy  # type: ignore[method-assign]
-    f.run()
-    assert f.metrics()["requests_completed"] == 240
-    assert len(seen) == 12 and all(len(s) == 1 for s in seen.values())  # each conversation stays where it is cached
-    assert {next(iter(s)) for s in seen.values()} == {0, 1, 2}  # first turns still spread by load
+    first = f.src.draw_due(f.src.next_arrival)
+    while not len(first):  # the stage's start comes before its first request
+        first = f.src.draw_due(f.src.next_arrival)
+    row = first.pick(slice(0, 1)).copy()
+    assert f._route(row).index == 0  # nothing cached anywhere: the least loaded, then the lowest index
+    f.reps[2].inject(row.copy())
+    f.reps[2].step(math.inf, 1)  # it prefills there and its prefix blocks are keyed into the cache
+    f.reps[0].inject(_request(900, 10))
+    twin = row.copy()
+    twin.id[0] = 10_000  # another request of the same group
+    assert f.reps[2].eng.cached_blocks(prefix_keys(twin)) == 1600 // 16
+    assert f._route(twin).index == 2
 
 
 def test_pd_trade_tpot_falls_ttft_pays_the_copy() -> None:
