@@ -102,11 +102,15 @@ def test_fleet_bench_rows_report_what_they_ran() -> None:
     assert plan_grid(configs=4, minutes=0.5, workers=1, every=2)["configs"] == 2
 
 
-def test_a_trace_plans_on_one_engine_and_a_fleet_says_why_not(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--trace", "azure-conv-sample", "--replicas", "1-2", "--workers", "1", "--json"]) == 0
+def test_a_trace_plans_on_one_engine_and_on_fleets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--trace", "azure-conv-sample", "--replicas", "1-2", "--pd", "1:1", "--workers", "1",
+                 "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["evaluated"] == 1 and out["best"]["replicas"] == 1 and out["best"]["requests_completed"] == 300
-    assert [i["config"]["replicas"] for i in out["infeasible"]] == [2]
-    assert "replay on one engine" in out["infeasible"][0]["why"]
-    r = cli("run", "--trace", "azure-conv-sample", "--replicas", "2")
-    assert r.returncode == 2 and "replay on one engine" in r.stderr and r.stdout == ""
+    assert out["evaluated"] == 3 and out["pruned"] == 0 and out["best"]["replicas"] == 1
+    # Every layout serves the trace's 300 requests; a second replica cuts TTFT.
+    rows = {(p["replicas"], p["pd"]): p for p in out["pareto"]}
+    assert all(p["requests_completed"] == 300 for p in out["pareto"])
+    assert rows[(2, None)]["ttft_s"] < rows[(1, None)]["ttft_s"]
+    r = cli("run", "--trace", "azure-conv-sample", "--replicas", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["requests_completed"] == 300
