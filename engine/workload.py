@@ -131,6 +131,21 @@ def _number(text: str, what: str) -> float:
     return v
 
 
+_FLAGS = {False: np.zeros(1 << 10, dtype=bool), True: np.ones(1 << 10, dtype=bool)}  # read-only, grown on demand
+for _a in _FLAGS.values():
+    _a.flags.writeable = False
+
+
+def _flags(n: int, value: bool) -> np.ndarray:
+    """n read-only copies of one flag (a view of a shared array, so a fixed length's clip mask costs no allocation)."""
+    a = _FLAGS[value]
+    if n > a.size:
+        a = np.full(max(n, 2 * a.size), value)
+        a.flags.writeable = False
+        _FLAGS[value] = a
+    return a[:n]
+
+
 class Sampler:
     """Seeded draws from one Dist, rounded to integers (token counts) or not (seconds), clipped to [lo, hi].
 
@@ -157,9 +172,13 @@ class Sampler:
         Values above `hi` become `hi` before any cast, so a draw of 1e30 never wraps around int64."""
         if self.dist.is_fixed:
             v = min(max(self.dist.a, self.lo), self.hi)
-            self.last_clipped = np.full(n, self.dist.a > self.hi)
-            self.clipped += n if self.dist.a > self.hi else 0
-            return np.full(n, round(v) if self.integer else v, dtype=np.int64 if self.integer else np.float64)
+            over = bool(self.dist.a > self.hi)
+            self.last_clipped = _flags(n, over)
+            self.clipped += n if over else 0
+            # empty + fill: np.full's Python wrapper costs more than the fill for the few values a tick takes
+            out = np.empty(n, dtype=np.int64 if self.integer else np.float64)
+            out.fill(round(v) if self.integer else v)
+            return out
         if self._pos + n > self._buf.size:
             left = self._buf[self._pos:]
             fresh = self._draw(max(_BLOCK, n - left.size))

@@ -126,17 +126,20 @@ class Arrivals:
         tt, uu, _ = self.due_tagged(t)
         return tt, uu
 
-    def due_tagged(self, t: float, script: Script | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def due_tagged(self, t: float, script: Script | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Every send, Poisson and scripted arrival at or before t that the budget takes, in time order: (times,
-        users, script tags; -1 where not scripted); users whose send falls past the run's bounds never send again."""
+        users, script tags, -1 where not scripted; None without a script); users whose send falls past the run's
+        bounds never send again."""
         times: list[np.ndarray] = []
         users: list[np.ndarray] = []
         tags: list[np.ndarray] = []
+        scripted = script is not None
         if self.next_user <= t:
             u = np.flatnonzero(self.u_next <= t)
             times.append(self.u_next[u])
             users.append(u)
-            tags.append(np.full(u.size, -1, dtype=np.int64))
+            if scripted:
+                tags.append(np.full(u.size, -1, dtype=np.int64))
             self.u_next[u] = np.inf
             self.u_pending[u] = False
             self._refresh()
@@ -144,31 +147,38 @@ class Arrivals:
             ts = self._poisson_until(t)
             times.append(ts)
             users.append(np.full(len(ts), -1, dtype=np.int64))
-            tags.append(np.full(len(ts), -1, dtype=np.int64))
+            if scripted:
+                tags.append(np.full(len(ts), -1, dtype=np.int64))
         if script is not None and script.next_time <= t:
             st, sg = script.pop_until(t)
             times.append(st)
             users.append(np.full(st.size, -1, dtype=np.int64))
             tags.append(sg)
         if not times:
-            return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64) if scripted else None
         tt = np.concatenate(times) if len(times) > 1 else times[0]
         uu = np.concatenate(users) if len(users) > 1 else users[0]
-        gg = np.concatenate(tags) if len(tags) > 1 else tags[0]
-        if len(tt) > 1:
+        gg = (np.concatenate(tags) if len(tags) > 1 else tags[0]) if scripted else None
+        if len(tt) > 1 and (len(times) > 1 or (tt[1:] < tt[:-1]).any()):
+            # One source is in time order already unless its sends are (users' think times end in any order).
             order = np.argsort(tt, kind="stable")
-            tt, uu, gg = tt[order], uu[order], gg[order]
+            tt, uu = tt[order], uu[order]
+            if gg is not None:
+                gg = gg[order]
         b = self.budget
-        if b.duration is not None:
+        if b.duration is not None and len(tt) and tt[-1] > b.duration:  # tt is sorted: its last is its latest
             keep = tt <= b.duration
-            if not keep.all():
-                self._drop(uu[~keep])
-                tt, uu, gg = tt[keep], uu[keep], gg[keep]
+            self._drop(uu[~keep])
+            tt, uu = tt[keep], uu[keep]
+            if gg is not None:
+                gg = gg[keep]
         if b.limit is not None:
             room = b.limit - b.accepted
             if len(tt) > room:
                 self._drop(uu[room:])
-                tt, uu, gg = tt[:room], uu[:room], gg[:room]
+                tt, uu = tt[:room], uu[:room]
+                if gg is not None:
+                    gg = gg[:room]
         return tt, uu, gg
 
     def _drop(self, uu: np.ndarray) -> None:

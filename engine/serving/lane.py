@@ -420,7 +420,8 @@ class Lane:
             k, chunk, hit, hkey = self._admit_cached(cand, free, tokens_planned, prefill_planned)
         else:
             chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
-            ok &= np.cumsum(blocks_for(chunk)) <= free
+            took = np.cumsum(blocks_for(chunk))  # blocks the first j + 1 candidates take
+            ok &= took <= free
             k = len(ok) if ok.all() else int(np.argmin(ok))
         if k == 0:
             return _EMPTY
@@ -445,9 +446,10 @@ class Lane:
             nf = int(fresh.sum())
             self.stats.in_tokens += nf
             self.stats.cached_in_tokens += nf
+            a.blocks[:] = blocks_for(a.cached + chunk)
         else:
-            self.pool.alloc(int(blocks_for(chunk).sum()))
-        a.blocks[:] = blocks_for(a.cached + chunk)
+            self.pool.alloc(int(took[k - 1]))
+            a.blocks[:] = blocks_for(chunk)  # a waiting request holds no cache: its chunk's blocks
         first = np.isnan(a.admit)
         a.admit[first] = t
         if kp:
@@ -632,6 +634,11 @@ class Lane:
         pre = np.array(preempted, dtype=np.int64) if preempted else _EMPTY
         if n == 0:
             return self._idle(limit, tick, admitted, pre)
+        if k and new is None and not self.spec_k and not self._load_s and \
+                (chunks == R.cols.target[n_run:n]).all() and not R.cols.cached[n_run:n].any():
+            # The common mixed step: every running row decodes, every admitted row reads its whole prompt.
+            pool.alloc(need)
+            return self._join_step(n_run, n, nb, chunks, tick, admitted, pre)
         if k:
             if new is None and self.spec_k:
                 # Prefill joins: this step is a plain mixed step, decode rows verify nothing (one token each).
@@ -846,6 +853,78 @@ class Lane:
         self._account(cost, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
         return TickResult(tick, t1, dt, cost, self.fast, ids, _ones(n), admitted, pre, completed)
 
+    def _join_step(self, n_run: int, n: int, nb: np.ndarray | None, chunks: np.ndarray, tick: int,
+                   admitted: np.ndarray, pre: np.ndarray) -> TickResult:
+        """_mixed_step's common case on fewer and smaller arrays: the running rows [0, n_run) all decode and the
+        rows just admitted [n_run, n) read their whole prompt from an empty cache, so every row emits.
+
+        Same aggregates as _mixed_step (its sums are of whole and half tokens, exact in any order), same updates.
+        """
+        c = self.R.cols
+        dec = c.cached[:n_run]
+        model = self.sm.model
+        s_dec = float(dec.sum())
+        nf = chunks.astype(np.float64)
+        attn_pf = float((nf * (nf / 2)).sum())
+        attn_dec = s_dec + 0.5 * n_run
+        attn = attn_dec + attn_pf
+        t_pf = int(chunks.sum())
+        tokens = n_run + t_pf
+        if model.sliding_layers > 0:
+            sum_win = float(model.local_seen(dec).sum())
+            attn_win = sum_win + 0.5 * n_run + float(model.local_pairs(np.zeros(n - n_run), nf).sum())
+        else:
+            sum_win = attn_win = 0.0
+        cost = self.sm.cost_agg(tokens, n, s_dec, sum_win, attn, attn_win, n, attn_decode=attn_dec)
+        # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
+        inp = c.input[n_run:n]
+        gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
+        in_new = int(gained.sum())
+        inp += gained
+        recomputed = t_pf - in_new
+        # _mixed_step's cost rule: prefill's share of the step's FLOPs is charged to input tokens.
+        fl = cost.flops
+        ftot = cost.flops_total
+        part = fl["matmul"] * t_pf / tokens
+        if attn:
+            part += fl["attention"] * attn_pf / attn
+        part += fl["lm_head"] * (n - n_run) / n
+        share_in = part / ftot if ftot else 0.0
+        dt = cost.time_s
+        t1 = self.clock + dt
+        self.clock = t1
+        if n_run:
+            dec += 1
+            c.blocks[:n_run] += nb
+        c.cached[n_run:n] = chunks
+        if self.shared_content:
+            self._fill(np.flatnonzero((c.cached[:n] >> SHIFT) > c.full[:n]))
+        gen = c.gen[:n]
+        gen += 1
+        g_new = gen[n_run:]
+        first = g_new == 1
+        if first.any():
+            c.first[n_run:n][first] = t1
+        think = c.think[:n]
+        vis = gen == think + 1
+        if vis.any():
+            c.visible[:n][vis] = t1
+        # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
+        again = ~first
+        n_later = n_run + int(np.count_nonzero(again))
+        if self.staged:
+            st = c.stage[:n]
+            self.stats.itl.add(dt, np.concatenate([st[:n_run], st[n_run:][again]]), n_later)
+        else:
+            self.stats.itl.add(dt, 0, n_later)
+        vis_tokens = n if self.think_zero else int(np.count_nonzero(gen > think))
+        ids = c.id[:n].copy()
+        self.n_pf = 0
+        done = gen >= c.total[:n]
+        completed = self._complete(done, t1) if done.any() else _EMPTY
+        self._account(cost, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt)
+        return TickResult(tick, t1, dt, cost, self.fast, ids, _ones(n), admitted, pre, completed)
+
     def _mixed_step(self, n: int, new: np.ndarray, tick: int, admitted: np.ndarray,
                     pre: np.ndarray) -> TickResult:
         """A step with prefill in it: `new` tokens per row on top of its cache; rows reaching their target emit."""
@@ -994,11 +1073,13 @@ class Lane:
     def _complete(self, done: np.ndarray, t: float) -> np.ndarray:
         """Finished rows: record latencies, free their blocks, start their users thinking, drop them."""
         R = self.R
-        d = R.rows().pick(done)
+        gone = np.flatnonzero(done)
+        c = R.cols
+        d = Rows(c.i.take(gone, axis=1), c.f.take(gone, axis=1))
         d.done[:] = t
-        k = len(d)
+        k = len(gone)
         self._release(d)
-        R.keep(~done)
+        R.drop(gone)
         st = self.stats
         st.completed += k
         arr = d.arrival

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 from engine.config import EngineConfig
@@ -42,28 +43,29 @@ def _engine(skip: bool, **kw: Any) -> Engine:
     return e
 
 
-def _same(a: Any, b: Any, path: str = "") -> None:
-    """Every number equal to 1e-12 relative (NaN matches NaN), every other value equal."""
+def _same(a: Any, b: Any, path: str = "", exact: bool = False) -> None:
+    """Every number equal to 1e-12 relative (bit for bit if `exact`; NaN matches NaN), every other value equal."""
     if isinstance(a, dict):
         assert a.keys() == b.keys(), path
         for k in a:
-            _same(a[k], b[k], f"{path}.{k}")
+            _same(a[k], b[k], f"{path}.{k}", exact)
     elif isinstance(a, float) and isinstance(b, float):
-        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12, abs=1e-300), path
+        assert (math.isnan(a) and math.isnan(b)) or a == (b if exact else pytest.approx(b, rel=1e-12, abs=1e-300)), \
+            path
     elif isinstance(a, tuple):
         assert len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _same(x, y, f"{path}[{i}]")
+            _same(x, y, f"{path}[{i}]", exact)
     else:
         assert a == b, path
 
 
-def _compare(on: Engine, off: Engine) -> None:
-    _same(on.metrics(), off.metrics())
+def _compare(on: Engine, off: Engine, exact: bool = False) -> None:
+    _same(on.metrics(), off.metrics(), exact=exact)
     if on.config.fast_share:
-        _same(on.metrics(fast=True), off.metrics(fast=True))
+        _same(on.metrics(fast=True), off.metrics(fast=True), exact=exact)
     s_on, s_off = on.snapshot(), off.snapshot()
-    _same(s_on.history, s_off.history)
+    _same(s_on.history, s_off.history, exact=exact)
     assert s_on.last_step == s_off.last_step and s_on.tick == s_off.tick
     assert s_on.kv_blocks_used == s_off.kv_blocks_used and s_on.requests.generated.tolist() == \
         s_off.requests.generated.tolist()
@@ -104,3 +106,28 @@ def test_quiet_runs_take_one_call_and_step_stays_one_tick(monkeypatch: pytest.Mo
     for i in range(1, 200):
         e2.step()
         assert e2.tick == i
+
+
+@pytest.mark.parametrize("name", ["closed", "static", "chunked", "preempting", "think", "sliding", "fast-lane",
+                                  "moe", "open"])
+def test_join_steps_price_as_mixed_steps(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lane._join_step (decodes plus whole prompts joining) is a shortcut through _mixed_step: the same run."""
+    joins: list[int] = []
+    join = Lane._join_step
+
+    def counted(self: Lane, n_run: int, n: int, *a: Any) -> Any:
+        joins.append(n - n_run)
+        return join(self, n_run, n, *a)
+
+    monkeypatch.setattr(Lane, "_join_step", counted)
+    fast = _engine(True, **CONFIGS[name])
+    fast.run()
+    assert joins, "no step took the shortcut: the comparison would prove nothing"
+
+    def general(self: Lane, n_run: int, n: int, nb: Any, chunks: Any, tick: int, admitted: Any, pre: Any) -> Any:
+        return self._mixed_step(n, np.concatenate([np.ones(n_run, dtype=np.int64), chunks]), tick, admitted, pre)
+
+    monkeypatch.setattr(Lane, "_join_step", general)
+    slow = _engine(True, **CONFIGS[name])
+    slow.run()
+    _compare(fast, slow, exact=True)  # its sums are of whole and half tokens: exact in any order
