@@ -43,12 +43,15 @@ def is_fast_user(u: np.ndarray, share: float) -> np.ndarray:
     return np.floor((u + 1) * share) > np.floor(u * share)
 
 
+_AHEAD = 256  # Poisson arrival times computed at once
+
+
 class Arrivals:
     """One lane's send times: per closed-loop user (inf while its request is out or it is not ours) and the
     next Poisson arrival at `rate` per second."""
 
     __slots__ = ("budget", "fast", "fast_share", "think_time", "gap", "u_next", "u_pending", "next_user", "rate",
-                 "next_poisson")
+                 "next_poisson", "_at", "_at_pos")
 
     def __init__(self, budget: Budget, fast: bool, fast_share: float, rate: float, think_time: Sampler,
                  gap: Sampler) -> None:
@@ -62,8 +65,11 @@ class Arrivals:
         self.next_user = math.inf
         self.rate = rate
         self.next_poisson = math.inf
+        self._at = np.full(1, np.inf)  # Poisson arrival times computed ahead; _at[_at_pos] is next_poisson
+        self._at_pos = 0
         if rate > 0:
             self.next_poisson = float(gap.take(1)[0]) / rate
+            self._at[0] = self.next_poisson
 
     @property
     def next_time(self) -> float:
@@ -100,26 +106,31 @@ class Arrivals:
         self.next_user = float(self.u_next.min()) if self.u_next.size else math.inf
 
     def _poisson_until(self, t: float) -> np.ndarray:
-        """Every Poisson arrival at or before t, drawn in blocks (no Python loop per arrival), never more than
-        the run can still accept. Gaps are used in the order drawn and unused ones go back, so the arrival
-        times are those of one-at-a-time drawing, bit for bit (a sequential cumsum adds in the same order)."""
+        """Every Poisson arrival at or before t, never more than the run can still accept (plus the one a
+        one-at-a-time draw stops on). Arrival times are computed ahead in blocks, a sequential cumsum over the
+        gaps in the order drawn, so they are those of one-at-a-time drawing, bit for bit, and a tick with an
+        arrival costs a search rather than a draw."""
         b = self.budget
-        room = math.inf if b.limit is None else max(0, b.limit - b.accepted)
-        out: list[np.ndarray] = []
-        got = 0
-        nxt = self.next_poisson
-        while nxt <= t and got <= room:
-            want = (t - nxt) * self.rate + 16  # expected arrivals left, plus slack
-            k = int(min(want * 1.25, room + 1 - got, 1 << 20))
-            gaps = self.gap.take(k) / self.rate
-            at = np.cumsum(np.concatenate(([nxt], gaps)))  # at[j]: the arrival after j more gaps
-            m = int(np.searchsorted(at[:k], t, side="right"))  # arrivals at or before t among the first k
-            self.gap.give_back(k - m)
-            out.append(at[:m])
-            got += m
-            nxt = float(at[m])
-        self.next_poisson = nxt
-        return np.concatenate(out) if len(out) != 1 else out[0]
+        cap = math.inf if b.limit is None else max(0, b.limit - b.accepted) + 1
+        at, p = self._at, self._at_pos
+        m = int(np.searchsorted(at[p:], t, side="right"))
+        while p + m >= at.size and m < cap:  # every time ahead is at or before t: compute more
+            at, p = self._ahead(max(_AHEAD, int((t - float(at[-1])) * self.rate * 1.25) + 16)), 0
+            m = int(np.searchsorted(at, t, side="right"))
+        m = int(min(m, cap))
+        if p + m >= at.size:  # keep the arrival after the last one handed out
+            at, p = self._ahead(_AHEAD), 0
+        self._at_pos = p + m
+        self.next_poisson = float(at[p + m])
+        return at[p:p + m].copy()
+
+    def _ahead(self, k: int) -> np.ndarray:
+        """Extend the times ahead by k more gaps (dropping those handed out); returns them, _at_pos reset to 0."""
+        at = self._at[self._at_pos:]
+        more = np.cumsum(np.concatenate((at[-1:], self.gap.take(k) / self.rate)))[1:]
+        self._at = np.concatenate((at, more))
+        self._at_pos = 0
+        return self._at
 
     def due(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Every send and Poisson arrival at or before t that the budget takes, in time order: (times, users)."""

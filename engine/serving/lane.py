@@ -46,7 +46,7 @@ _ALL = np.int64(1) << 40  # "every block" in _shareable
 # (index arrays built once: a list of IntEnum members is converted element by element on every use).
 _LAT_TO = np.array([L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE], dtype=np.intp)
 _LAT_FROM = np.array([FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE, FloatCol.ADMIT], dtype=np.intp)
-_LAT_PATH = np.array([L.TTFT, L.TTFT_RAW, L.E2E], dtype=np.intp)  # latencies the request path adds to
+_N_PATH = 3  # the request path adds to the first three of them (TTFT, TTFT_RAW, E2E), not to the queue delay
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 
@@ -96,9 +96,10 @@ def draw_lengths(s_prompt: Sampler, s_think: Sampler, s_output: Sampler,
 
 
 def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, think: np.ndarray, output: np.ndarray,
-             clipped: np.ndarray, cap_tokens: int) -> tuple[Rows, int]:
+             clipped: np.ndarray, cap_tokens: int, into: Rows | None = None) -> tuple[Rows, int]:
     """New request rows with the next ids, lengths clipped so a request's whole cache (prompt + every generated
-    token) fits the context and the pool; also the number of requests clipped, each counted once."""
+    token) fits the context and the pool; also the number of requests clipped, each counted once. `into`: blank
+    rows to fill (a table's, see Table.extend), else fresh ones."""
     k = len(tt)
     room = cap_tokens - prompt
     over = think + output > room
@@ -106,7 +107,7 @@ def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, thin
         clipped = clipped | over
         think = np.where(over, np.minimum(think, room - 1), think)
         output = np.where(over, np.maximum(1, room - think), output)
-    r = Rows.new(k)
+    r = Rows.new(k) if into is None else into
     r.id[:] = np.arange(b.next_id, b.next_id + k)
     r.user[:] = uu
     r.prompt[:] = prompt
@@ -304,7 +305,7 @@ class Lane:
             clipped = content.prompt > prompt
             think = content.think.copy()
             output = content.output.copy()
-        r, n_clipped = new_rows(b, tt, uu, prompt, think, output, clipped, self.cap_tokens)
+        r, n_clipped = new_rows(b, tt, uu, prompt, think, output, clipped, self.cap_tokens, self.Q.extend(k))
         st = self.stats
         st.clipped += n_clipped
         if self.fast:
@@ -318,7 +319,6 @@ class Lane:
             if self.caching and not self.shared_content and (r.group.any() or r.body.any()):
                 self.shared_content = True
         st.accepted += k
-        self.Q.append(r)
 
     # ---- scheduling ---------------------------------------------------------------------------
     def _plan_running(self) -> tuple[np.ndarray | None, np.ndarray | None, int]:
@@ -384,7 +384,7 @@ class Lane:
             head = P.cols.pick(slice(j, j + 1))
         else:
             head = self.Q.cols.pick(slice(self.Q.head, self.Q.head + 1))
-        if self.caching:
+        if self.caching and (self.shared_content or P.n):  # _admit's own test for looking in the cache
             return self._admit_cached(head, free, tokens_planned, prefill_planned, dry=True)[0] == 0
         chunk, ok = self.sched.admit_chunks(head.target.copy(), tokens_planned, prefill_planned)
         return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
@@ -426,7 +426,8 @@ class Lane:
         if k == 0:
             return _EMPTY
         kp = min(k, len(order))
-        a = Rows.join([P.rows().pick(order[:kp]), Q.rows(k - kp)]) if kp else Q.rows(k).copy()
+        # The admitted rows move to the end of R; `a` is a view of them there.
+        a = R.append_view(Rows.join([P.rows().pick(order[:kp]), Q.rows(k - kp)]) if kp else Q.rows(k))
         chunk = chunk[:k].copy()
         a.seq[:] = np.arange(self.seq, self.seq + k)
         self.seq += k
@@ -456,7 +457,6 @@ class Lane:
             back = a.pick(slice(0, kp))  # readmitted after a preemption: their wait ends, their recompute starts
             _spend(back, t, back.pre, back.pre_v)
             back.mark[:] = t  # (views: this writes a's rows)
-        R.append(a)
         if kp:
             keep = np.ones(P.n, dtype=bool)
             keep[order[:kp]] = False
@@ -728,13 +728,14 @@ class Lane:
         if k < 2:
             return 0
         # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16.
-        opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK)
+        lag = (-cached) & (BLOCK - 1)
+        if not self._admission_blocked(self.pool.available - int(np.count_nonzero(lag == 0)), n, False):
+            return 0
+        opens = np.bincount(lag, minlength=BLOCK)
         j = np.arange(k)
         need = opens[j & (BLOCK - 1)]
         grown = np.cumsum(need)
         used = self.pool.used + grown
-        if not self._admission_blocked(self.pool.available - int(need[0]), n, False):
-            return 0
         over = grown > self.pool.available  # cached blocks are reclaimed before anyone is preempted
         if over.any():
             k = int(np.argmax(over))  # the step that would preempt is taken by step()
@@ -749,7 +750,7 @@ class Lane:
             sum_win = _window_sums(cached, k, int(model.sliding_window), model.chunked)[:len(j)]
             attn_win = sum_win + 0.5 * n
         else:
-            sum_win = attn_win = np.zeros(len(j))
+            sum_win = attn_win = 0.0  # one float for every step: the window terms are not priced per step
         tok = float(n)  # every step of the run has the same batch: its token-only terms are priced once
         dts, flops, byts = self.sm.totals_agg(tok, sum_ctx, sum_win, attn, attn_win, tok, attn)
         clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
@@ -810,8 +811,8 @@ class Lane:
             self.rec.steps(self, ends, dts, n, byts, flops)
         last = k - 1
         # The last step's StepCost is built only if someone reads it (last_cost): headless runs never do.
-        self._last_agg = (self.sm, n, float(sum_ctx[last]), float(sum_win[last]), float(attn[last]),
-                          float(attn_win[last]))
+        win = (0.0, 0.0) if isinstance(sum_win, float) else (float(sum_win[last]), float(attn_win[last]))
+        self._last_agg = (self.sm, n, float(sum_ctx[last]), win[0], float(attn[last]), win[1])
         st.last_batch = n
         return k
 
@@ -893,6 +894,12 @@ class Lane:
         dt = cost.time_s
         t1 = self.clock + dt
         self.clock = t1
+        if self.stats.preemptions:
+            rec = np.flatnonzero(~np.isnan(c.mark[:n]))  # every row emits: recomputes that end with this step
+            if rec.size:
+                r = c.pick(rec)
+                _spend(r, t1, r.rec, r.rec_v)
+                c.f[:, rec] = r.f
         if n_run:
             dec += 1
             c.blocks[:n_run] += nb
@@ -901,23 +908,26 @@ class Lane:
             self._fill(np.flatnonzero((c.cached[:n] >> SHIFT) > c.full[:n]))
         gen = c.gen[:n]
         gen += 1
-        g_new = gen[n_run:]
-        first = g_new == 1
-        if first.any():
+        first = gen[n_run:] == 1  # decode rows had a token already; a recomputed row too
+        n_first = int(np.count_nonzero(first))
+        if n_first:
             c.first[n_run:n][first] = t1
-        think = c.think[:n]
-        vis = gen == think + 1
-        if vis.any():
-            c.visible[:n][vis] = t1
+        if self.think_zero:
+            if n_first:  # nothing hidden: the first token is the first visible one
+                c.visible[n_run:n][first] = t1
+            vis_tokens = n
+        else:
+            think = c.think[:n]
+            vis = gen == think + 1
+            if vis.any():
+                c.visible[:n][vis] = t1
+            vis_tokens = int(np.count_nonzero(gen > think))
         # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
-        again = ~first
-        n_later = n_run + int(np.count_nonzero(again))
         if self.staged:
             st = c.stage[:n]
-            self.stats.itl.add(dt, np.concatenate([st[:n_run], st[n_run:][again]]), n_later)
+            self.stats.itl.add(dt, np.concatenate([st[:n_run], st[n_run:][~first]]), n - n_first)
         else:
-            self.stats.itl.add(dt, 0, n_later)
-        vis_tokens = n if self.think_zero else int(np.count_nonzero(gen > think))
+            self.stats.itl.add(dt, 0, n - n_first)
         ids = c.id[:n].copy()
         self.n_pf = 0
         done = gen >= c.total[:n]
@@ -1076,31 +1086,32 @@ class Lane:
         gone = np.flatnonzero(done)
         c = R.cols
         d = Rows(c.i.take(gone, axis=1), c.f.take(gone, axis=1))
-        d.done[:] = t
-        k = len(gone)
+        f = d.f
+        f[FloatCol.DONE] = t
+        k = gone.size
         self._release(d)
-        R.drop(gone)
+        R.drop(gone, done)
         st = self.stats
         st.completed += k
-        arr = d.arrival
         total = d.total
-        # TPOT: time per generated token after the first (hidden tokens included); undefined for 1 token.
-        tpot = np.full(k, np.nan)
-        np.divide(t - d.first, total - 1, out=tpot, where=total > 1)
         lat = np.empty((len(L), k))
-        lat[_LAT_TO] = d.f[_LAT_FROM] - arr
-        # The request path outside the GPU steps (HTTP, tokenising, detokenising and streaming): the client sees it
-        # in its first token and its last.
-        lat[_LAT_PATH] += self._request_s
-        lat[L.TPOT] = tpot
+        since = f[_LAT_FROM] - f[FloatCol.ARRIVAL]
+        if self._request_s:
+            # The request path outside the GPU steps (HTTP, tokenising, detokenising and streaming): the client
+            # sees it in its first token and its last.
+            since[:_N_PATH] += self._request_s
+        lat[_LAT_TO] = since
+        # TPOT: time per generated token after the first (hidden tokens included); undefined for 1 token.
+        tpot = lat[L.TPOT]
+        tpot.fill(np.nan)
+        np.divide(t - f[FloatCol.FIRST], total - 1, out=tpot, where=total > 1)
         lat[L.STAGE] = d.stage
         if self.staged:
             st.stage_done += np.bincount(d.stage, minlength=st.stages)
         else:
             st.stage_done[0] += k
         ttft = lat[L.TTFT]
-        lat = lat.T
-        st.lat.push(lat)
+        st.lat.push(lat.T)
         sp = self.spec
         if sp.slo_ttft is not None or sp.slo_tpot is not None:
             ok = np.ones(k, dtype=bool)

@@ -211,12 +211,28 @@ class Table:
         self.cols.f[:, n:n + k] = rows.f
         self.n = n + k
 
+    def append_view(self, rows: Rows) -> Rows:
+        """Append rows at the end and return a view of them there (writes go to the table)."""
+        n = self.n
+        self.append(rows)
+        return self.cols.pick(slice(n, self.n))
+
+    def extend(self, k: int) -> Rows:
+        """Append k blank rows (zero counts, NaN times) and return a view of them to fill in."""
+        self.reserve(k)
+        n, c = self.n, self.cols
+        c.i[:, n:n + k] = 0
+        c.f[:, n:n + k] = np.nan
+        self.n = n + k
+        return c.pick(slice(n, n + k))
+
     def keep(self, mask: np.ndarray) -> None:
         """Drop the live rows where mask is False, keeping order (each field compacts in place)."""
-        self.drop(np.flatnonzero(~mask), mask)
+        gone = ~mask
+        self.drop(np.flatnonzero(gone), gone)
 
-    def drop(self, gone: np.ndarray, mask: np.ndarray | None = None) -> None:
-        """Drop the live rows at `gone` (sorted row numbers), keeping order; `mask` (False at `gone`) if at hand."""
+    def drop(self, gone: np.ndarray, gone_mask: np.ndarray | None = None) -> None:
+        """Drop the live rows at `gone` (sorted row numbers), keeping order; `gone_mask` (True at `gone`) if at hand."""
         if not gone.size:
             return
         c, n = self.cols, self.n
@@ -232,9 +248,11 @@ class Table:
                 w += seg
         else:
             m = n - gone.size
-            if mask is None:
+            if gone_mask is None:
                 mask = np.ones(n, dtype=bool)
                 mask[gone] = False
+            else:
+                mask = ~gone_mask
             if n <= _GATHER_ROWS:
                 # A small table: gather the kept columns of each part at once (4 numpy calls, not 2 per field).
                 kept = np.flatnonzero(mask)
