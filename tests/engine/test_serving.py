@@ -188,6 +188,37 @@ def test_open_loop_poisson_arrivals_match_the_rate() -> None:
     assert e.clock >= 30.0
 
 
+@pytest.mark.parametrize("limit", [None, 0, 1, 37, 700])
+def test_poisson_times_computed_ahead_are_those_of_one_at_a_time_drawing(limit: int | None) -> None:
+    """Arrivals computes Poisson times ahead in blocks: they must be the sequential sums of the gaps in the order
+    drawn (bit for bit), handed out up to t, never more than the budget's room plus the one a draw stops on."""
+    from engine.serving.arrivals import Arrivals, Budget
+    from engine.workload import Dist, Sampler
+
+    rate = 3.7
+    budget = Budget(limit, 0, None)
+    a = Arrivals(budget, False, 0.0, rate, Sampler(Dist("fixed", 0.0), np.random.default_rng(1), False),
+                 Sampler(Dist("exp", 1.0), np.random.default_rng(2), False, 0.0))
+    ref = Sampler(Dist("exp", 1.0), np.random.default_rng(2), False, 0.0)
+    want = [float(ref.take(1)[0]) / rate]
+    for _ in range(3000):
+        want.append(want[-1] + float(ref.take(1)[0]) / rate)
+    got: list[float] = []
+    for t in np.cumsum(np.random.default_rng(3).exponential(0.8, 400)):
+        before = len(got)
+        ts = a._poisson_until(float(t))
+        got += ts.tolist()
+        if limit is not None:
+            room = max(0, limit - budget.accepted)
+            assert len(ts) <= room + 1
+            budget.accepted += min(len(ts), room)
+            if len(ts) < room + 1:
+                assert a.next_poisson > t
+        else:
+            assert a.next_poisson > t and (not ts.size or ts[-1] <= t)
+        assert got == want[:len(got)] and a.next_poisson == want[len(got)], f"after {before} arrivals"
+
+
 def test_fast_lane_is_faster_per_user_and_dearer_per_token() -> None:
     e = Engine(cfg(users=40, fast_share=0.1, fast_max_batch=2, prompt="500", output="200", max_batch=256,
                    requests=None, debug=False))

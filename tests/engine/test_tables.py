@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.serving import tables
 from engine.serving.tables import Queue, Rows, Table
 
 
@@ -17,18 +19,42 @@ def _rows(n: int, seed: int) -> Rows:
     return r
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.booleans(), min_size=1, max_size=120), st.integers(0, 2**16))
-def test_keep_drops_exactly_the_masked_rows_in_order(mask_list: list[bool], seed: int) -> None:
-    # Few and many dropped rows take different paths (sliding runs or masking each field): both must agree.
+@pytest.mark.parametrize("gather_rows", [0, 1 << 20])
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=120), st.integers(0, 2**16), st.booleans())
+def test_keep_drops_exactly_the_masked_rows_in_order(gather_rows: int, mask_list: list[bool], seed: int,
+                                                     by_index: bool) -> None:
+    # Few and many dropped rows take different paths (sliding runs, one gather per part in a small table, masking
+    # each field in a big one; the size where gathering stops is set both ways): every path must agree.
     mask = np.array(mask_list)
     r = _rows(mask.size, seed)
     t = Table(4)
     t.append(r)
-    t.keep(mask)
+    old, tables._GATHER_ROWS = tables._GATHER_ROWS, gather_rows
+    try:
+        if by_index:
+            t.drop(np.flatnonzero(~mask), ~mask)
+        else:
+            t.keep(mask)
+    finally:
+        tables._GATHER_ROWS = old
     kept = t.rows()
     assert t.n == int(mask.sum())
     assert (kept.i == r.i[:, mask]).all() and np.array_equal(kept.f, r.f[:, mask])
+
+
+def test_extend_and_append_view_write_into_the_table() -> None:
+    t = Table(2)
+    t.append(_rows(3, 4))
+    blank = t.extend(2)
+    assert t.n == 5 and (t.cols.i[:, 3:5] == 0).all() and np.isnan(t.cols.f[:, 3:5]).all()
+    blank.prompt[:] = [7, 9]
+    r = _rows(2, 5)
+    view = t.append_view(r)
+    view.seq[:] = 42
+    assert t.col("prompt")[3:5].tolist() == [7, 9] and t.col("seq")[5:].tolist() == [42, 42]
+    other = np.arange(len(r.i)) != tables.IntCol.SEQ
+    assert (t.cols.i[:, 5:7][other] == r.i[other]).all()
 
 
 def test_queue_slides_live_rows_down_before_growing() -> None:
