@@ -111,12 +111,13 @@ class Itl:
         if n <= 0 or not len(dts):
             return
         b = np.minimum(np.maximum(np.searchsorted(ITL_EDGES, dts) - 1, 0), ITL_MID.size - 1)  # np.clip, 2 calls
-        per = np.array([n]) if isinstance(stage, int) or self.n.size == 1 else np.bincount(stage, minlength=self.n.size)
-        rows = [stage if isinstance(stage, int) else 0] if per.size == 1 else list(np.flatnonzero(per))
-        hist = np.bincount(b, minlength=ITL_MID.size)
-        for s in rows:
-            m = int(per[s] if per.size > 1 else per[0])
-            self.counts[s] += hist * m
+        if isinstance(stage, int) or self.n.size == 1:
+            per = [(stage if isinstance(stage, int) else 0, n)]
+        else:
+            cnt = np.bincount(stage, minlength=self.n.size)
+            per = [(s, int(cnt[s])) for s in np.flatnonzero(cnt).tolist()]
+        for s, m in per:
+            np.add.at(self.counts[s], b, m)  # a few bins of a long histogram: add in place, no bincount of it all
             self.sum[s] += m * float(dts.sum())
             self.n[s] += m * len(dts)
 
