@@ -156,8 +156,8 @@ for _c in FloatCol:
 FIELDS = tuple(c.name.lower() for c in IntCol) + tuple(c.name.lower() for c in FloatCol)
 
 
-_FEW_GAPS = 8  # keep(): up to this many dropped rows are closed by sliding runs; more by masking each field
-_GATHER_ROWS = 1536  # keep() on more dropped rows: below this many live rows one gather per part beats masking
+_FEW_GAPS = 8  # drop(): up to this many dropped rows are closed by sliding runs of kept rows
+_GATHER_ROWS = 1536  # more dropped rows: below this many live rows one gather per part, above it a mask per field
 
 
 class Table:
