@@ -86,9 +86,15 @@ class Rows:
     @classmethod
     def new(cls, k: int) -> Rows:
         """k blank rows: zero counts, NaN times, no seconds spent."""
-        f = np.full((len(FloatCol), k), np.nan)
-        f[SPENT] = 0.0
-        return cls(np.zeros((len(IntCol), k), dtype=np.int64), f)
+        r = cls(np.empty((len(IntCol), k), dtype=np.int64), np.empty((len(FloatCol), k)))
+        r.blank()
+        return r
+
+    def blank(self) -> None:
+        """Make these rows blank in place: zero counts, NaN times, no seconds spent."""
+        self.i[:] = 0
+        self.f[:] = np.nan
+        self.f[SPENT] = 0.0
 
     def __len__(self) -> int:
         return int(self.i.shape[1])
@@ -218,13 +224,13 @@ class Table:
         return self.cols.pick(slice(n, self.n))
 
     def extend(self, k: int) -> Rows:
-        """Append k blank rows (zero counts, NaN times) and return a view of them to fill in."""
+        """Append k blank rows (as Rows.new makes them) and return a view of them to fill in."""
         self.reserve(k)
-        n, c = self.n, self.cols
-        c.i[:, n:n + k] = 0
-        c.f[:, n:n + k] = np.nan
+        n = self.n
         self.n = n + k
-        return c.pick(slice(n, n + k))
+        r = self.cols.pick(slice(n, n + k))
+        r.blank()
+        return r
 
     def keep(self, mask: np.ndarray) -> None:
         """Drop the live rows where mask is False, keeping order (each field compacts in place)."""

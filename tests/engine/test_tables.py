@@ -47,7 +47,9 @@ def test_extend_and_append_view_write_into_the_table() -> None:
     t = Table(2)
     t.append(_rows(3, 4))
     blank = t.extend(2)
-    assert t.n == 5 and (t.cols.i[:, 3:5] == 0).all() and np.isnan(t.cols.f[:, 3:5]).all()
+    fresh = Rows.new(2)
+    assert t.n == 5 and (t.cols.i[:, 3:5] == fresh.i).all() and np.array_equal(t.cols.f[:, 3:5], fresh.f, equal_nan=True)
+    assert (fresh.i == 0).all() and np.isnan(fresh.arrival).all() and (fresh.f[tables.SPENT] == 0).all()
     blank.prompt[:] = [7, 9]
     r = _rows(2, 5)
     view = t.append_view(r)
