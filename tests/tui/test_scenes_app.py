@@ -127,3 +127,18 @@ def test_the_narration_names_a_bound_step_with_the_floors_word() -> None:
         d.goto(next(i for i, s in enumerate(scene.steps) if "{decode_bound}" in s.narration.get(lang)))
         assert d.value("decode_bound") == "memory"
         assert t(lang, "memory") in d.current_narration()
+
+
+async def test_a_fleet_scene_walks_in_the_app_with_the_fleets_figures_beside_one_gpus_floor() -> None:
+    scene = find_scene("router")
+    app = make_app([scene])
+    straight = Director(scene, "en")
+    straight.next()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("right")  # the router scene asks before its second fleet runs
+        assert isinstance(app.screen, QuestionScreen)
+        await pilot.press("3")
+        assert app.director.index == 1
+        p90 = f"{straight.value('fleet_ttft_p90_s'):.2f} s"
+        assert p90 in " ".join(app.narration), "the narration shows the fleet's figure, as headless"
+        assert app.frame.snapshot.tick == app.director.engine.snapshot().tick  # the floor is the director's one GPU
