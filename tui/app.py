@@ -460,7 +460,7 @@ class TokensimApp(App[None]):
         self._pick("hardware")
 
     def _pick(self, kind: str) -> None:
-        """Open the picker for 'model' or 'hardware' and apply the choice (refused with a note if it does not fit)."""
+        """Open the picker for 'model' or 'hardware' and apply the choice (a misfit says why and offers its fix)."""
         from tui.presets import hardware_choices, model_choices
 
         if kind == "model":
@@ -468,10 +468,10 @@ class TokensimApp(App[None]):
         else:
             choices, current = hardware_choices(self.config), self.config.hardware
 
-        def chosen(name: str | None) -> None:
-            """Picker callback: rebuild on a new choice."""
-            if name and name != current:
-                self.apply_config(replace(self.config, **{kind: name}))
+        def chosen(picked: tuple[str, dict[str, Any]] | None) -> None:
+            """Picker callback: rebuild on a new choice (with the fix it needed, e.g. tp 4, when confirmed)."""
+            if picked and (picked[0] != current or picked[1]):
+                self.apply_config(replace(self.config, **{kind: picked[0]}, **picked[1]))
 
         self.push_screen(PickerScreen(kind, choices, current, self.lang), chosen)
 
