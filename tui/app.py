@@ -109,6 +109,7 @@ class TokensimApp(App[None]):
         Binding("f", "fp8", "fp8 weights"),
         Binding("m", "pick_model", "model"),
         Binding("h", "pick_gpu", "GPU"),
+        Binding("o", "settings", "settings"),
         Binding("r", "reset", "reset"),
         Binding("l", "toggle_lang", "language"),
         Binding("e", "explain", "explain"),
@@ -475,6 +476,17 @@ class TokensimApp(App[None]):
 
         self.push_screen(PickerScreen(kind, choices, current, self.lang), chosen)
 
+    def action_settings(self) -> None:
+        """o: every option of `tokensim run` as a form; Apply restarts the run with them (as r does)."""
+        from tui.screens.settings import SettingsScreen
+
+        def applied(cfg: EngineConfig | None) -> None:
+            """Settings callback: None is Cancel (nothing changes)."""
+            if cfg is not None:
+                self.apply_config(cfg)
+
+        self.push_screen(SettingsScreen(self.config, self.lang), applied)
+
     def action_reset(self) -> None:
         """r: restart the run at t = 0 with the current settings."""
         self.apply_config(self.config)
@@ -577,7 +589,8 @@ class TokensimApp(App[None]):
             ("cmd_fewer", "-", "h_users", self.action_fewer_users),
             ("cmd_compute", "c", "h_c", self.action_compute), ("cmd_bw", "b", "h_b", self.action_bandwidth),
             ("cmd_fp8", "f", "h_f", self.action_fp8), ("cmd_model", "m", "h_m", self.action_pick_model),
-            ("cmd_gpu", "h", "h_h", self.action_pick_gpu), ("cmd_reset", "r", "h_r", self.action_reset),
+            ("cmd_gpu", "h", "h_h", self.action_pick_gpu), ("cmd_settings", "o", "h_o", self.action_settings),
+            ("cmd_reset", "r", "h_r", self.action_reset),
             ("cmd_lang", "l", "h_l", self.action_toggle_lang), ("cmd_explain", "e", "h_e", self.action_explain),
             ("cmd_help", "?", "h_help", self.action_help),
         ):

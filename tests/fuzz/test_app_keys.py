@@ -22,7 +22,7 @@ from tui.screens.picker import PickerScreen
 SIZE = (120, 40)
 # Not space: a playing clock makes the test's wall time depend on the machine (play is covered in test_keys).
 KEYS = ["enter", "enter", "escape", "escape", "ctrl+p", "m", "h", "down", "up", "plus", "minus", "n", "c",
-        "b", "f", "r", "l", "question_mark", "left_square_bracket", "right_square_bracket", "tab", "x", "1"]
+        "b", "f", "r", "l", "question_mark", "left_square_bracket", "right_square_bracket", "tab", "x", "1", "o"]
 
 
 def make_app() -> TokensimApp:

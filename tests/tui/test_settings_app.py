@@ -1,0 +1,130 @@
+"""Pilot tests of the settings screen (o)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual.widgets import Button, Input, Select, Static
+
+from engine.config import EngineConfig
+from tui.app import TokensimApp
+from tui.defaults import default_config
+from tui.screens.settings import SettingsScreen
+
+SIZE = (120, 40)
+
+
+def make_app(config: EngineConfig | None = None) -> TokensimApp:
+    """A paused, deterministic app."""
+    app = TokensimApp(config or default_config(), lang="en", autoplay=False)
+    app.animation_level = "none"
+    return app
+
+
+def note(app: TokensimApp, dest: str) -> Static:
+    return app.screen.query_one(f"#note-{dest}", Static)
+
+
+async def test_o_opens_settings_and_apply_restarts_with_tp_2() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_ticks(5)
+        await pilot.press("o")
+        assert isinstance(app.screen, SettingsScreen)
+        tp = app.screen.query_one("#field-tp", Input)
+        assert tp.value == "1" and app.screen.query_one("#field-users", Input).placeholder == "6"  # blank: as now
+        tp.value = ""
+        tp.focus()
+        await pilot.press("2", "enter")  # enter in a field applies
+        await pilot.pause()
+        assert not isinstance(app.screen, SettingsScreen)
+        assert app.engine.config.tp == 2 and app.engine.step_model.opts.tp == 2 and app.config.tp == 2
+        assert app.engine.tick == 0  # restarted, as r does
+        assert replace(app.config, tp=1) == default_config()  # nothing else changed
+
+
+async def test_cancel_leaves_everything_as_it_was() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_ticks(5)
+        before = (app.config, app.engine.tick, app.engine.clock)
+        await pilot.press("o")
+        app.screen.query_one("#field-tp", Input).value = "2"
+        app.screen.query_one("#field-scheduler", Select).value = "chunked"
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, SettingsScreen)
+        assert (app.config, app.engine.tick, app.engine.clock) == before
+        await pilot.press("o")  # reopened: the running settings, not the cancelled edits
+        assert app.screen.query_one("#field-tp", Input).value == "1"
+
+
+async def test_a_bad_value_is_shown_beside_its_field_and_apply_keeps_the_screen() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        app.screen.query_one("#field-tp", Input).value = "0"
+        await pilot.pause()
+        assert "--tp: must be a whole number between 1" in str(note(app, "tp").render())
+        assert note(app, "tp").has_class("-error")
+        app.screen.query_one("#settings-apply", Button).press()
+        await pilot.pause()
+        assert isinstance(app.screen, SettingsScreen) and app.engine.config.tp == 1
+        app.screen.query_one("#field-tp", Input).value = "2"
+        await pilot.pause()
+        assert not note(app, "tp").has_class("-error") and "tensor-parallel" in str(note(app, "tp").render())
+
+
+async def test_a_misfit_says_why_beside_the_field_the_engine_names() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        app.screen.query_one("#field-model", Input).value = "qwen2.5-7b"
+        app.screen.query_one("#field-tp", Input).value = "8"
+        app.screen.query_one("#field-users", Input).value = "12"
+        app.screen.query_one("#field-rate", Input).value = "5"
+        await pilot.pause()
+        app.screen.action_apply()
+        await pilot.pause()
+        assert "contradict" in str(note(app, "users").render()) and note(app, "users").has_class("-error")
+        assert app.screen.focused is app.screen.query_one("#field-users")
+        app.screen.query_one("#field-rate", Input).value = ""
+        await pilot.pause()
+        app.screen.action_apply()
+        await pilot.pause()
+        said = str(note(app, "tp").render())
+        assert "28 attention heads (4 KV heads) do not split over tp 8" in said and "needs tp 4" in said
+        assert app.engine.config.model == "generic-14b"
+        app.screen.query_one("#field-tp", Input).value = "4"
+        await pilot.pause()
+        app.screen.action_apply()
+        await pilot.pause()
+        assert (app.engine.config.model, app.engine.config.tp, app.engine.config.users) == ("qwen2.5-7b", 4, 12)
+
+
+async def test_fleet_fields_are_shown_as_cli_only() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        assert app.screen.query_one("#field-replicas", Input).disabled
+        assert "tokensim run only" in str(note(app, "replicas").render())
+        assert "--replicas" not in str(app.screen.query_one("#settings-cmd", Static).render())
+
+
+async def test_the_command_line_follows_the_fields() -> None:
+    app = make_app(replace(default_config(), users=0, rate=5.0, think_time="0"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        cmd = app.screen.query_one("#settings-cmd", Static)
+        assert str(cmd.render()) == "as a command: tokensim --rate 5"
+        app.screen.query_one("#field-scheduler", Select).value = "chunked"
+        await pilot.pause()
+        assert str(cmd.render()) == "as a command: tokensim --rate 5 --scheduler chunked"
+
+
+async def test_the_palette_offers_settings() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE):
+        titles = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert titles["Settings"].startswith("o · ")

@@ -1,0 +1,121 @@
+"""The settings screen's fields come from the command line's option table, and check through the one validation
+layer: pure tests (no app)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from engine.config import EngineConfig
+from tui import settings_form as form
+from tui.commands import app_cmd, run_cmd
+from tui.defaults import default_config
+
+
+@pytest.fixture(autouse=True)
+def fresh_parsers() -> Iterator[None]:
+    """The form caches its parsers; a test that adds an option needs them rebuilt (and rebuilt back after)."""
+    form._parser.cache_clear()
+    yield
+    form._parser.cache_clear()
+
+
+def dests(add: object) -> set[str]:
+    p = argparse.ArgumentParser(add_help=False)
+    add(p)  # type: ignore[operator]
+    return {a.dest for a in p._actions}
+
+
+def test_every_option_of_run_and_the_app_is_one_field() -> None:
+    fields = form.build_fields()
+    names = [f.dest for f in fields]
+    assert len(names) == len(set(names))
+    app, run = dests(app_cmd.add_arguments), dests(run_cmd.add_arguments)
+    assert set(names) == (app | run) - {"json", "lang", "speed", "paused"}
+    live = {f.dest for f in fields if f.live}
+    assert live == app - {"lang", "speed", "paused"}
+    assert {"replicas", "router", "pd"} <= set(names) - live  # the app runs one replica: CLI-only, not faked
+
+
+def test_fields_sit_in_their_sections_in_order() -> None:
+    fields = form.build_fields()
+    by = {f.dest: f for f in fields}
+    assert by["tp"].section == "s_hardware" and by["dtype"].section == "s_model"
+    assert by["rate"].section == by["trace"].section == "s_traffic"
+    assert by["spec_tokens"].section == by["prefix_caching"].section == "s_cache"
+    assert by["max_batch"].flags == ("--max-batch", "--max-num-seqs")
+    assert (by["scheduler"].kind, by["scheduler"].choices) == ("choice", ("static", "continuous", "chunked"))
+    assert by["ideal"].kind == "flag" and by["prompt"].default == "uniform:500,3000"  # the app's default
+    order = [f.section for f in fields]
+    assert order.index("s_hardware") < order.index("s_model") < order.index("s_traffic") < order.index("s_fleet")
+
+
+def test_a_new_cli_option_becomes_a_field_without_new_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = run_cmd.add_engine_options
+
+    def with_knob(p: argparse.ArgumentParser) -> None:
+        real(p)
+        g = p.add_argument_group("new things")
+        g.add_argument("--warp-factor", type=run_cmd.positive_int, default=None, help="how fast")
+    monkeypatch.setattr(app_cmd, "add_engine_options", with_knob)
+    monkeypatch.setattr(run_cmd, "add_engine_options", with_knob)
+    f = next(f for f in form.build_fields() if f.dest == "warp_factor")
+    assert (f.flag, f.section, f.kind, f.live, f.help) == ("--warp-factor", "new things", "text", True, "how fast")
+    assert "--warp-factor: must be a whole number between 1 and" in (
+        form.check_field(form.build_fields(), "warp_factor", "0") or "")
+
+
+@pytest.mark.parametrize(("cfg", "command"), [
+    (default_config(), "tokensim"),
+    (replace(default_config(), users=0, rate=5.0, think_time="0"), "tokensim --rate 5"),
+    (replace(default_config(), tp=2, ideal=True, scheduler="static", prefix_caching=False),
+     "tokensim --tp 2 --ideal --scheduler static --prefix-caching off"),
+    (EngineConfig(users=48, prompt="uniform:6000,10000", output="uniform:1000,3000"),
+     "tokensim --users 48 --think-time 0 --prompt uniform:6000,10000 --output uniform:1000,3000"),
+    (replace(default_config(), model="llama-3.1-8b", spec_tokens=3, spec_accept=0.6, max_batched_tokens=2048),
+     "tokensim --model llama-3.1-8b --max-batched-tokens 2048 --spec-tokens 3 --spec-accept 0.6"),
+])
+def test_a_running_config_is_the_fewest_options_that_rebuild_it(cfg: EngineConfig, command: str) -> None:
+    fields = form.build_fields()
+    values = form.values_of(fields, cfg)
+    assert form.command_line(fields, values) == command
+    assert form.config_of(fields, values) == cfg
+
+
+@pytest.mark.parametrize(("dest", "value", "says"), [
+    ("tp", "0", "argument --tp: must be a whole number between 1 and 1,000,000,000, got 0"),
+    ("tp", "two", "argument --tp: must be a whole number between 1 and 1,000,000,000, got 'two'"),
+    ("rate", "-1", "argument --rate/-r: must be a finite number >= 0, got -1"),
+    ("seed", "1e99", "--seed: must be a whole number between 0 and 4,294,967,295"),
+])
+def test_a_field_is_checked_by_its_options_own_rule(dest: str, value: str, says: str) -> None:
+    fields = form.build_fields()
+    assert says in (form.check_field(fields, dest, value) or "")
+    assert form.check_field(fields, dest, "2") is None
+
+
+@pytest.mark.parametrize(("values", "dest", "says"), [
+    ({"users": "12", "rate": "5"}, "users", "--users (closed loop) and --rate (open loop) contradict"),
+    ({"model": "qwen2.5-7b", "tp": "8"}, "tp", "28 attention heads (4 KV heads) do not split over tp 8 · needs tp 4"),
+    ({"model": "llama-3.1-405b"}, "tp", "weights 812 GB per GPU + 8 GB reserve exceed 80 GB at tp 1 · needs tp 16"),
+    ({"workload": "no-such-stages.toml"}, "workload", "no-such-stages.toml: cannot read the workload file"),
+    ({"prompt": "gauss:5"}, "prompt", "--prompt"),
+    ({"kv_offload_gb": "4", "prefix_caching": "off"}, "kv_offload_gb", "needs --prefix-caching on"),
+])
+def test_a_refusal_names_the_field_it_belongs_beside(values: dict[str, str], dest: str, says: str) -> None:
+    with pytest.raises(form.FormError) as e:
+        form.config_of(form.build_fields(), values)
+    assert e.value.dest == dest and says in e.value.message, (e.value.dest, e.value.message)
+
+
+def test_the_fields_build_what_the_command_line_builds() -> None:
+    fields = form.build_fields()
+    values = {"hardware": "h200", "tp": "2", "model": "llama-3.1-70b", "rate": "4", "scheduler": "chunked",
+              "max_batched_tokens": "2048", "dtype": "fp8"}
+    from tui.cli import build_parser
+
+    line = form.command_line(fields, values).split()[1:]
+    assert form.config_of(fields, values) == app_cmd.config_from_args(build_parser(line).parse_args(line))

@@ -1,0 +1,250 @@
+"""The settings screen's fields, generated from the command line's own option table, and their checks.
+
+Every option `tokensim` (the app) takes is a field, in the section SECTIONS names (an option nobody
+placed goes under its argparse group's title), so a new option of `tokensim run` shows up without new
+code; options only `tokensim run` takes are listed as such. A field holds what one would type after its
+flag. Checking goes through the command line itself: the fields become an argv, parsed by the same
+parser (its types are engine.validation's checks), turned into an EngineConfig by the app's own
+config_from_args, and built into an Engine: whatever refuses it names an option, which picks the field
+the message is shown beside. Pure: no Textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import fields as dc_fields
+from functools import cache
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.errors import InputError
+from tui.commands import app_cmd, run_cmd
+from tui.presets import explain_fit, fit_words, refusal
+
+# Where each option sits on the screen (data: an option not named here goes under its argparse group).
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("s_hardware", ("hardware", "tp", "compute_mult", "bandwidth_mult", "price_per_hour")),
+    ("s_model", ("model", "dtype", "kv_dtype", "ideal", "runtime", "max_model_len")),
+    ("s_traffic", ("users", "rate", "think_time", "prompt", "output", "think", "workload", "trace", "trace_speed",
+                   "requests", "duration", "seed", "force")),
+    ("s_scheduler", ("scheduler", "max_batch", "max_batched_tokens", "gpu_memory_utilization", "kv_blocks",
+                     "fast_share", "fast_max_batch")),
+    ("s_cache", ("prefix_caching", "kv_offload_gb", "spec_tokens", "spec_accept", "spec_draft")),
+    ("s_metrics", ("slo_ttft", "slo_tpot", "debug")),
+    ("s_fleet", ("replicas", "router", "pd", "kv_link_gbps", "budget_per_hour")),
+)
+# Not fields: the app's view options (keys set them: l, [ ], space) and run's output format.
+EXCLUDED_GROUPS = ("view",)
+EXCLUDED_DESTS = ("help", "json")
+# Options whose EngineConfig field has another name.
+CONFIG_ATTR: Mapping[str, str] = {"dtype": "weight_dtype", "kv_blocks": "kv_pool_blocks"}
+_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+Values = dict[str, Any]  # dest -> the field's text (str), or a flag's bool
+
+
+class FormError(Exception):
+    """A refusal of the fields: the message and the field (dest) it belongs beside (None: no one field)."""
+
+    def __init__(self, message: str, dest: str | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.dest = dest
+
+
+class _Parser(argparse.ArgumentParser):
+    """The command line's parser, raising its one-line error instead of exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One option as a field: flag (its long spelling), every spelling, section, kind ('text', 'choice' or
+    'flag'), the choices, the text it holds by default, its --help line, and whether the app takes it."""
+
+    dest: str
+    flag: str
+    flags: tuple[str, ...]
+    section: str
+    kind: str
+    choices: tuple[str, ...]
+    default: Any
+    help: str
+    live: bool
+
+
+@cache
+def _parser(add: Callable[[argparse.ArgumentParser], None]) -> _Parser:
+    """The parser of a command's options (`add` is its add_arguments); parsing does not change it, so one each."""
+    p = _Parser(prog="tokensim", add_help=False, allow_abbrev=False)
+    add(p)
+    return p
+
+
+def _groups(p: argparse.ArgumentParser) -> dict[str, str]:
+    """dest -> the title of the argparse group that holds it."""
+    return {a.dest: g.title or "" for g in p._action_groups for a in g._group_actions}
+
+
+def build_fields() -> tuple[Field, ...]:
+    """Every option of the app, then every option only `tokensim run` takes, in SECTIONS order."""
+    app, run = _parser(app_cmd.add_arguments), _parser(run_cmd.add_arguments)
+    groups = {**_groups(run), **_groups(app)}
+    placed = {d: s for s, dests in SECTIONS for d in dests}
+    live = {a.dest for a in app._actions}
+    out: list[Field] = []
+    for parser, is_live in ((app, True), (run, False)):
+        for a in parser._actions:
+            if a.dest in EXCLUDED_DESTS or groups.get(a.dest) in EXCLUDED_GROUPS or (not is_live and a.dest in live):
+                continue
+            longs = [s for s in a.option_strings if s.startswith("--")]
+            kind = "flag" if isinstance(a, argparse._StoreTrueAction) else "choice" if a.choices else "text"
+            default = bool(a.default) if kind == "flag" else field_text(a.default)
+            out.append(Field(a.dest, longs[0], tuple(a.option_strings), placed.get(a.dest, groups.get(a.dest, "")),
+                             kind, tuple(a.choices or ()), default, (a.help or "").replace("%%", "%"), is_live))
+    order = [s for s, _ in SECTIONS]
+    return tuple(sorted(out, key=lambda f: (order.index(f.section) if f.section in order else len(order),
+                                            f.section, _position(f.dest))))
+
+
+def _position(dest: str) -> int:
+    """A field's place inside its section (SECTIONS order; unplaced options after, in the parser's order)."""
+    for _, dests in SECTIONS:
+        if dest in dests:
+            return dests.index(dest)
+    return len(SECTIONS)
+
+
+def field_text(v: Any) -> Any:
+    """A config or default value as the field's text: None -> '', 4.0 -> '4', 0.1 -> '0.1' (bools stay bools)."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return str(v)
+
+
+def argv(fields: tuple[Field, ...], values: Values) -> list[str]:
+    """The app's command line for these values: every live field that differs from its default."""
+    out: list[str] = []
+    for f in fields:
+        v = values.get(f.dest, f.default)
+        if not f.live or v == f.default:
+            continue
+        if f.kind == "flag":
+            out.append(f.flag) if v else None
+        else:
+            out.append(f"{f.flag}={v}")  # one word, so a value starting with '-' is not read as an option
+    return out
+
+
+def command_line(fields: tuple[Field, ...], values: Values) -> str:
+    """The shell command that opens the app as these values set it."""
+    words = [w.split("=", 1) if "=" in w else [w] for w in argv(fields, values)]
+    return shlex.join(["tokensim", *itertools.chain.from_iterable(words)])
+
+
+def check_field(fields: tuple[Field, ...], dest: str, value: Any) -> str | None:
+    """The option's own check (type and choices, engine.validation's rules) on one field; None when it passes."""
+    f = next(f for f in fields if f.dest == dest)
+    if not f.live:
+        return None
+    try:
+        _parser(app_cmd.add_arguments).parse_args(argv((f,), {dest: value}))
+    except InputError as e:
+        return str(e)
+    return None
+
+
+def config_of(fields: tuple[Field, ...], values: Values) -> EngineConfig:
+    """The EngineConfig the fields describe, checked all the way (parse, cross-option rules, the engine's own
+    validation); a refusal is a FormError naming the field it belongs to."""
+    try:
+        cfg = app_cmd.config_from_args(_parser(app_cmd.add_arguments).parse_args(argv(fields, values)))
+    except InputError as e:
+        raise FormError(str(e), blame(fields, values, str(e))) from None
+    message = refusal(cfg)
+    if message is not None:
+        fit = explain_fit(cfg)
+        words = fit_words(fit, "en") if fit.kind in ("heads", "weights") else message
+        raise FormError(words, blame(fields, values, message))
+    return cfg
+
+
+def blame(fields: tuple[Field, ...], values: Values, message: str) -> str | None:
+    """The field a message is about: the first option it names, else the first field whose (word-like) value it
+    quotes (a model or a file name), else None."""
+    by_flag = {s: f.dest for f in fields for s in f.flags}
+    for flag in _FLAG.findall(message):
+        if flag in by_flag:
+            return by_flag[flag]
+    hits = []
+    for f in fields:
+        v = values.get(f.dest, f.default)
+        if isinstance(v, str) and len(v) >= 3 and not _number(v) and v in message:
+            hits.append((message.index(v), f.dest))
+    return min(hits)[1] if hits else None
+
+
+def _number(s: str) -> bool:
+    """Whether a text reads as a number (a number in a message is not evidence of which field it is about)."""
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def values_of(fields: tuple[Field, ...], cfg: EngineConfig) -> Values:
+    """The fields for a running configuration: the fewest options that rebuild exactly `cfg` (what one would type),
+    every field of it spelt out when no shorter set does."""
+    names = {f.name for f in dc_fields(EngineConfig)}
+    full: Values = {}
+    for f in fields:
+        attr = CONFIG_ATTR.get(f.dest, f.dest)
+        if f.live and attr in names:
+            v = getattr(cfg, attr)
+            full[f.dest] = ("on" if v else "off") if isinstance(v, bool) and f.kind == "choice" else field_text(v)
+    given = {d: v for d, v in full.items() if v != next(f.default for f in fields if f.dest == d)}
+    repaired = _repair(fields, given, cfg, depth=6)
+    given = full if repaired is None else repaired
+    for dest in list(given):  # then every option that leaving out changes nothing
+        trial = {d: v for d, v in given.items() if d != dest}
+        if _rebuild_error(fields, trial, cfg) is None:
+            given = trial
+    return given
+
+
+def _rebuild_error(fields: tuple[Field, ...], values: Values, cfg: EngineConfig) -> str | None:
+    """None when the values' command line rebuilds exactly cfg, else why not ('' when it builds another config)."""
+    try:
+        args = _parser(app_cmd.add_arguments).parse_args(argv(fields, values))
+        return None if app_cmd.config_from_args(args) == cfg else ""
+    except InputError as e:
+        return str(e)
+
+
+def _repair(fields: tuple[Field, ...], values: Values, cfg: EngineConfig, depth: int) -> Values | None:
+    """Values that rebuild cfg, found by leaving out options the refusals name: spelt out in full, a rate beside
+    users 0 and think time 0 contradict each other, and leaving out --users and then --think-time (their
+    defaults follow the rate) resolves it. None when no such path of at most `depth` options exists."""
+    why = _rebuild_error(fields, values, cfg)
+    if why is None:
+        return values
+    if not why or depth == 0:
+        return None
+    named = [blame(fields, values, flag) for flag in _FLAG.findall(why)]
+    for dest in dict.fromkeys(d for d in named if d in values):
+        found = _repair(fields, {d: v for d, v in values.items() if d != dest}, cfg, depth - 1)
+        if found is not None:
+            return found
+    return None
