@@ -67,3 +67,26 @@ def test_help_screen(snap_compare: Any) -> None:
 def test_too_small_terminal(snap_compare: Any) -> None:
     """Below 80x24 the floor gives way to a note asking for a bigger terminal."""
     assert snap_compare(make_app(), terminal_size=(60, 20), run_before=ticks(5))
+
+
+def test_settings_screen(snap_compare: Any) -> None:
+    """o: every option of tokensim run, grouped, over the floor; the top of the form (hardware, model, traffic)."""
+    assert snap_compare(make_app(), terminal_size=(120, 40), run_before=ticks(TICKS, lambda a: a.action_settings()))
+
+
+def test_picker_explains_a_misfit(snap_compare: Any) -> None:
+    """m at tp 8: each preset that does not fit says why (heads over tp, weights over memory) and its fix; enter on
+    qwen2.5-7b asks 'needs tp 4: apply?'."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, TokensimApp)
+        app.advance_ticks(TICKS)
+        await pilot.press("m")
+        ol = app.screen.query_one("#picker-list")
+        ol.highlighted = [o.id for o in ol.options].index("qwen2.5-7b")  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await pilot.pause()
+
+    cfg = EngineConfig(model="llama-3.1-70b", tp=8, users=6, seed=0)
+    assert snap_compare(make_app(cfg), terminal_size=(120, 40), run_before=run_before)
