@@ -38,9 +38,9 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("s_metrics", ("slo_ttft", "slo_tpot", "debug")),
     ("s_fleet", ("replicas", "router", "pd", "kv_link_gbps", "budget_per_hour")),
 )
-# Not fields: the app's view options (keys set them: l, [ ], space) and run's output format.
+# Not fields: the app's view options (keys set them: l, [ ], space), and the options outside any named group,
+# which are what a command prints (run's --json, --explain, --trace-out), not what it simulates.
 EXCLUDED_GROUPS = ("view",)
-EXCLUDED_DESTS = ("help", "json")
 # Options whose EngineConfig field has another name.
 CONFIG_ATTR: Mapping[str, str] = {"dtype": "weight_dtype", "kv_blocks": "kv_pool_blocks"}
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
@@ -89,8 +89,9 @@ def _parser(add: Callable[[argparse.ArgumentParser], None]) -> _Parser:
 
 
 def _groups(p: argparse.ArgumentParser) -> dict[str, str]:
-    """dest -> the title of the argparse group that holds it."""
-    return {a.dest: g.title or "" for g in p._action_groups for a in g._group_actions}
+    """dest -> the title of the named argparse group that holds it (argparse's own two groups are left out)."""
+    own = (p._optionals, p._positionals)
+    return {a.dest: g.title or "" for g in p._action_groups if g not in own for a in g._group_actions}
 
 
 def build_fields() -> tuple[Field, ...]:
@@ -102,7 +103,7 @@ def build_fields() -> tuple[Field, ...]:
     out: list[Field] = []
     for parser, is_live in ((app, True), (run, False)):
         for a in parser._actions:
-            if a.dest in EXCLUDED_DESTS or groups.get(a.dest) in EXCLUDED_GROUPS or (not is_live and a.dest in live):
+            if a.dest not in groups or groups[a.dest] in EXCLUDED_GROUPS or (not is_live and a.dest in live):
                 continue
             longs = [s for s in a.option_strings if s.startswith("--")]
             kind = "flag" if isinstance(a, argparse._StoreTrueAction) else "choice" if a.choices else "text"
