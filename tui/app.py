@@ -480,12 +480,12 @@ class TokensimApp(App[None]):
         """o: every option of `tokensim run` as a form; Apply restarts the run with them (as r does)."""
         from tui.screens.settings import SettingsScreen
 
-        def applied(cfg: EngineConfig | None) -> None:
+        def applied(spec: FleetSpec | None) -> None:
             """Settings callback: None is Cancel (nothing changes)."""
-            if cfg is not None:
-                self.apply_config(cfg)
+            if spec is not None:
+                self.apply_setup(spec)
 
-        self.push_screen(SettingsScreen(self.config, self.lang), applied)
+        self.push_screen(SettingsScreen(self.fleet_spec, self.lang), applied)
 
     def action_reset(self) -> None:
         """r: restart the run at t = 0 with the current settings."""

@@ -17,14 +17,13 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from dataclasses import fields as dc_fields
 from functools import cache
 from typing import Any
 
-from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.fleet import FleetSpec, engine_for
 from tui.commands import app_cmd, run_cmd
-from tui.presets import explain_fit, fit_words, refusal
+from tui.presets import explain_fit, fit_words
 
 # Where each option sits on the screen (data: an option not named here goes under its argparse group).
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -124,9 +123,12 @@ def _position(dest: str) -> int:
 
 
 def field_text(v: Any) -> Any:
-    """A config or default value as the field's text: None -> '', 4.0 -> '4', 0.1 -> '0.1' (bools stay bools)."""
+    """A config or default value as the field's text: None -> '', 4.0 -> '4', 0.1 -> '0.1', (1, 3) -> '1:3' (as
+    --pd spells a pair); bools stay bools."""
     if v is None:
         return ""
+    if isinstance(v, tuple):
+        return ":".join(str(field_text(x)) for x in v)
     if isinstance(v, bool):
         return v
     if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
@@ -166,28 +168,37 @@ def check_field(fields: tuple[Field, ...], dest: str, value: Any) -> str | None:
     return None
 
 
-def config_of(fields: tuple[Field, ...], values: Values) -> EngineConfig:
-    """The EngineConfig the fields describe, checked all the way (parse, cross-option rules, the engine's own
-    validation); a refusal is a FormError naming the field it belongs to."""
+def _setup(fields: tuple[Field, ...], values: Values) -> FleetSpec:
+    """What the app would run for these values, as its command line builds it (InputError when it refuses)."""
+    args = _parser(app_cmd.add_arguments).parse_args(argv(fields, values))
+    return run_cmd.fleet_spec(args, app_cmd.config_from_args(args))
+
+
+def setup_of(fields: tuple[Field, ...], values: Values, lang: str = "en") -> FleetSpec:
+    """The setup (one engine's config, or a fleet's) the fields describe, checked all the way: parse, cross-option
+    rules, then building it (engine.fleet.engine_for, the engine's own validation). A refusal is a FormError naming
+    the field it belongs beside; a model or GPU that does not fit says why in the pickers' words."""
     try:
-        cfg = app_cmd.config_from_args(_parser(app_cmd.add_arguments).parse_args(argv(fields, values)))
+        spec = _setup(fields, values)
     except InputError as e:
         raise FormError(str(e), blame(fields, values, str(e))) from None
-    message = refusal(cfg)
-    if message is not None:
-        fit = explain_fit(cfg)
-        words = fit_words(fit, "en") if fit.kind in ("heads", "weights") else message
-        raise FormError(words, blame(fields, values, message))
-    return cfg
+    try:
+        engine_for(spec, preroute=False)
+    except InputError as e:
+        fit = explain_fit(spec.config)
+        words = fit_words(fit, lang) if fit.kind in ("heads", "weights") else str(e)
+        raise FormError(words, blame(fields, values, str(e))) from None
+    return spec
 
 
 def blame(fields: tuple[Field, ...], values: Values, message: str) -> str | None:
-    """The field a message is about: the first option it names, else the first field whose (word-like) value it
-    quotes (a model or a file name), else None."""
-    by_flag = {s: f.dest for f in fields for s in f.flags}
-    for flag in _FLAG.findall(message):
-        if flag in by_flag:
-            return by_flag[flag]
+    """The field a message is about: the first option it names that is set (else the first it names), else the
+    first field whose (word-like) value it quotes (a model or a file name), else None."""
+    by_flag = {s: f for f in fields for s in f.flags}
+    named = [by_flag[flag] for flag in _FLAG.findall(message) if flag in by_flag]
+    given = [f for f in named if values.get(f.dest, f.default) != f.default]  # one the user set, if it names one
+    if named:
+        return (given or named)[0].dest
     hits = []
     for f in fields:
         v = values.get(f.dest, f.default)
@@ -205,47 +216,46 @@ def _number(s: str) -> bool:
     return True
 
 
-def values_of(fields: tuple[Field, ...], cfg: EngineConfig) -> Values:
-    """The fields for a running configuration: the fewest options that rebuild exactly `cfg` (what one would type),
-    every field of it spelt out when no shorter set does."""
-    names = {f.name for f in dc_fields(EngineConfig)}
+def values_of(fields: tuple[Field, ...], spec: FleetSpec) -> Values:
+    """The fields for a running setup: the fewest options that rebuild exactly `spec` (what one would type), every
+    field of it spelt out when no shorter set does."""
     full: Values = {}
     for f in fields:
         attr = CONFIG_ATTR.get(f.dest, f.dest)
-        if f.live and attr in names:
-            v = getattr(cfg, attr)
+        owner = spec.config if hasattr(spec.config, attr) else spec if hasattr(spec, attr) else None
+        if f.live and owner is not None:
+            v = getattr(owner, attr)
             full[f.dest] = ("on" if v else "off") if isinstance(v, bool) and f.kind == "choice" else field_text(v)
     given = {d: v for d, v in full.items() if v != next(f.default for f in fields if f.dest == d)}
-    repaired = _repair(fields, given, cfg, depth=6)
+    repaired = _repair(fields, given, spec, depth=6)
     given = full if repaired is None else repaired
     for dest in list(given):  # then every option that leaving out changes nothing
         trial = {d: v for d, v in given.items() if d != dest}
-        if _rebuild_error(fields, trial, cfg) is None:
+        if _rebuild_error(fields, trial, spec) is None:
             given = trial
     return given
 
 
-def _rebuild_error(fields: tuple[Field, ...], values: Values, cfg: EngineConfig) -> str | None:
-    """None when the values' command line rebuilds exactly cfg, else why not ('' when it builds another config)."""
+def _rebuild_error(fields: tuple[Field, ...], values: Values, spec: FleetSpec) -> str | None:
+    """None when the values' command line rebuilds exactly `spec`, else why not ('' when it builds another one)."""
     try:
-        args = _parser(app_cmd.add_arguments).parse_args(argv(fields, values))
-        return None if app_cmd.config_from_args(args) == cfg else ""
+        return None if _setup(fields, values) == spec else ""
     except InputError as e:
         return str(e)
 
 
-def _repair(fields: tuple[Field, ...], values: Values, cfg: EngineConfig, depth: int) -> Values | None:
+def _repair(fields: tuple[Field, ...], values: Values, spec: FleetSpec, depth: int) -> Values | None:
     """Values that rebuild cfg, found by leaving out options the refusals name: spelt out in full, a rate beside
     users 0 and think time 0 contradict each other, and leaving out --users and then --think-time (their
     defaults follow the rate) resolves it. None when no such path of at most `depth` options exists."""
-    why = _rebuild_error(fields, values, cfg)
+    why = _rebuild_error(fields, values, spec)
     if why is None:
         return values
     if not why or depth == 0:
         return None
     named = [blame(fields, values, flag) for flag in _FLAG.findall(why)]
     for dest in dict.fromkeys(d for d in named if d in values):
-        found = _repair(fields, {d: v for d, v in values.items() if d != dest}, cfg, depth - 1)
+        found = _repair(fields, {d: v for d, v in values.items() if d != dest}, spec, depth - 1)
         if found is not None:
             return found
     return None

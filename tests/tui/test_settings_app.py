@@ -103,13 +103,25 @@ async def test_a_misfit_says_why_beside_the_field_the_engine_names() -> None:
         assert (app.engine.config.model, app.engine.config.tp, app.engine.config.users) == ("qwen2.5-7b", 4, 12)
 
 
-async def test_fleet_fields_are_shown_as_cli_only() -> None:
+async def test_apply_runs_a_fleet_and_back_to_one_engine() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("o")
-        assert app.screen.query_one("#field-replicas", Input).disabled
-        assert "tokensim run only" in str(note(app, "replicas").render())
-        assert "--replicas" not in str(app.screen.query_one("#settings-cmd", Static).render())
+        assert app.screen.query_one("#field-budget_per_hour", Input).disabled  # a check of run's, not a setting
+        assert "tokensim run only" in str(note(app, "budget_per_hour").render())
+        app.screen.query_one("#field-replicas", Input).value = "3"
+        app.screen.query_one("#field-router", Select).value = "least-loaded"
+        await pilot.pause()
+        app.screen.action_apply()
+        await pilot.pause()
+        assert app.fleet is not None and len(app.fleet.reps) == 3 and app.fleet_spec.router == "least-loaded"
+        await pilot.press("o")
+        assert app.screen.query_one("#field-replicas", Input).value == "3"  # the running fleet, as it was set
+        app.screen.query_one("#field-replicas", Input).value = ""
+        await pilot.pause()
+        app.screen.action_apply()
+        await pilot.pause()
+        assert app.fleet is None and app.fleet_spec.replicas == 1 and app.engine.config == app.config
 
 
 async def test_the_command_line_follows_the_fields() -> None:

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from engine.config import EngineConfig
+from engine.fleet import FleetSpec
 from tui import settings_form as form
 from tui.commands import app_cmd, run_cmd
 from tui.defaults import default_config
@@ -41,7 +42,7 @@ def test_every_option_of_run_and_the_app_is_one_field() -> None:
     assert set(names) == (app | run) - view
     live = {f.dest for f in fields if f.live}
     assert live == app - view
-    assert {"replicas", "router", "pd"} <= set(names) - live  # the app runs one replica: CLI-only, not faked
+    assert {"replicas", "router", "pd"} <= live and set(names) - live == {"budget_per_hour"}
 
 
 def test_fields_sit_in_their_sections_in_order() -> None:
@@ -72,21 +73,23 @@ def test_a_new_cli_option_becomes_a_field_without_new_code(monkeypatch: pytest.M
         form.check_field(form.build_fields(), "warp_factor", "0") or "")
 
 
-@pytest.mark.parametrize(("cfg", "command"), [
-    (default_config(), "tokensim"),
-    (replace(default_config(), users=0, rate=5.0, think_time="0"), "tokensim --rate 5"),
-    (replace(default_config(), tp=2, ideal=True, scheduler="static", prefix_caching=False),
+@pytest.mark.parametrize(("spec", "command"), [
+    (FleetSpec(default_config()), "tokensim"),
+    (FleetSpec(replace(default_config(), users=0, rate=5.0, think_time="0")), "tokensim --rate 5"),
+    (FleetSpec(replace(default_config(), tp=2, ideal=True, scheduler="static", prefix_caching=False)),
      "tokensim --tp 2 --ideal --scheduler static --prefix-caching off"),
-    (EngineConfig(users=48, prompt="uniform:6000,10000", output="uniform:1000,3000"),
+    (FleetSpec(EngineConfig(users=48, prompt="uniform:6000,10000", output="uniform:1000,3000")),
      "tokensim --users 48 --think-time 0 --prompt uniform:6000,10000 --output uniform:1000,3000"),
-    (replace(default_config(), model="llama-3.1-8b", spec_tokens=3, spec_accept=0.6, max_batched_tokens=2048),
+    (FleetSpec(replace(default_config(), model="llama-3.1-8b", spec_tokens=3, spec_accept=0.6, max_batched_tokens=2048)),
      "tokensim --model llama-3.1-8b --max-batched-tokens 2048 --spec-tokens 3 --spec-accept 0.6"),
+    (FleetSpec(default_config(), replicas=4, router="least-loaded"), "tokensim --replicas 4 --router least-loaded"),
+    (FleetSpec(default_config(), replicas=4, pd=(1, 3)), "tokensim --pd 1:3"),
 ])
-def test_a_running_config_is_the_fewest_options_that_rebuild_it(cfg: EngineConfig, command: str) -> None:
+def test_a_running_setup_is_the_fewest_options_that_rebuild_it(spec: FleetSpec, command: str) -> None:
     fields = form.build_fields()
-    values = form.values_of(fields, cfg)
+    values = form.values_of(fields, spec)
     assert form.command_line(fields, values) == command
-    assert form.config_of(fields, values) == cfg
+    assert form.setup_of(fields, values) == spec
 
 
 @pytest.mark.parametrize(("dest", "value", "says"), [
@@ -108,18 +111,21 @@ def test_a_field_is_checked_by_its_options_own_rule(dest: str, value: str, says:
     ({"workload": "no-such-stages.toml"}, "workload", "no-such-stages.toml: cannot read the workload file"),
     ({"prompt": "gauss:5"}, "prompt", "--prompt"),
     ({"kv_offload_gb": "4", "prefix_caching": "off"}, "kv_offload_gb", "needs --prefix-caching on"),
+    ({"pd": "2"}, "pd", "--pd"),
+    ({"replicas": "2", "trace": "azure-conv-sample"}, "trace", "--workload and --trace replay on one engine"),
 ])
 def test_a_refusal_names_the_field_it_belongs_beside(values: dict[str, str], dest: str, says: str) -> None:
     with pytest.raises(form.FormError) as e:
-        form.config_of(form.build_fields(), values)
+        form.setup_of(form.build_fields(), values)
     assert e.value.dest == dest and says in e.value.message, (e.value.dest, e.value.message)
 
 
 def test_the_fields_build_what_the_command_line_builds() -> None:
     fields = form.build_fields()
     values = {"hardware": "h200", "tp": "2", "model": "llama-3.1-70b", "rate": "4", "scheduler": "chunked",
-              "max_batched_tokens": "2048", "dtype": "fp8"}
+              "max_batched_tokens": "2048", "dtype": "fp8", "replicas": "3", "router": "kv-aware"}
     from tui.cli import build_parser
 
     line = form.command_line(fields, values).split()[1:]
-    assert form.config_of(fields, values) == app_cmd.config_from_args(build_parser(line).parse_args(line))
+    args = build_parser(line).parse_args(line)
+    assert form.setup_of(fields, values) == run_cmd.fleet_spec(args, app_cmd.config_from_args(args))

@@ -17,23 +17,24 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from engine.config import EngineConfig
+from engine.fleet import FleetSpec
 from tui import settings_form as form
 from tui.i18n import EN, t
 
 
-class SettingsScreen(ModalScreen[EngineConfig | None]):
-    """Every option as a field; dismisses with the checked EngineConfig (Apply) or None (Cancel, escape)."""
+class SettingsScreen(ModalScreen[FleetSpec | None]):
+    """Every option as a field; dismisses with the checked setup (Apply: one engine's config, or a fleet's) or None
+    (Cancel, escape)."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
-    def __init__(self, config: EngineConfig, lang: str) -> None:
-        """Fields filled with the fewest options that rebuild `config` (the rest show what they default to)."""
+    def __init__(self, setup: FleetSpec, lang: str) -> None:
+        """Fields filled with the fewest options that rebuild `setup` (the rest show what they default to)."""
         super().__init__(id="settings")
-        self.config = config
+        self.setup = setup
         self.lang = lang
         self.fields = form.build_fields()
-        self.values: form.Values = form.values_of(self.fields, config)
+        self.values: form.Values = form.values_of(self.fields, setup)
         self.errors: dict[str | None, str] = {}  # dest (None: the form as a whole) -> the refusal shown
         self._answered = False  # enter typed twice must not close it twice
 
@@ -74,8 +75,9 @@ class SettingsScreen(ModalScreen[EngineConfig | None]):
         return Input(str(value), placeholder=self._now(f), id=wid, compact=True, disabled=off)
 
     def _now(self, f: form.Field) -> str:
-        """What a blank field means right now: the running config's value for it ('' when it has none)."""
-        v = getattr(self.config, form.CONFIG_ATTR.get(f.dest, f.dest), None)
+        """What a blank field means right now: the running setup's value for it ('' when it has none)."""
+        attr = form.CONFIG_ATTR.get(f.dest, f.dest)
+        v = getattr(self.setup.config, attr, getattr(self.setup, attr, None))
         return str(form.field_text(v)) if v is not None and not isinstance(v, bool) else ""
 
     def _note(self, f: form.Field) -> str:
@@ -139,7 +141,7 @@ class SettingsScreen(ModalScreen[EngineConfig | None]):
     def action_apply(self) -> None:
         """Check every field through the engine's validation; close with the config, or show the refusal inline."""
         try:
-            cfg = form.config_of(self.fields, self.values)
+            setup = form.setup_of(self.fields, self.values, self.lang)
         except form.FormError as e:
             self._show(e.dest, e.message)
             if e.dest is not None:
@@ -148,13 +150,13 @@ class SettingsScreen(ModalScreen[EngineConfig | None]):
                 self.query_one("#settings-form", VerticalScroll).scroll_to_widget(widget, animate=False)
             self._show(None, t(self.lang, "settings_bad") if e.dest is not None else e.message)
             return
-        self._close(cfg)
+        self._close(setup)
 
     def action_cancel(self) -> None:
         """escape: close; nothing changes."""
         self._close(None)
 
-    def _close(self, result: EngineConfig | None) -> None:
+    def _close(self, result: FleetSpec | None) -> None:
         """Dismiss once: a second enter or escape queued before the screen is gone is ignored."""
         if not self._answered:
             self._answered = True
