@@ -112,7 +112,8 @@ def test_a_field_is_checked_by_its_options_own_rule(dest: str, value: str, says:
     ({"prompt": "gauss:5"}, "prompt", "--prompt"),
     ({"kv_offload_gb": "4", "prefix_caching": "off"}, "kv_offload_gb", "needs --prefix-caching on"),
     ({"pd": "2"}, "pd", "--pd"),
-    ({"replicas": "2", "trace": "azure-conv-sample"}, "trace", "--workload and --trace replay on one engine"),
+    ({"pd": "0:2"}, "pd", "--pd 0:2 leaves no prefill replica"),
+    ({"replicas": "2", "fast_share": "0.5"}, "fast_share", "with --replicas use one or the other"),
 ])
 def test_a_refusal_names_the_field_it_belongs_beside(values: dict[str, str], dest: str, says: str) -> None:
     with pytest.raises(form.FormError) as e:
