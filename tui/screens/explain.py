@@ -1,7 +1,7 @@
 """The explain screen: one floor figure's formula with the current values filled in (engine.explain).
 
-`e` on the floor opens it on the last figure explained (step time first); `e` or → moves to the next figure,
-← to the previous one, esc closes it. A click on a figure of the floor opens that figure (`figure_at_click`).
+`e` on the floor opens it on the last figure explained (step time first); `e`, tab or → moves to the next
+figure, shift+tab or ← to the previous one (in a scene ← → keep turning the scene's pages), esc closes it. A click on a figure of the floor opens that figure (`figure_at_click`).
 Each move reads the app's latest frame again, so the values are those of the floor behind it.
 """
 
@@ -84,7 +84,7 @@ class ExplainScreen(ModalScreen[str]):
         self.query_one("#explain-body", Static).update(body(x, self.lang, clock))
 
     def action_move(self, step: int) -> None:
-        """e / →: the next figure; ←: the previous one (wrapping)."""
+        """e, tab, →: the next figure; shift+tab, ←: the previous one (wrapping)."""
         self.figure = FIGURES[(FIGURES.index(self.figure) + step) % len(FIGURES)]
         self._show()
 
