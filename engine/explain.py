@@ -27,7 +27,7 @@ FIGURES = ("step", "bw", "mfu", "kv", "tok_s", "per_user", "ttft", "tpot", "cost
 
 # The latency parts (engine.serving.accounting.PARTS) in each language.
 PART_WORDS = {"en": dict(zip(PARTS, PARTS, strict=True)),
-              "zh": dict(zip(PARTS, ("排队", "预填充", "解码", "被抢占", "重算", "请求路径"), strict=True))}
+              "zh": dict(zip(PARTS, ("排队", "预填充", "传输", "解码", "被抢占", "重算", "请求路径"), strict=True))}
 
 TEXT: dict[str, dict[str, str]] = {
     "en": {

@@ -648,6 +648,7 @@ class Fleet:
         t, _, c = heapq.heappop(self.landings)
         self.reps[c.src].hold(-c.pinned)
         d = self.reps[c.dst]
+        c.row.xfer[0] = t - c.ready  # waiting for a decode slot, then the wire: the transfer part of its latency
         d.land(c.row)
         d.clock = max(d.clock, t)
         self._wake(d)

@@ -66,11 +66,13 @@ class T(IntEnum):
     PRE_V = 8
     REC_V = 9
     LOST_F = 10
+    XFER = 11
 
 
 # The FloatCol fields the times ring keeps, in T's order after ID.
 TIMES_FROM = np.array([FloatCol.ARRIVAL, FloatCol.ADMIT, FloatCol.FIRST, FloatCol.VISIBLE, FloatCol.DONE,
-                       FloatCol.PRE, FloatCol.REC, FloatCol.PRE_V, FloatCol.REC_V, FloatCol.LOST_F], dtype=np.intp)
+                       FloatCol.PRE, FloatCol.REC, FloatCol.PRE_V, FloatCol.REC_V, FloatCol.LOST_F,
+                       FloatCol.XFER], dtype=np.intp)
 assert len(TIMES_FROM) + 1 == len(T)
 
 # Inter-token latencies are kept as a histogram (one sample per token after the first: millions in a run):
@@ -498,12 +500,13 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
 # A finished request's TTFT (arrival to first visible token) and E2E (arrival to last token), each split into
 # parts that add up to it exactly:
 #   queue      arrival to first admission (a full pool, a full batch, or async scheduling's one-step wait)
-#   prefill    first admission to first token, less any preemption in between (P/D: the KV copy included)
+#   prefill    first admission to first token, less any preemption and KV copy in between
+#   transfer   P/D: the prompt's KV cache waiting for a decode replica and crossing the link to it
 #   decode     first token onward (hidden thinking, then the answer), less any preemption in between
 #   preempted  waiting after an eviction until readmitted
 #   recompute  re-reading the prompt and the generated tokens after readmission, until decoding resumes
 #   path       the request path outside the GPU steps (HTTP, tokenising, streaming), the runtime's constant
-PARTS = ("queue", "prefill", "decode", "preempted", "recompute", "path")
+PARTS = ("queue", "prefill", "transfer", "decode", "preempted", "recompute", "path")
 PERCENTILES = (50, 90, 99)
 
 
@@ -519,12 +522,13 @@ def split_of(times: np.ndarray, path_s: np.ndarray | float) -> Split:
     """The TTFT and E2E parts of finished requests from their times-ring rows (T columns)."""
     a = times.T
     queue = a[T.ADMIT] - a[T.ARRIVAL]
-    prefill = a[T.FIRST] - a[T.ADMIT] - a[T.LOST_F]
+    prefill = a[T.FIRST] - a[T.ADMIT] - a[T.LOST_F] - a[T.XFER]
     path = np.broadcast_to(np.asarray(path_s, dtype=np.float64), queue.shape)
     lost_after_f = a[T.PRE_V] + a[T.REC_V] - a[T.LOST_F]  # preempted/recomputing between first and visible
-    ttft = np.stack([queue, prefill, a[T.VISIBLE] - a[T.FIRST] - lost_after_f, a[T.PRE_V], a[T.REC_V], path], 1)
-    e2e = np.stack([queue, prefill, a[T.DONE] - a[T.FIRST] - (a[T.PRE] + a[T.REC] - a[T.LOST_F]), a[T.PRE],
-                    a[T.REC], path], 1)
+    decode_v = a[T.VISIBLE] - a[T.FIRST] - lost_after_f
+    decode = a[T.DONE] - a[T.FIRST] - (a[T.PRE] + a[T.REC] - a[T.LOST_F])
+    ttft = np.stack([queue, prefill, a[T.XFER], decode_v, a[T.PRE_V], a[T.REC_V], path], 1)
+    e2e = np.stack([queue, prefill, a[T.XFER], decode, a[T.PRE], a[T.REC], path], 1)
     return Split(a[T.ID].astype(np.int64), ttft, e2e)
 
 

@@ -58,9 +58,10 @@ class FloatCol(IntEnum):
     PRE_V = 8  # the part of PRE before the first visible token
     REC_V = 9  # the part of REC before the first visible token
     LOST_F = 10  # PRE + REC before the first token of any kind
+    XFER = 11  # P/D: seconds from the prefill replica's last step to landing on a decode replica (queue + copy)
 
 
-SPENT = slice(FloatCol.PRE, FloatCol.LOST_F + 1)  # the seconds-spent fields: 0 in a new row
+SPENT = slice(FloatCol.PRE, FloatCol.XFER + 1)  # the seconds-spent fields: 0 in a new row
 
 
 BLOCK = KV_BLOCK_TOKENS
@@ -145,6 +146,7 @@ class Rows:
     pre_v: np.ndarray
     rec_v: np.ndarray
     lost_f: np.ndarray
+    xfer: np.ndarray
 
 
 def _field(part: str, c: int) -> property:

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.fleet import Fleet, FleetSpec
+from engine.fleet import KV_LINK_LATENCY_S, Fleet, FleetSpec
 from engine.serving import Engine
-from engine.serving.accounting import PARTS, L
+from engine.serving.accounting import PARTS, L, lanes_split
 
 PRESSED = EngineConfig(users=120, requests=400, prompt="uniform:300,2000", output="uniform:50,400",
                        think="uniform:0,150", kv_pool_blocks=1200, debug=True, seed=3)
@@ -76,8 +76,8 @@ def test_one_request_is_its_steps() -> None:
         if r.cost is not None:
             steps.append(r.dt)
     s = e.latency_split()
-    q, pf, dec, pre, rec, path = s.e2e[0]
-    assert q == 0 and pre == 0 and rec == 0 and path == 0
+    q, pf, xfer, dec, pre, rec, path = s.e2e[0]
+    assert q == 0 and xfer == 0 and pre == 0 and rec == 0 and path == 0
     assert pf == pytest.approx(steps[0], rel=1e-12)
     assert dec == pytest.approx(sum(steps[1:]), rel=1e-12)
     assert s.ttft[0].sum() == pytest.approx(steps[0], rel=1e-12)
@@ -92,3 +92,11 @@ def test_fleet_split_sums(pd: tuple[int, int] | None) -> None:
     assert x["requests"] == m["latency_samples"] > 0
     for key in ("ttft_s", "e2e_s"):
         assert x[key]["mean"]["total"] == pytest.approx(m[key]["mean"], rel=1e-9)
+    xfer = np.concatenate([lanes_split([r.lane]).ttft[:, PARTS.index("transfer")] for r in f.back])
+    if pd is None:
+        assert not xfer.any()
+    else:
+        # Every answer's KV crossed the link: at least the copy's fixed latency, and the copies' own timings.
+        assert (xfer >= KV_LINK_LATENCY_S - 1e-12).all()
+        assert xfer.min() >= min(f.transfer_s) - 1e-12
+        assert (np.concatenate([lanes_split([r.lane]).ttft[:, PARTS.index("prefill")] for r in f.back]) > 0).all()

@@ -1,8 +1,9 @@
 """The explain screen: one floor figure's formula with the current values filled in (engine.explain).
 
 `e` on the floor opens it on the last figure explained (step time first); `e`, tab or → moves to the next
-figure, shift+tab or ← to the previous one (in a scene ← → keep turning the scene's pages), esc closes it. A click on a figure of the floor opens that figure (`figure_at_click`).
-Each move reads the app's latest frame again, so the values are those of the floor behind it.
+figure, shift+tab or ← to the previous one (in a scene ← → keep turning the scene's pages), esc closes it.
+A click on a figure of the floor opens that figure (`figure_at_click`). Each move reads the app's latest frame
+again, so the values are those of the floor behind it.
 """
 
 from __future__ import annotations
