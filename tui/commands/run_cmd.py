@@ -178,8 +178,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="refuse a fleet that costs more $ per hour than this")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--explain", action="store_true",
-                   help="where TTFT and end-to-end latency went: queueing, prefill, decode, preemption, recompute and"
-                        " the request path, as the mean and the p50/p90/p99 requests (key \"explain\" with --json)")
+                   help="where TTFT and end-to-end latency went: queueing, prefill, transfer (P/D), decode, preemption,"
+                        " recompute and the request path, as the mean and the p50/p90/p99 requests"
+                        " (key \"explain\" with --json)")
     p.add_argument("--trace-out", metavar="FILE.json", default=None,
                    help="write the run as a Chrome/Perfetto trace: a track per replica, a span per step, a flow per"
                         " request (open it in ui.perfetto.dev)")
