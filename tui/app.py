@@ -389,9 +389,14 @@ class TokensimApp(App[None]):
         self.set_playing(not self.playing)
 
     def action_step_once(self) -> None:
-        """n: pause (if playing) and run exactly one engine step."""
+        """n: pause (if playing) and run exactly one engine step (a fleet: one step of the replica shown)."""
         if self.playing:
             self.set_playing(False)
+        if isinstance(self.playback, FleetPlayback) and self.selected is not None:
+            if not self.playback.part(1.0):
+                self.notify(t(self.lang, "f_idle", i=self.selected + 1), timeout=4)
+            self._publish()
+            return
         self.advance_ticks(1)
 
     def action_slower(self) -> None:
@@ -556,7 +561,7 @@ class TokensimApp(App[None]):
 
     def action_help(self) -> None:
         """?: the help screen."""
-        self.push_screen(HelpScreen(self.lang))
+        self.push_screen(HelpScreen(self.lang, fleet=self.fleet is not None))
 
     # ---- scene hooks -------------------------------------------------------------------------
     def watch_narration(self, value: tuple[str, ...] | None) -> None:
@@ -596,4 +601,7 @@ class TokensimApp(App[None]):
         ):
             # The description says what it does and which key does it, so the palette teaches the keys.
             yield SystemCommand(t(lang, title), f"{key} · {t(lang, what)}", action)
+        if self.fleet is not None:
+            yield SystemCommand(t(lang, "cmd_next_replica"), f"tab · {t(lang, 'h_replica')}", self.action_next_replica)
+            yield SystemCommand(t(lang, "cmd_overview"), f"0 · {t(lang, 'h_fleet')}", lambda: self.select_replica(None))
         yield from super().get_system_commands(screen)

@@ -18,6 +18,7 @@ from tui.frame import FleetView
 from tui.playback import Playback
 
 FF_TICKS = 32  # replica steps per advance_to() call while playing, between looks at the wall-time budget
+PART_MAX_STEPS = 5000  # fleet steps part() takes waiting for the shown replica's next step
 _FOREVER = math.nextafter(math.inf, 0.0)  # "no time bound" for advance_to on an unbounded workload
 
 
@@ -89,16 +90,21 @@ class FleetPlayback(Playback):
         self.pre = self.snap
         self.view_clock = max(self.view_clock, self.fleet.clock)
 
-    def part(self, fraction: float) -> None:
-        """Run until the shown replica takes one more step, and show it `fraction` of the way through."""
+    def part(self, fraction: float) -> bool:
+        """Run until the shown replica takes one more step, and show it `fraction` of the way through. False (nothing
+        shown moved) when it takes no step within PART_MAX_STEPS of the fleet's (an idle replica may never)."""
         before, ticks = self.snap, self._ticks_of_shown()
-        while self._ticks_of_shown() == ticks:
-            if not self.fleet.advance_to(_FOREVER, max_ticks=1):
-                return  # nothing will ever run
+        for _ in range(PART_MAX_STEPS):
+            if self._ticks_of_shown() != ticks or not self.fleet.advance_to(_FOREVER, max_ticks=1):
+                break
+        if self._ticks_of_shown() == ticks:
+            self.resync()
+            return False
         self._moved(ticks, before)
         self.pre = before
         self.steps_in_frame = 1
         self.view_clock = self.step_start + min(1.0, max(0.0, fraction)) * (self.step_end - self.step_start)
+        return True
 
     def select(self, index: int | None) -> None:
         """Show replica `index`'s floor (None: the overview): its latest state, no step in flight."""

@@ -106,6 +106,39 @@ async def test_slow_motion_plays_the_shown_replicas_step() -> None:
         assert app.frame.snapshot.tick == f.snapshot.tick + 1 and app.frame.step_tick == f.step_tick + 1
 
 
+async def test_n_steps_the_replica_shown_or_the_fleet() -> None:
+    app = make_app(replicas=3)
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_time(1.0)
+        fleet = app.fleet
+        assert fleet is not None
+        before = fleet.ticks
+        await pilot.press("n")  # the overview: one step of whichever replica is furthest behind
+        assert fleet.ticks == before + 1
+        await pilot.press("2")
+        ticks = [fleet.replica_engine(i).tick for i in range(3)]
+        await pilot.press("n")  # replica 2's floor: exactly one step of replica 2, shown whole
+        assert fleet.replica_engine(1).tick == ticks[1] + 1
+        assert app.frame.snapshot.tick == ticks[1] + 1 and not app.frame.in_step
+    one = make_app(replicas=3, users=1)  # least-loaded sends the one user to replica 1 every time
+    async with one.run_test(size=SIZE) as pilot:
+        one.advance_time(1.0)
+        await pilot.press("3", "n")  # replica 3 never steps: n gives up, says so, and the view stays put
+        assert one.fleet is not None and one.fleet.replica_engine(2).tick == 0 and one.selected == 2
+
+
+async def test_help_lists_the_fleets_keys_only_on_a_fleet() -> None:
+    from tui.screens.help import help_text
+
+    assert "h_replica" not in str(help_text("en")) and "overview" not in help_text("en").plain
+    text = help_text("en", fleet=True).plain
+    assert "next replica's own floor" in text and "back to the overview" in text and "router's last choices" in text
+    app = make_app(replicas=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert app.screen.id == "help" and getattr(app.screen, "fleet", False)
+
+
 async def test_one_replica_keeps_the_single_engine_floor_and_its_keys() -> None:
     config = replace(default_config(), seed=0)
     app = TokensimApp(config, autoplay=False, seed=0, fleet=FleetSpec(config))

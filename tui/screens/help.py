@@ -17,18 +17,23 @@ HELP_KEYS: tuple[tuple[str, str], ...] = (
     ("f", "h_f"), ("m", "h_m"), ("h", "h_h"), ("r", "h_r"), ("l", "h_l"), ("e", "h_e"), ("?", "h_help"), ("q", "h_q"),
 )
 HELP_PANELS = ("p_warehouse", "p_traffic", "p_l2", "p_sm", "p_roofline", "p_xray", "p_users")
+# On a fleet: how to move between the overview and the replicas' floors (after space; n says what it steps).
+FLEET_HELP_KEYS: tuple[tuple[str, str], ...] = (("n", "h_n_fleet"), ("tab", "h_replica"), ("0", "h_fleet"))
 
 
-def help_text(lang: str) -> Text:
-    """The help body: a keys table then one line per panel."""
+def help_text(lang: str, fleet: bool = False) -> Text:
+    """The help body: a keys table then one line per panel (a fleet's keys and panel too when one is shown)."""
+    keys = HELP_KEYS
+    if fleet:
+        keys = (HELP_KEYS[0], *FLEET_HELP_KEYS, *HELP_KEYS[2:])
     out = Text()
     out.append(t(lang, "help_keys") + "\n", style="bold underline")
-    kw = max(cell_len(k) for k, _ in HELP_KEYS) + 2
-    for key, label in HELP_KEYS:
+    kw = max(cell_len(k) for k, _ in keys) + 2
+    for key, label in keys:
         out.append(f"  {key:<{kw}}", style="bold #e5a50a")
         out.append(t(lang, label) + "\n")
     out.append("\n" + t(lang, "help_panels") + "\n", style="bold underline")
-    for label in HELP_PANELS:
+    for label in (("p_fleet",) if fleet else ()) + HELP_PANELS:
         out.append("  • " + t(lang, label) + "\n")
     out.append("\n" + t(lang, "help_close"), style="dim")
     return out
@@ -39,16 +44,17 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,question_mark,q", "close", "close")]
 
-    def __init__(self, lang: str) -> None:
-        """The help in `lang`."""
+    def __init__(self, lang: str, fleet: bool = False) -> None:
+        """The help in `lang` (with a fleet's keys when `fleet`)."""
         super().__init__(id="help")
         self.lang = lang
+        self.fleet = fleet
 
     def compose(self) -> ComposeResult:
         """A titled, scrollable box with the help text."""
         with VerticalScroll(id="help-box") as box:
             box.border_title = t(self.lang, "help_title")
-            yield Static(help_text(self.lang), id="help-body")
+            yield Static(help_text(self.lang, self.fleet), id="help-body")
 
     def action_close(self) -> None:
         """escape, ? or q: back to the floor."""
