@@ -267,7 +267,11 @@ class TokensimApp(App[None]):
             self.notify(str(e), severity="error", timeout=6)
             return False
         self.config, self.fleet_spec = spec.config, spec
+        keep = self.selected
         self._install(sim)
+        if isinstance(self.playback, FleetPlayback) and keep is not None and keep < len(self.playback.fleet.reps):
+            self.playback.select(keep)  # a knob or a reset keeps the replica in view
+            self.engine = self.playback.engine
         if self._floor_screen is not None:
             self._fit_to(self.size.width, self.size.height)
         self._resync()

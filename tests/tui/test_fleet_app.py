@@ -168,8 +168,9 @@ async def test_users_and_knobs_restart_the_fleet_with_the_new_setting() -> None:
     app = make_app(replicas=2)
     async with app.run_test(size=SIZE) as pilot:
         app.advance_time(2.0)
-        await pilot.press("plus")
+        await pilot.press("2", "plus")
         assert app.config.users == 8 and app.fleet is not None and app.fleet.config.users == 8
+        assert app.selected == 1 and app.engine is app.fleet.replica_engine(1)  # the replica stays in view
         assert app.fleet.now == 0.0 and app.frame.fleet is not None and app.frame.fleet.users == 8
         await pilot.press("c")
         assert app.fleet.replica_engine(1).step_model.opts.compute_mult == 2.0

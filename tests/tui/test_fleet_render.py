@@ -109,3 +109,14 @@ def test_the_header_gives_fleet_wide_figures_and_the_replica_shown() -> None:
     assert " r3 mixed " in narrow
     zh = fleet.header(frame(view(), "zh"), 120).plain
     assert "4 个副本" in zh and "完成 42" in zh
+
+
+def test_a_strip_over_a_replicas_floor_is_replica_rows_only() -> None:
+    v = view(16, selected=12, routes=(Route(1, 0, 0, "least-loaded", 0, 0.0),), pd=(4, 12))
+    p = fleet.plan(v, 8)
+    assert (p.count, p.more, p.routes, p.copies) == (6, True, -1, -1) and p.first <= 12 < p.first + p.count
+    rows = plain(fleet.render(frame(v), 100, 8))
+    assert not any("router" in r or "KV copies" in r for r in rows) and rows[-1].startswith("… 10 more")
+    # The overview at full height keeps room for the router's choices and the copies.
+    q = fleet.plan(v, 34)
+    assert (q.count, q.more, q.routes, q.copies) == (16, False, 1, 0)

@@ -23,6 +23,7 @@ from tui.render.header import who
 MAX_ROUTE_ROWS = 8  # the router's latest choices shown (newest first), as many as the fleet keeps
 MAX_COPY_ROWS = 6  # KV copies listed under their count (the next to land first)
 MIN_REPLICA_ROWS = 4  # replica rows kept before the router's and copies' rows get any room
+STRIP_ROWS = 8  # at most this many rows below the column names: replica rows only (the strip over a floor)
 ROLE_STYLE = {"both": pal.L2, "prefill": pal.MEMORY, "decode": pal.KV_USED}
 # Fixed columns of a replica row: mark, number, role, then the KV bar's figure, batch, queue, done, busy.
 _NUM_W, _ROLE_W, _PCT_W, _COL_W, _DONE_W, _BUSY_W = 5, 8, 7, 6, 7, 7
@@ -49,6 +50,8 @@ def plan(view: FleetView, height: int) -> Plan:
     room = max(0, height - 1)
     want_routes = 1 + min(len(view.routes), MAX_ROUTE_ROWS) if view.routes else 2
     want_copies = 1 + min(len(view.copies), MAX_COPY_ROWS) if view.pd else 0
+    if room <= STRIP_ROWS:  # a strip above a replica's floor: replicas only
+        want_routes = want_copies = 0
     rep_rows = min(n, room, max(MIN_REPLICA_ROWS, room - want_routes - want_copies))
     left = room - rep_rows
     copies = min(want_copies, left)
@@ -60,7 +63,7 @@ def plan(view: FleetView, height: int) -> Plan:
         count, more = min(1, rep_rows), False
     sel = view.selected or 0
     first = min(max(0, sel - count // 2), max(0, n - count))
-    return Plan(first, count, more, max(0, routes - 1), copies - 1 if view.pd else -1)
+    return Plan(first, count, more, routes - 1, copies - 1 if want_copies else -1)
 
 
 def replica_at(view: FleetView, height: int, y: int) -> int | None:
