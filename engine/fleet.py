@@ -43,6 +43,7 @@ MAX_REPLICAS = 4096
 # exchange, completion notice): an assumed 1 ms, not fitted to a measurement.
 KV_LINK_LATENCY_S = 1e-3
 ROUTE_LOG = 8  # the router's latest decisions kept for the app (Fleet.routes)
+KV_HISTORY = 128  # steps of KV fill each replica's row carries (ReplicaState.kv_history)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class ReplicaState:
     queued: int  # requests queued or preempted
     done: int  # requests finished here (a prefill replica: prompts read)
     busy_s: float  # simulated seconds spent stepping
+    kv_history: tuple[float, ...] = ()  # KV pool fill (0-1) after each of its last KV_HISTORY steps, oldest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -665,7 +667,8 @@ class Fleet:
     def replica_states(self) -> tuple[ReplicaState, ...]:
         """Every replica at a glance, in index order (cheap: a few integers each)."""
         return tuple(ReplicaState(r.index, r.role, r.clock, r.lane.pool.used, r.lane.pool.total, r.held,
-                                  r.lane.R.n, r.lane.waiting, r.lane.stats.completed, r.lane.stats.busy_s)
+                                  r.lane.R.n, r.lane.waiting, r.lane.stats.completed, r.lane.stats.busy_s,
+                                  tuple(r.lane.stats.hist.last(KV_HISTORY)[:, H.KV].tolist()))
                      for r in self.reps)
 
     def copies(self) -> tuple[CopyState, ...]:

@@ -19,10 +19,12 @@ from tui.i18n import t
 from tui.render import palette as pal
 from tui.render.fmt import clock, dur, fit, num, pct
 from tui.render.header import who
+from tui.render.kvqueue import sparkline
 
 MAX_ROUTE_ROWS = 8  # the router's latest choices shown (newest first), as many as the fleet keeps
 MAX_COPY_ROWS = 6  # KV copies listed under their count (the next to land first)
 MIN_REPLICA_ROWS = 4  # replica rows kept before the router's and copies' rows get any room
+MIN_HISTORY_W = 12  # the KV history column appears when it and the bar each get this many cells
 STRIP_ROWS = 8  # at most this many rows below the column names: replica rows only (the strip over a floor)
 ROLE_STYLE = {"both": pal.L2, "prefill": pal.MEMORY, "decode": pal.KV_USED}
 # Fixed columns of a replica row: mark, number, role, then the KV bar's figure, batch, queue, done, busy.
@@ -73,18 +75,20 @@ def replica_at(view: FleetView, height: int, y: int) -> int | None:
     return p.first + i if 0 <= i < p.count else None
 
 
-def _cols(lang: str, width: int) -> tuple[int, bool]:
-    """The KV bar's width, and whether the busy column fits."""
+def _cols(lang: str, width: int) -> tuple[int, int, bool]:
+    """The KV bar's and the KV history's widths (0: no room for it), and whether the busy column fits."""
     fixed = _NUM_W + _ROLE_W + _PCT_W + 2 * _COL_W + _DONE_W
     busy = width - fixed - _BUSY_W >= 12
-    return max(4, width - fixed - (_BUSY_W if busy else 0) - 1), busy
+    kv = max(4, width - fixed - (_BUSY_W if busy else 0) - 1)
+    hist = (kv - 1) // 2 if kv >= MIN_HISTORY_W * 2 + 1 else 0  # now | over the last steps, side by side
+    return kv - hist - (1 if hist else 0), hist, busy
 
 
 def column_header(lang: str, width: int) -> Text:
     """The column names over the replica rows."""
-    bar_w, busy = _cols(lang, width)
-    out = Text(fit("", _NUM_W) + fit(t(lang, "f_role"), _ROLE_W) + fit(t(lang, "f_kv"), bar_w + _PCT_W + 1),
-               style=pal.DIM)
+    bar_w, hist_w, busy = _cols(lang, width)
+    out = Text(fit("", _NUM_W) + fit(t(lang, "f_role"), _ROLE_W) + fit(t(lang, "f_kv"), bar_w + (1 if hist_w else 0))
+               + (fit(t(lang, "f_kv_hist"), hist_w) if hist_w else "") + " " * (_PCT_W + 1), style=pal.DIM)
     cols = (("f_batch", _COL_W), ("f_queue", _COL_W), ("f_done", _DONE_W)) + ((("f_busy", _BUSY_W),) if busy else ())
     for key, w in cols:
         label = t(lang, key)
@@ -95,7 +99,7 @@ def column_header(lang: str, width: int) -> Text:
 
 def replica_row(r: ReplicaState, lang: str, width: int, selected: bool) -> Text:
     """▸ r2 decode  ███▒▒░░░░  41 %  12  3  104  96 %: KV in use (▒ pinned by copies), batch, queue, done, busy."""
-    bar_w, busy = _cols(lang, width)
+    bar_w, hist_w, busy = _cols(lang, width)
     out = Text("▸" if selected else " ", style="bold " + pal.SM_LIT)
     out.append(fit(f"r{r.index + 1}", _NUM_W - 1), style="bold " + pal.SM_LIT if selected else "bold")
     out.append(fit(role(lang, r.role), _ROLE_W), style=ROLE_STYLE.get(r.role, ""))
@@ -105,6 +109,9 @@ def replica_row(r: ReplicaState, lang: str, width: int, selected: bool) -> Text:
     out.append("█" * own, style=pal.KV_USED)
     out.append("▒" * pinned, style=pal.MEMORY)
     out.append("░" * (bar_w - own - pinned), style=pal.KV_FREE)
+    if hist_w:
+        # On the pool's own scale, as the floor's KV sparkline: a nearly empty pool draws a flat line.
+        out.append(" " + sparkline(r.kv_history, hist_w, top=1.0), style=pal.KV_USED)
     out.append(pct(r.kv_used / total).rjust(_PCT_W))
     out.append(num(r.batch).rjust(_COL_W + 1), style=pal.PHASE[3] if r.batch else pal.DIM)
     out.append(num(r.queued).rjust(_COL_W), style=pal.PHASE[0] if r.queued else pal.DIM)
