@@ -508,6 +508,8 @@ class TokensimApp(App[None]):
         """The fleet's keys act only with a fleet on the floor; otherwise the key goes where it went before."""
         if action in FLEET_ACTIONS:
             return self.fleet is not None and self.screen is self._floor_screen
+        if action == "explain" and self.fleet is not None and self.selected is None:
+            return False  # a floor figure's formula: the overview shows no floor (pick a replica first)
         return True
 
     def action_select_replica(self, key: int) -> None:

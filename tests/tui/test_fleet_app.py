@@ -139,6 +139,18 @@ async def test_help_lists_the_fleets_keys_only_on_a_fleet() -> None:
         assert app.screen.id == "help" and getattr(app.screen, "fleet", False)
 
 
+async def test_e_explains_the_shown_replicas_figures_not_the_overview() -> None:
+    from tui.screens.explain import ExplainScreen
+
+    app = make_app(replicas=2)
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_time(1.0)
+        await pilot.press("e")
+        assert not isinstance(app.screen, ExplainScreen)  # the overview has no floor figure to explain
+        await pilot.press("2", "e")
+        assert isinstance(app.screen, ExplainScreen)
+
+
 async def test_one_replica_keeps_the_single_engine_floor_and_its_keys() -> None:
     config = replace(default_config(), seed=0)
     app = TokensimApp(config, autoplay=False, seed=0, fleet=FleetSpec(config))

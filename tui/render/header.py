@@ -75,7 +75,7 @@ KEYS: tuple[tuple[str, str], ...] = (
 FLEET_KEYS: tuple[tuple[str, str], ...] = (
     ("space", "k_play"), ("n", "k_step"), ("[ ]", "k_speed"), ("tab 1-9", "k_replica"), ("0", "k_fleet"),
     ("+ -", "k_users"), ("c", "k_compute"), ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"),
-    ("r", "k_reset"), ("l", "k_lang"), ("?", "k_help"), ("q", "k_quit"),
+    ("r", "k_reset"), ("l", "k_lang"), ("e", "k_explain"), ("?", "k_help"), ("q", "k_quit"),
 )
 _ALWAYS = 2  # "? help" and "q quit" stay even when the bar is cropped
 
