@@ -200,16 +200,18 @@ class Arrivals:
 
     def think(self, users: np.ndarray, t: float) -> None:
         """Closed-loop users whose answer finished at t think, then send again (if still active)."""
-        us = users[users >= 0]
+        if not users.size:
+            return
+        us = users  # most often every one is a closed-loop user still active: two reductions, no masks
+        if int(users.min()) < 0 or int(users.max()) >= self.budget.users:
+            us = users[(users >= 0) & (users < self.budget.users)]
         if us.size:
-            us = us[us < self.budget.users]
-            if us.size:
-                tt = t + self.think_time.take(us.size)
-                self.u_next[us] = tt
-                self.u_pending[us] = True
-                m = float(tt.min())
-                if m < self.next_user:
-                    self.next_user = m
+            tt = t + self.think_time.take(us.size)
+            self.u_next[us] = tt
+            self.u_pending[us] = True
+            m = float(tt.min())
+            if m < self.next_user:
+                self.next_user = m
 
 
 class Script(Protocol):

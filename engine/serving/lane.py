@@ -595,10 +595,10 @@ class Lane:
 
     def _release(self, r: Rows) -> None:
         """Rows leaving the batch give back every block: keyed ones go to the cache when no one else holds them."""
-        private = int((r.blocks - r.full).sum())
-        if not self.caching or not r.full.any():
-            self.pool.release(_NOKEYS, private)
+        if not self.caching or not r.full.any():  # (no keyed blocks without caching: check() holds it)
+            self.pool.release(_NOKEYS, int(r.blocks.sum()))
             return
+        private = int((r.blocks - r.full).sum())
         z = np.zeros(len(r), dtype=np.int64)
         keys = self._keys(r.id, r.group, r.prefix, r.body, r.sess, r.prompt, z, r.full, z)
         self.pool.release(keys, private)

@@ -164,8 +164,20 @@ for _c in FloatCol:
 FIELDS = tuple(c.name.lower() for c in IntCol) + tuple(c.name.lower() for c in FloatCol)
 
 
-_FEW_GAPS = 8  # drop(): up to this many dropped rows are closed by sliding runs of kept rows
+_FEW_GAPS = 8  # drop(): up to this many runs of dropped rows are closed by sliding the kept rows between them
+_RUN_ROWS = 64  # runs are looked for among at most this many dropped rows (a Python pass over them)
 _GATHER_ROWS = 1536  # more dropped rows: below this many live rows one gather per part, above it a mask per field
+
+
+def _gap_runs(gone: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted row numbers as runs of consecutive rows: [(first, last + 1), ...] (plain ints: few rows)."""
+    runs: list[tuple[int, int]] = []
+    for g in gone.tolist():
+        if runs and runs[-1][1] == g:
+            runs[-1] = (runs[-1][0], g + 1)
+        else:
+            runs.append((g, g + 1))
+    return runs
 
 
 class Table:
@@ -244,15 +256,16 @@ class Table:
         if not gone.size:
             return
         c, n = self.cols, self.n
-        if gone.size <= _FEW_GAPS:
-            # A few finished rows: slide each run of kept rows left over the gaps (contiguous moves per field,
-            # nothing before the first gap is touched).
-            w = int(gone[0])
-            for a, b in zip(gone.tolist(), gone[1:].tolist() + [n], strict=True):
-                seg = b - a - 1
+        gaps = _gap_runs(gone) if gone.size <= _RUN_ROWS else None
+        if gaps is not None and len(gaps) <= _FEW_GAPS:
+            # A few runs of finished rows (requests admitted together finish together, side by side): slide each
+            # run of kept rows left over the gaps (contiguous moves per part, nothing before the first gap moves).
+            w = gaps[0][0]
+            for (_, b), (a, _) in zip(gaps, gaps[1:] + [(n, n)], strict=True):
+                seg = a - b
                 if seg:
-                    c.i[:, w:w + seg] = c.i[:, a + 1:b]
-                    c.f[:, w:w + seg] = c.f[:, a + 1:b]
+                    c.i[:, w:w + seg] = c.i[:, b:a]
+                    c.f[:, w:w + seg] = c.f[:, b:a]
                 w += seg
         else:
             m = n - gone.size

@@ -21,11 +21,14 @@ def _rows(n: int, seed: int) -> Rows:
 
 @pytest.mark.parametrize("gather_rows", [0, 1 << 20])
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.booleans(), min_size=1, max_size=120), st.integers(0, 2**16), st.booleans())
+@given(st.lists(st.booleans(), min_size=1, max_size=120) | st.builds(
+    lambda n, a, b: [not (a <= i < a + b) for i in range(n)], st.integers(1, 120), st.integers(0, 120),
+    st.integers(0, 40)), st.integers(0, 2**16), st.booleans())
 def test_keep_drops_exactly_the_masked_rows_in_order(gather_rows: int, mask_list: list[bool], seed: int,
                                                      by_index: bool) -> None:
-    # Few and many dropped rows take different paths (sliding runs, one gather per part in a small table, masking
-    # each field in a big one; the size where gathering stops is set both ways): every path must agree.
+    # Few and many dropped rows, alone or in runs (a block of rows admitted together), take different paths
+    # (sliding the kept rows between a few runs, one gather per part in a small table, masking each field in a big
+    # one; the size where gathering stops is set both ways): every path must agree.
     mask = np.array(mask_list)
     r = _rows(mask.size, seed)
     t = Table(4)
