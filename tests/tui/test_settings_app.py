@@ -140,3 +140,17 @@ async def test_the_palette_offers_settings() -> None:
     async with app.run_test(size=SIZE):
         titles = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert titles["Settings"].startswith("o · ")
+
+
+async def test_apply_reads_what_the_fields_hold_and_its_refusal_stays() -> None:
+    """Apply before the field's change event has arrived: it reads the widget, and the late event does not wipe
+    the refusal off the screen."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("o")
+        app.screen.query_one("#field-tp", Input).value = "3"
+        app.screen.action_apply()
+        await pilot.pause()
+        assert isinstance(app.screen, SettingsScreen) and app.engine.config.tp == 1
+        assert "40 attention heads (8 KV heads) do not split over tp 3 · needs tp 4" in str(note(app, "tp").render())
+        assert str(app.screen.query_one("#settings-cmd", Static).render()) == "as a command: tokensim --tp 3"

@@ -101,11 +101,20 @@ class SettingsScreen(ModalScreen[FleetSpec | None]):
         """A flag on or off."""
         self._edited(event.checkbox, bool(event.value))
 
+    @staticmethod
+    def _value(widget: Widget) -> Any:
+        """A field widget's value as the form holds it: text, a flag's bool, or a choice ('' for the blank one)."""
+        if isinstance(widget, Checkbox):
+            return bool(widget.value)
+        if isinstance(widget, Select):
+            return "" if widget.value is Select.NULL else str(widget.value)
+        return widget.value if isinstance(widget, Input) else ""
+
     def _edited(self, widget: Widget, value: Any) -> None:
         """Store a field's new value, show its own check's verdict beside it, and the command it makes."""
         dest = (widget.id or "").removeprefix("field-")
-        if not any(f.dest == dest for f in self.fields):
-            return
+        if not any(f.dest == dest for f in self.fields) or self.values.get(dest) == value:
+            return  # not a field, or no change (Apply has already read it; its refusal stays on screen)
         self.values[dest] = value
         self._show(dest, form.check_field(self.fields, dest, value))
         self._show(None, None)
@@ -140,6 +149,10 @@ class SettingsScreen(ModalScreen[FleetSpec | None]):
 
     def action_apply(self) -> None:
         """Check every field through the engine's validation; close with the config, or show the refusal inline."""
+        for f in self.fields:  # what the widgets hold now (a change event may still be on its way)
+            if f.live:
+                self.values[f.dest] = self._value(self.query_one(f"#field-{f.dest}"))
+        self.query_one("#settings-cmd", Static).update(self._command())
         try:
             setup = form.setup_of(self.fields, self.values, self.lang)
         except form.FormError as e:
