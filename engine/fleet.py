@@ -42,6 +42,7 @@ MAX_REPLICAS = 4096
 # Fixed cost of one KV copy between a prefill and a decode replica (connection handshake, descriptor
 # exchange, completion notice): an assumed 1 ms, not fitted to a measurement.
 KV_LINK_LATENCY_S = 1e-3
+DRAW_AHEAD_S = 10.0  # open-loop fleets draw their requests this far ahead (fewer, larger draws; the same rows)
 ROUTE_LOG = 8  # the router's latest decisions kept for the app (Fleet.routes)
 KV_HISTORY = 128  # steps of KV fill each replica's row carries (ReplicaState.kv_history)
 
@@ -285,6 +286,7 @@ class Fleet:
         # Round-robin over open-loop arrivals routes without looking at any replica: each replica gets an inbox
         # of requests dealt to it in advance, and runs to its own next one (see _run_prerouted).
         self.inbox: list[deque[Rows]] | None = None
+        self.ahead: deque[Rows] = deque()  # open-loop requests drawn ahead, not yet routed (_run_lazy)
         if preroute and spec.router == "round-robin" and open_loop and spec.pd is None and spec.replicas > 1:
             self.inbox = [deque() for _ in self.reps]
             self.ready = [(0.0, i) for i in range(len(self.reps))]
@@ -442,7 +444,7 @@ class Fleet:
             r = reps[i]
             box = inbox[i]
             while not box and self.src.next_arrival < math.inf:
-                self._deal(self._draw(self.src.next_arrival))
+                self._deal(self._draw(self.src.next_arrival + DRAW_AHEAD_S))
             nxt = float(box[0].arrival[0]) if box else math.inf
             if nxt < math.inf and (nxt <= r.clock or not r.busy):
                 row = box.popleft()
@@ -470,35 +472,43 @@ class Fleet:
         d = self.duration
         end = math.inf if d is None else d
         n = 0
-        while (ta := self.src.next_arrival) < math.inf:
-            stop = min(ta, end)
+        while ahead := self._ahead():
+            row = ahead.popleft()
+            t = float(row.arrival[0])
+            stop = min(t, end)
             for r in self.reps:
                 if r.calm < stop:
                     n += self._catch_up(r, stop)
-            n += self._arrive_lazy(ta, stop)
+            n += self._arrive_lazy(row, t, stop)
         for r in self.reps:
             n += self._catch_up(r, end, calm=False)
         return n
 
-    def _arrive_lazy(self, t: float, stop: float) -> int:
+    def _arrive_lazy(self, row: Rows, t: float, stop: float) -> int:
         """_arrive for the lazy loop: the chosen replica takes its steps before t, then gets the request."""
-        rows = self._draw(t)
         n = 0
-        for j in range(len(rows)):
-            row = rows.pick(slice(j, j + 1)).copy()
-            if self.spec.router == "kv-aware":
-                known = [r for r in self.reps if not r.busy or r.clock >= stop]  # their state at t is exact
-                rep = min(known, key=_kv_key) if known else None
-                if rep is None or rep.free_blocks < rep.lane.pool.total:
-                    for r in self.reps:
-                        n += self._catch_up(r, stop, calm=False)
-                    rep = self._route()
-            else:
-                rep = self._route(row)
-            n += self._catch_up(rep, stop, calm=False)
-            self._give(rep, row, t)
-            rep.calm = self._calm(rep)
+        if self.spec.router == "kv-aware":
+            known = [r for r in self.reps if not r.busy or r.clock >= stop]  # their state at t is exact
+            rep = min(known, key=_kv_key) if known else None
+            if rep is None or rep.free_blocks < rep.lane.pool.total:
+                for r in self.reps:
+                    n += self._catch_up(r, stop, calm=False)
+                rep = self._route()
+        else:
+            rep = self._route(row)
+        n += self._catch_up(rep, stop, calm=False)
+        self._give(rep, row, t)
+        rep.calm = self._calm(rep)
         return n
+
+    def _ahead(self) -> deque[Rows]:
+        """Open loop: the next requests, one row each, drawn DRAW_AHEAD_S at a time (when they come does not depend
+        on the replicas, and drawing a stretch at once gives the same rows as drawing each when it is due)."""
+        q = self.ahead
+        if not q and (t := self.src.next_arrival) < math.inf:
+            rows = self._draw(t + DRAW_AHEAD_S)
+            q.extend(rows.pick(slice(j, j + 1)).copy() for j in range(len(rows)))
+        return q
 
     def _catch_up(self, r: _Replica, stop: float, calm: bool = True) -> int:
         """Take replica r's steps that start before `stop`; with `calm`, only as far as needed to be sure no
