@@ -120,6 +120,8 @@ class TokensimApp(App[None]):
         Binding("tab", "next_replica", "next replica", show=False, priority=True),
         Binding("shift+tab", "prev_replica", "previous replica", show=False, priority=True),
         *(Binding(str(k), f"select_replica({k})", f"replica {k}", show=False) for k in range(10)),
+        Binding("up", "guide_scroll(-1)", "guide up", show=False),
+        Binding("down", "guide_scroll(1)", "guide down", show=False),
     ]
 
     narration: reactive[tuple[str, ...] | None] = reactive(None, init=False)
@@ -283,18 +285,22 @@ class TokensimApp(App[None]):
         now = time.monotonic()
         dt = 1 / FPS if self._last_wall is None else min(MAX_WALL_DT, now - self._last_wall)
         self._last_wall = now
-        self.playback.advance(dt * self.speed, budget_s=STEP_BUDGET_S)
+        self.playback.advance(dt * self.speed, budget_s=STEP_BUDGET_S, speed=self._replay_speed())
         self._publish()
 
+    def _replay_speed(self) -> float | None:
+        """The speed steps too fast to watch are replayed against (None: a static frame never replays)."""
+        return self.speed if self.animation_level != "none" else None
+
     def _build_frame(self) -> Frame:
-        """The Frame for the view clock: the pre-step state while a step is in flight, else the latest."""
+        """The Frame for the view clock: the live step part-way through, or a fast step replayed time-dilated."""
         pb = self.playback
-        progress = pb.progress()
+        v = pb.step_view()
         return build_frame(
-            pb.shown(progress), step=pb.cost, step_tick=pb.snap.tick, progress=progress,
+            v.snapshot, step=v.step, step_tick=v.step_tick, progress=v.progress,
             clock_s=pb.view_clock, speed=self.speed, playing=self.playing, lang=self.lang,
             animate=self.animation_level != "none", steps_in_frame=pb.steps_in_frame, rate=self.config.rate,
-            behind=pb.behind, narration=self.narration, highlight=self.highlight,
+            behind=pb.behind, narration=self.narration, highlight=self.highlight, dilation=v.dilation, batch=v.batch,
             fleet=pb.view() if isinstance(pb, FleetPlayback) else None,
         )
 
@@ -333,7 +339,7 @@ class TokensimApp(App[None]):
 
     def advance_time(self, sim_s: float) -> None:
         """Advance the view clock by sim_s simulated seconds (stepping as needed), as playing would."""
-        self.playback.advance(sim_s)
+        self.playback.advance(sim_s, speed=self._replay_speed())
         self._publish()
 
     def show_step_part(self, fraction: float) -> None:
@@ -346,6 +352,7 @@ class TokensimApp(App[None]):
         if not speed > 0:
             raise ValueError(f"speed must be > 0, got {speed}")
         self.speed = float(speed)
+        self.playback.retime(self.speed)
         self._publish()
 
     def set_playing(self, playing: bool) -> None:
@@ -564,6 +571,12 @@ class TokensimApp(App[None]):
         """A click on a figure of the floor opens its explanation."""
         if self.screen is self._floor_screen and (fig := figure_at_click(event)) is not None:
             self.action_explain(fig)
+
+    def action_guide_scroll(self, direction: int) -> None:
+        """↑ / ↓: scroll the guide a line when its text is taller than the rows it has (80x24)."""
+        if self._floor_screen is not None:
+            guide = self._floor_screen.query_one(Narration)
+            (guide.scroll_down if direction > 0 else guide.scroll_up)(animate=False)
 
     def action_help(self) -> None:
         """?: the help screen."""

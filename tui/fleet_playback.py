@@ -64,8 +64,10 @@ class FleetPlayback(Playback):
         self.step_end = self.snap.time_s
         self.step_start = self.step_end - (self.cost.time_s if self.cost is not None else 0.0)
 
-    def advance(self, sim_dt: float, budget_s: float | None = None) -> None:
-        """Move the view clock on by sim_dt: every fleet event before it happens (within a wall-time budget)."""
+    def advance(self, sim_dt: float, budget_s: float | None = None, speed: float | None = None) -> None:
+        """Move the view clock on by sim_dt: every fleet event before it happens (within a wall-time budget).
+
+        `speed` is taken for the base's sake and not used: a replica's floor plays its steps live, no replay."""
         target = self.view_clock + max(0.0, sim_dt)
         before, ticks = self.snap, self._ticks_of_shown()
         self.behind = False

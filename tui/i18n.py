@@ -37,6 +37,7 @@ EN: dict[str, str] = {
     "peak": "peak",
     # traffic
     "traffic": "traffic HBM → L2 → SM",
+    "traffic_replay": "traffic · one step, shown {x}× slower",
     "layer": "layer",
     "step": "step",
     "moved": "moved {b} so far",
@@ -233,6 +234,7 @@ EN: dict[str, str] = {
     # misc
     "too_small": "tokensim needs at least {w}×{h} cells; this terminal is {cw}×{ch}.\nPlease enlarge the window.",
     "narration": "guide",
+    "narration_more": "guide · ↑↓ more",
     "rebuilt": "now: {what}",
     # predict, then reveal (scene questions)
     "quiz_title": "predict, then watch",
@@ -266,6 +268,7 @@ ZH: dict[str, str] = {
     "bandwidth": "带宽",
     "peak": "峰值",
     "traffic": "传送带 HBM → L2 → SM",
+    "traffic_replay": "传送带 · 回放一步，放慢 {x} 倍",
     "layer": "层",
     "step": "步",
     "moved": "累计搬运 {b}",
@@ -449,6 +452,7 @@ ZH: dict[str, str] = {
     "cmd_help": "帮助",
     "too_small": "tokensim 至少需要 {w}×{h} 字符，当前终端为 {cw}×{ch}。\n请放大窗口。",
     "narration": "导览",
+    "narration_more": "导览 · ↑↓ 看更多",
     "rebuilt": "已切换：{what}",
     "quiz_title": "先预测，再看结果",
     "quiz_keys": "按 1-{n} 作答 · Esc 跳过",

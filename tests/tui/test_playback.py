@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from engine.serving import Engine
+from engine.snapshot import Phase
 from tui.defaults import default_config
 from tui.playback import Playback
 
 
-def test_slow_motion_shows_the_state_before_the_step_until_the_step_ends() -> None:
+def test_slow_motion_shows_the_step_in_flight_and_its_results_at_its_end() -> None:
     pb = Playback.start(Engine(default_config()))
     first = pb.snap
-    pb.advance(1e-6)  # the first step starts; the view is a sliver into it
+    pb.advance(1e-6)  # the first step (four prompts) starts; the view is a sliver into it
     assert pb.steps_in_frame == 1 and pb.cost is not None
     span = pb.step_end - pb.step_start
-    assert 0 < pb.progress() < 0.01 and pb.shown(pb.progress()) is first
+    assert 0 < pb.progress() < 0.01
     pb.advance(span / 2)
     assert pb.progress() == pytest.approx((1e-6 + span / 2) / span)
-    assert pb.shown(pb.progress()) is first  # still before the step's effects
+    mid = pb.shown(pb.progress())
+    r = mid.requests
+    admitted = r.phase == Phase.PREFILL
+    # The batch is in (the users list said "queued" here before), its prompts half read, no token yet.
+    assert admitted.sum() == pb.cost.seqs == mid.running and first.running == 0
+    assert np.all(r.prefilled[admitted] == (r.prompt_len[admitted] * ((1e-6 + span / 2) / span)).astype(int))
+    assert np.all(r.generated == 0) and mid.tick == first.tick
+    assert 0 < mid.bytes_moved["hbm"] < pb.snap.bytes_moved["hbm"]
     pb.advance(span)  # past its end (and into the next step)
-    assert pb.snap.tick >= 1 and pb.shown(pb.progress()) is not first
+    assert pb.snap.tick >= 1 and pb.shown(pb.progress()).requests.generated.max() >= 1
 
 
 def test_fast_forward_shows_only_the_frames_end() -> None:

@@ -108,11 +108,11 @@ def test_static_frame_without_animation_does_not_depend_on_the_clock() -> None:
     assert [r.plain for r in sm_grid.render(a, 60, 5)] == [r.plain for r in sm_grid.render(b, 60, 5)]
 
 
-def test_animation_moves_with_simulated_time_only() -> None:
+def test_animation_moves_with_the_steps_progress_only() -> None:
     snap = make_snapshot(4)
-    a = build_frame(snap, clock_s=1.0, animate=True)
-    b = build_frame(snap, clock_s=1.0 + snap.last_step.time_s / 48 / 3, animate=True)
-    again = build_frame(snap, clock_s=1.0, animate=True)
+    a = build_frame(snap, progress=0.5, animate=True)
+    b = build_frame(snap, progress=0.5 + 1 / 48 / 3, animate=True)  # a third of a layer on: two cells
+    again = build_frame(snap, progress=0.5, clock_s=7.0, animate=True)
     assert traffic.conveyor(a, 60).plain == traffic.conveyor(again, 60).plain
     assert traffic.conveyor(a, 60).plain != traffic.conveyor(b, 60).plain
 

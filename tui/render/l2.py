@@ -1,4 +1,4 @@
-"""The L2 shelf: refilled bytes/L2-size times per step; the shelf fills as the step's bytes pass through."""
+"""The L2 shelf: refilled bytes/L2-size times per step; the shelf fills and empties with each layer's crates."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from rich.text import Text
 from tui.frame import Frame
 from tui.i18n import t
 from tui.render import palette as pal
-from tui.render.fmt import bar, num
+from tui.render import traffic
+from tui.render.fmt import num
 
 
 def title(frame: Frame) -> str:
@@ -27,22 +28,34 @@ def refills_done(frame: Frame) -> tuple[int, int]:
     return min(total, int(frame.progress * st.l2_refills)), total
 
 
+def fill(frame: Frame) -> float:
+    """How full the shelf is: inside a step, the share of the current layer's crates that have arrived, so it
+    fills and empties once per layer (each layer's bytes pass through it l2_refills / layers times: far too
+    many turns to draw); full at a step's end; empty with no step."""
+    st = frame.step
+    if st is None or st.tokens <= 0:
+        return 0.0
+    if not frame.in_step:
+        return 1.0
+    return (frame.progress * max(1, st.layers)) % 1.0
+
+
 def shelf(frame: Frame, width: int) -> Text:
-    """[▤▤▤▤░░░] refill 343/560: the shelf's current fill (fractional part of refills done)."""
+    """[▤▤▤▦▥···] refill 343/560: the current layer's crates on the shelf, coloured weights / KV / activations."""
     lang = frame.lang
     done, total = refills_done(frame)
-    st = frame.step
-    if total == 0 or st is None:
-        fill = 0.0
-    elif frame.progress >= 1.0:
-        # Not in slow motion: the shelf turns over l2_refills times per step time of simulated clock.
-        fill = (frame.clock_s / st.time_s * st.l2_refills) % 1.0 if frame.animate and st.time_s > 0 else 1.0
-    else:
-        fill = (frame.progress * st.l2_refills) % 1.0
     tail = f" {t(lang, 'refill')} {num(done)}/{num(total)}"
     w = max(4, width - cell_len(tail) - 2)
+    n = round(fill(frame) * w)
+    weights, kv = traffic.mix(frame)
+    # The layer's crates arrive in its byte mix: weights, each user's KV (at least one crate), activations.
+    nk = min(n, max(1 if kv > 0 else 0, round(kv * n)))
+    nw = min(n - nk, round(weights * n))
     out = Text("[")
-    out.append(bar(fill, w, full="▤", empty="·"), style=pal.L2)
+    out.append("▤" * nw, style=pal.WEIGHTS)
+    out.append("▦" * nk, style=pal.KV_USED)
+    out.append("▥" * (n - nw - nk), style=pal.ACTS)
+    out.append("·" * (w - n), style=pal.L2)
     out.append("]" + tail)
     out.truncate(width, overflow="crop", pad=True)
     return out

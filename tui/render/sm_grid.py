@@ -38,14 +38,26 @@ def layout(n: int, width: int, height: int) -> tuple[int, int]:
     return 1, max(1, width)
 
 
+def first_lit(frame: Frame, lit: int, per_row: int) -> int:
+    """Where the lit block starts. Inside a step (live or replayed) the work moves over the tiles as the step
+    crosses its layers, once round the grid per step: a step with a row's worth of work or more (a prompt's
+    many tokens) lights whole rows and moves a row at a time; a decode step's few lit tiles walk cell by
+    cell. Between steps it stays put, so the grid only repaints when the busy share changes."""
+    n = frame.snapshot.hardware.sm_count
+    if not frame.in_step or lit >= n or n <= 0:
+        return 0
+    if lit >= per_row:
+        rows = -(-n // per_row)
+        return (int(frame.progress * rows) * per_row) % n
+    return int(frame.progress * n) % n
+
+
 def render(frame: Frame, width: int, height: int = 3) -> list[Text]:
-    """Rows of SM cells. In slow motion the lit block walks round the grid with the step's progress;
-    otherwise (a blur of many steps per frame, or no animation) it stays put, so the grid only
-    repaints when the busy share changes."""
+    """Rows of SM cells, as many lit as the shown step's MFU, placed by `first_lit`."""
     n = frame.snapshot.hardware.sm_count
     cw, per_row = layout(n, width, height)
     lit = lit_count(frame)
-    start = int(frame.progress * frame.layers * n) % n if frame.animate and frame.in_step and lit < n else 0
+    start = first_lit(frame, lit, per_row)
     lit_set = {(start + i) % n for i in range(lit)}
     rows: list[Text] = []
     gap = " " if cw == 2 else ""

@@ -46,17 +46,38 @@ def row_pieces(frame: Frame, y: int, width: int) -> Pieces:
     rid, user, ph = int(r.req_id[i]), int(r.user[i]), int(r.phase[i])
     who = f"u{user + 1}" if user >= 0 else f"#{rid}"
     blocks = int(r.kv_blocks[i]) if ph in _HOLDS_KV else 0  # queued, preempted and done hold none
+    mark, kv_style = step_mark(frame, rid, ph)
     head: Pieces = [
         (f"{who:>6} ", "bold"),
         (fit(t(lang, PHASE_KEYS.get(ph, "phase_queued")), phase_width(lang)), pal.PHASE.get(ph, "")),
-        (fit(f" KV{blocks:>5} {t(lang, 'kv_blk')}", 13) if blocks else " " * 13, pal.KV_USED),
-        ("⚡" if bool(r.fast[i]) else "  ", ""),
         (" ", ""),
+        (fit(f"KV{blocks:>5} {t(lang, 'kv_blk')}", 12), kv_style) if blocks else (" " * 12, ""),
+        ("⚡" if bool(r.fast[i]) else "  ", ""),
+        mark,
     ]
     used = sum(cell_len(text) for text, _ in head)
     if used >= width:
         return _crop(head, width)
     return head + detail(frame, i, ph, width - used)
+
+
+def step_mark(frame: Frame, rid: int, ph: int) -> tuple[tuple[str, str], str]:
+    """(the one-cell mark, the KV column's style) for request `rid` and the shown step.
+
+    While the step crosses its layers, each user it serves has its KV read with every layer: the KV column
+    lights up. When the step ends, it has dropped one token into that user's answer: a ▾ marks it (it stays
+    through a replay's hold). Requests outside the step, or a frame without one, show neither."""
+    b = frame.batch
+    if b is None or frame.step is None or b.ids.size == 0:
+        return (" ", ""), pal.KV_USED
+    new = b.new_of(rid)
+    if new <= 0:
+        return (" ", ""), pal.KV_USED
+    if frame.in_step:
+        return ("▸", pal.KV_USED), pal.KV_READ
+    if new == 1 or ph != Phase.PREFILL:  # a prompt read only in part has no token to show yet
+        return ("▾", pal.DROP), pal.KV_USED
+    return (" ", ""), pal.KV_USED
 
 
 def _crop(pieces: Pieces, width: int) -> Pieces:

@@ -42,10 +42,33 @@ def capacity_bar(frame: Frame, width: int) -> Text:
     # Make the cells add up to width by trimming or growing the largest part.
     big = max(range(4), key=lambda i: cells[i])
     cells[big] += width - sum(cells)
+    heads = reading(frame)
     out = Text()
-    for (_, ch, style), n in zip(parts, cells, strict=True):
-        out.append(ch * max(0, n), style=style)
+    for i, ((_, ch, style), n) in enumerate(zip(parts, cells, strict=True)):
+        n = max(0, n)
+        head = heads[i] if i < len(heads) else None
+        if head is None or n == 0:
+            out.append(ch * n, style=style)
+            continue
+        at = min(n - 1, int(head * n))  # the cell holding the layer being read
+        out.append(ch * at, style=style)
+        out.append("▓", style=pal.WEIGHTS_HOT if i == 0 else pal.KV_READ)
+        out.append(ch * (n - at - 1), style=style)
     return out
+
+
+def reading(frame: Frame) -> tuple[float | None, float | None]:
+    """Where the shown step is reading, as a share of (the weights, the KV cache in use): the layer it is on.
+
+    Layers sit side by side in both, so as the step crosses them one cell after the other lights up: crates
+    of weights leave the warehouse, and each user's KV for the same layer with them. None: not reading."""
+    st = frame.step
+    if not frame.in_step or st is None or st.tokens <= 0:
+        return None, None
+    at = (frame.layer - 1) / max(1, frame.layers)
+    b = frame.batch
+    reads_kv = st.bytes.get("kv_read", 0.0) > 0 and (b is None or int(b.ctx.sum()) > 0)
+    return at, at if reads_kv else None
 
 
 def legend(frame: Frame, width: int) -> Text:

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from rich.text import Text
+from rich.segment import Segment
+from textual import events
 from textual.geometry import Size
-from textual.widget import Widget
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from tui.frame import Frame
 from tui.i18n import t
 from tui.render import guide
+from tui.render.fmt import fit
+
+SCROLLBAR = 1  # columns kept for the scrollbar (scrollbar-size-vertical in app.tcss)
 
 
-class Narration(Widget):
+class Narration(ScrollView):
     """A bottom panel the scenes fill through TokensimApp.narration (a tuple of lines, or None).
 
     It wraps its text itself (tui.render.guide), breaking between Chinese characters too, and is
-    updated only when the lines or the language change.
+    updated only when the lines or the language change. When the text is taller than the rows the
+    floor can spare (80x24), it scrolls (mouse wheel, or ↑ / ↓ in TokensimApp) and its title says so.
     """
 
     def __init__(self, *, id: str | None = None) -> None:  # noqa: A002
@@ -23,21 +29,54 @@ class Narration(Widget):
         super().__init__(id=id)
         self._shown: tuple[tuple[str, ...] | None, str] = (None, "")
         self._lines: tuple[str, ...] = ()
+        self._wrapped: tuple[int, list[str]] = (-1, [])  # (width, lines wrapped to it)
+        self._lang = "en"
 
     def show(self, frame: Frame) -> None:
-        """Take the frame's lines when they or the language changed, and re-measure."""
+        """Take the frame's lines when they or the language changed, re-measure, and go back to the top."""
         key = (frame.narration, frame.lang)
         if key == self._shown:
             return
         self._shown = key
         self._lines = frame.narration or ()
-        self.border_title = t(frame.lang, "narration")
+        self._wrapped = (-1, [])
+        self._lang = frame.lang
+        self._measure()
+        self.scroll_home(animate=False)
         self.refresh(layout=True)
 
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        """As many rows as the wrapped text needs at `width` (CSS max-height caps it)."""
-        return max(1, len(guide.wrap(self._lines, width)))
+    def wrapped(self, width: int) -> list[str]:
+        """The lines wrapped for a panel `width` cells wide, one column kept for the scrollbar (kept for the
+        last width asked), so the text never re-wraps when the scrollbar comes or goes."""
+        width = max(1, width - SCROLLBAR)
+        if self._wrapped[0] != width:
+            self._wrapped = (width, guide.wrap(self._lines, width))
+        return self._wrapped[1]
 
-    def render(self) -> Text:
-        """The lines wrapped to the current width (pure: a function of the stored lines and the size)."""
-        return Text("\n".join(guide.wrap(self._lines, self.content_size.width)), no_wrap=True, overflow="crop")
+    def _measure(self) -> None:
+        """Size the scrollable canvas to the wrapped text at the current width; the title says when it scrolls."""
+        width, height = self.content_region.width, self.content_region.height
+        more = False
+        if width > 0:
+            rows = len(self.wrapped(width))
+            self.virtual_size = Size(width - SCROLLBAR, rows)
+            more = rows > height > 0
+        self.border_title = t(self._lang, "narration_more" if more else "narration")
+
+    def on_resize(self, event: events.Resize) -> None:
+        """A new width re-wraps the text."""
+        self._measure()
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """As many rows as the wrapped text needs at `width` (CSS max-height caps it; the rest scrolls)."""
+        return max(1, len(self.wrapped(width)))
+
+    def render_line(self, y: int) -> Strip:
+        """Row y of the view: wrapped line y + scroll offset (pure: a function of the lines, size and offset)."""
+        width = self.content_region.width
+        lines = self.wrapped(width)
+        i = y + int(self.scroll_offset.y)
+        text = lines[i] if 0 <= i < len(lines) else ""
+        strip = Strip([Segment(fit(text, width - SCROLLBAR), self.rich_style)], width - SCROLLBAR)
+        # As wide as the view: the last column is the scrollbar's when it shows, blank otherwise.
+        return strip.extend_cell_length(self.scrollable_content_region.width, self.rich_style)

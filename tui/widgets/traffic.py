@@ -5,7 +5,6 @@ from __future__ import annotations
 from rich.text import Text
 
 from tui.frame import Frame
-from tui.i18n import t
 from tui.render import traffic
 from tui.widgets.panel import FramePanel
 
@@ -15,7 +14,7 @@ class Traffic(FramePanel):
 
     def title_for(self, frame: Frame) -> str:
         """The panel's border title in the frame's language."""
-        return t(frame.lang, "traffic")
+        return traffic.title(frame)
 
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
         """The panel's rows, from its pure renderer."""
