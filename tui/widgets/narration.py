@@ -29,7 +29,7 @@ class Narration(ScrollView):
         super().__init__(id=id)
         self._shown: tuple[tuple[str, ...] | None, str] = (None, "")
         self._lines: tuple[str, ...] = ()
-        self._wrapped: tuple[int, list[str]] = (-1, [])  # (width, lines wrapped to it)
+        self._wrapped: tuple[tuple[int, int], list[str]] = ((-1, -1), [])  # ((width, height), lines wrapped to it)
         self._lang = "en"
 
     def show(self, frame: Frame) -> None:
@@ -39,18 +39,22 @@ class Narration(ScrollView):
             return
         self._shown = key
         self._lines = frame.narration or ()
-        self._wrapped = (-1, [])
+        self._wrapped = ((-1, -1), [])
         self._lang = frame.lang
         self._measure()
         self.scroll_home(animate=False)
         self.refresh(layout=True)
 
     def wrapped(self, width: int) -> list[str]:
-        """The lines wrapped for a panel `width` cells wide, one column kept for the scrollbar (kept for the
-        last width asked), so the text never re-wraps when the scrollbar comes or goes."""
-        width = max(1, width - SCROLLBAR)
-        if self._wrapped[0] != width:
-            self._wrapped = (width, guide.wrap(self._lines, width))
+        """The lines wrapped for a panel `width` cells wide: to the full width when they fit in its rows, else
+        one column narrower, for the scrollbar (kept for the last width and height asked)."""
+        height = self.content_region.height
+        key = (width, height)
+        if self._wrapped[0] != key:
+            lines = guide.wrap(self._lines, max(1, width))
+            if height > 0 and len(lines) > height:
+                lines = guide.wrap(self._lines, max(1, width - SCROLLBAR))
+            self._wrapped = (key, lines)
         return self._wrapped[1]
 
     def _measure(self) -> None:
@@ -59,8 +63,8 @@ class Narration(ScrollView):
         more = False
         if width > 0:
             rows = len(self.wrapped(width))
-            self.virtual_size = Size(width - SCROLLBAR, rows)
             more = rows > height > 0
+            self.virtual_size = Size(width - SCROLLBAR if more else width, rows)
         self.border_title = t(self._lang, "narration_more" if more else "narration")
 
     def on_resize(self, event: events.Resize) -> None:
@@ -68,15 +72,13 @@ class Narration(ScrollView):
         self._measure()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        """As many rows as the wrapped text needs at `width` (CSS max-height caps it; the rest scrolls)."""
-        return max(1, len(self.wrapped(width)))
+        """As many rows as the text needs at `width` (CSS max-height caps it; the rest scrolls)."""
+        return max(1, len(guide.wrap(self._lines, max(1, width))))
 
     def render_line(self, y: int) -> Strip:
         """Row y of the view: wrapped line y + scroll offset (pure: a function of the lines, size and offset)."""
-        width = self.content_region.width
-        lines = self.wrapped(width)
+        width = self.scrollable_content_region.width  # one column less while the scrollbar shows
+        lines = self.wrapped(self.content_region.width)
         i = y + int(self.scroll_offset.y)
         text = lines[i] if 0 <= i < len(lines) else ""
-        strip = Strip([Segment(fit(text, width - SCROLLBAR), self.rich_style)], width - SCROLLBAR)
-        # As wide as the view: the last column is the scrollbar's when it shows, blank otherwise.
-        return strip.extend_cell_length(self.scrollable_content_region.width, self.rich_style)
+        return Strip([Segment(fit(text, width), self.rich_style)], width)
