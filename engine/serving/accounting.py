@@ -404,7 +404,7 @@ def stage_metrics(lanes: list[LaneLike], stages: tuple[Any, ...]) -> tuple[dict[
     out = []
     for s in stages:
         m = lat[:, L.STAGE] == s.index
-        itl = st[0].itl.summary(s.index) if len(st) == 1 else Summary(None, None, None, None)
+        itl = _itl(st, s.index)
         out.append({
             "stage": s.index, "start_s": s.start, "duration_s": s.duration,
             "rate": s.rate if not s.closed else None, "users": s.users if s.closed else None,
@@ -415,15 +415,21 @@ def stage_metrics(lanes: list[LaneLike], stages: tuple[Any, ...]) -> tuple[dict[
     return tuple(out)
 
 
-def _itl(st: list[LaneStats]) -> Summary:
-    """Inter-token latency over every lane's histogram."""
+def _itl(st: list[LaneStats], stage: int | None = None) -> Summary:
+    """Inter-token latency over every lane's histogram (of one workload stage, or of all): a fleet's replicas
+    pool their histograms as an engine's lanes do."""
     if len(st) == 1:
-        return st[0].itl.summary()
+        return st[0].itl.summary(stage)
     agg = Itl(1)
     for s in st:
-        agg.counts[0] += s.itl.counts.sum(axis=0)
-        agg.sum[0] += s.itl.sum.sum()
-        agg.n[0] += s.itl.n.sum()
+        if stage is None:
+            agg.counts[0] += s.itl.counts.sum(axis=0)
+            agg.sum[0] += s.itl.sum.sum()
+            agg.n[0] += s.itl.n.sum()
+        else:
+            agg.counts[0] += s.itl.counts[stage]
+            agg.sum[0] += s.itl.sum[stage]
+            agg.n[0] += s.itl.n[stage]
     return agg.summary()
 
 

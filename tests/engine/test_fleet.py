@@ -273,6 +273,8 @@ def test_workload_files_and_traces_run_on_fleets(tmp_path: Path) -> None:
             assert m["requests_completed"] >= 0.9 * m["requests_accepted"]
             if cfg.workload:
                 done = [s["requests_completed"] for s in m["stages"]]
+                # Each stage's inter-token latencies pool every replica's (decode replicas' under P/D).
+                assert all(s["itl_s"]["p50"] is not None for s in m["stages"])
                 assert len(done) == 2 and sum(done) == m["requests_completed"] and done[0] == e["stages"][0][
                     "requests_completed"]
                 assert m["prefix_cache_hit_rate"] > 0.3  # the groups' shared prefix is found on the replicas
