@@ -1,11 +1,14 @@
 """A fleet: several replicas of one deployment on one clock, a router choosing where each request goes.
 
-The fleet owns the workload: it draws arrival times (closed-loop users or Poisson) and lengths from its
-own seeded streams, so every replica count and router sees the same requests. Each replica is one
-engine lane (a tp group of GPUs with its own KV pool, queue and clock) that receives requests instead
-of drawing them. The fleet always moves the replica furthest behind, and hands a request to a replica
-before any busy replica steps past its arrival, so a request is admitted at the first step boundary of
-its replica after it arrives, exactly as on one engine.
+The fleet owns the workload: one engine built on the whole configuration, never stepped, draws the requests
+(closed-loop users, Poisson, a workload file's stages and shared prefixes, a trace) with the lane's own code,
+so every replica count and router sees the same requests. Each replica is an engine with no workload of its
+own, fed through the Engine's public seam (accept, step_lane, on_complete, pin, admit_copied). The fleet
+always moves the replica furthest behind, and hands a request to a replica before that replica steps past its
+arrival, so a request is admitted at the first step boundary of its replica after it arrives, exactly as on
+one engine. Open-loop fleets need not stop every replica at every arrival: round-robin deals requests ahead
+(_run_prerouted), least-loaded and kv-aware move a replica up to an arrival only when the router could see
+a difference there (_run_lazy); both give the event-ordered loop's numbers.
 
 Routers (what they read is each replica's state at the arrival):
 - round-robin: replica i, i+1, ... in turn;
