@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from engine.config import EngineConfig
 from engine.fleet import Fleet, FleetSpec, engine_for
 from engine.serving import Engine
-from tests.engine.test_fleet import _flat
+from tests.engine.test_fleet import SHARED, _flat
 
 CLOSED = EngineConfig(users=12, think_time="exp:1", requests=150, prompt="uniform:500,3000", output="uniform:50,200")
 OPEN = EngineConfig(rate=6, users=0, requests=150, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")
@@ -72,6 +73,23 @@ def test_routes_say_why_with_the_figure_that_decided() -> None:
     rr = Fleet(FleetSpec(EngineConfig(rate=10, requests=30), replicas=3), preroute=True)
     rr.run()
     assert [r.replica for r in rr.routes] == [(r.req_id) % 3 for r in rr.routes]  # dealt in turn, ids from 0
+
+
+def test_prefix_aware_says_how_long_a_prefix_decided(tmp_path: Path) -> None:
+    # 40 groups share a 1,600-token prefix: once a group's prefix is cached somewhere, its requests go there for it.
+    w = tmp_path / "shared.toml"
+    w.write_text(SHARED)
+    f = Fleet(FleetSpec(EngineConfig(users=0, workload=str(w), kv_pool_blocks=1500), replicas=4,
+                        router="prefix-aware"), preroute=False)
+    seen: list = []
+    t = 0.0
+    while t < 12.0:
+        t += 0.5
+        f.advance_to(t)
+        seen += [r for r in f.routes if r not in seen]
+    prefix = [r for r in seen if r.why == "prefix"]
+    assert prefix and all(r.figure == 1600 for r in prefix)  # the whole shared prefix, in tokens
+    assert {r.why for r in seen} <= {"prefix", "least-loaded"}  # no hit anywhere: the least loaded
 
 
 def test_pd_copies_in_flight_are_listed_until_they_land() -> None:

@@ -73,11 +73,11 @@ def test_a_row_per_replica_with_kv_fill_batch_queue_done_and_busy() -> None:
 
 def test_the_routers_choices_newest_first_with_their_reasons() -> None:
     routes = (Route(7, 2, 1, "least-loaded", 3, 1.0), Route(8, -1, 0, "kv-aware", 912, 1.1),
-              Route(9, 5, 3, "prefix", -1, 1.2), Route(10, 5, 3, "prefix", 480, 1.3))
+              Route(9, -1, 2, "round-robin", 2, 1.2), Route(10, 5, 3, "prefix", 480, 1.3))
     rows = plain(fleet.render(frame(view(routes=routes)), 100, 12))
     i = rows.index(next(r for r in rows if r.startswith("router least-loaded")))
     assert rows[i + 1].split()[:4] == ["#10", "user", "5", "→"] and "longest prefix 480 tokens" in rows[i + 1]
-    assert "this user's last turn" in rows[i + 2]
+    assert rows[i + 2].split()[:3] == ["#9", "→", "r3"] and "round-robin, its turn" in rows[i + 2]
     assert rows[i + 3].split()[:3] == ["#8", "→", "r1"] and "most free KV (912 blocks)" in rows[i + 3]
     assert "r2" in rows[i + 4] and "least loaded (3 queued or running)" in rows[i + 4]
 

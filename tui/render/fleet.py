@@ -130,7 +130,7 @@ def why(lang: str, r: Route) -> str:
     if r.why == "kv-aware":
         return t(lang, "why_kv", n=num(r.figure))
     if r.why == "prefix":
-        return t(lang, "why_prefix", n=num(r.figure)) if r.figure >= 0 else t(lang, "why_prefix_user")
+        return t(lang, "why_prefix", n=num(r.figure))
     if r.why == "round-robin":
         return t(lang, "why_rr")
     return t(lang, "why_only")
