@@ -548,9 +548,20 @@ def roofline_time(t_mem: Any, t_cmp: Any, t_attn_mem: Any, t_attn_cmp: Any, idea
     """The step's kernel time: one roofline over the whole step under --ideal (the articles' arithmetic), else
     the attention kernels' roofline plus the matmul kernels' (they run one after another, so one's memory
     traffic cannot hide behind the other's FLOPs)."""
+    if isinstance(t_mem, float) and isinstance(t_attn_mem, float):
+        # One step (the serving loop prices one per event tick): plain floats, np.maximum's rule without the
+        # round trip through numpy scalars (same values: NaN wins, ties give the first).
+        if ideal:
+            return _fmax(t_mem, t_cmp)
+        return _fmax(t_attn_mem, t_attn_cmp) + _fmax(t_mem - t_attn_mem, t_cmp - t_attn_cmp)
     if ideal:
         return np.maximum(t_mem, t_cmp)
     return np.maximum(t_attn_mem, t_attn_cmp) + np.maximum(t_mem - t_attn_mem, t_cmp - t_attn_cmp)
+
+
+def _fmax(a: float, b: float) -> float:
+    """np.maximum of two floats: a if a >= b or a is NaN, else b."""
+    return a if (a >= b or a != a) else b
 
 
 def crossover_batch(sm: StepModel, context: int = 0, limit: int = 1 << 20) -> int:

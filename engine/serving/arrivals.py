@@ -146,7 +146,7 @@ class Arrivals:
         tags: list[np.ndarray] = []
         scripted = script is not None
         if self.next_user <= t:
-            u = np.flatnonzero(self.u_next <= t)
+            u = (self.u_next <= t).nonzero()[0]
             times.append(self.u_next[u])
             users.append(u)
             if scripted:

@@ -402,7 +402,7 @@ class Lane:
         R, P, Q = self.R, self.P, self.Q
         slots = self.sched.max_batch - R.n
         if cut < t and Q.size:  # the queue is in arrival order
-            slots = min(slots, P.n + int(np.searchsorted(Q.col("arrival"), cut, side="right")))
+            slots = min(slots, P.n + int(Q.col("arrival").searchsorted(cut, side="right")))
             if slots <= 0:
                 return _EMPTY
         if P.n:
@@ -420,9 +420,9 @@ class Lane:
             k, chunk, hit, hkey = self._admit_cached(cand, free, tokens_planned, prefill_planned)
         else:
             chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
-            took = np.cumsum(blocks_for(chunk))  # blocks the first j + 1 candidates take
+            took = blocks_for(chunk).cumsum()  # blocks the first j + 1 candidates take
             ok &= took <= free
-            k = len(ok) if ok.all() else int(np.argmin(ok))
+            k = len(ok) if ok.all() else int(ok.argmin())
         if k == 0:
             return _EMPTY
         kp = min(k, len(order))
@@ -1083,7 +1083,7 @@ class Lane:
     def _complete(self, done: np.ndarray, t: float) -> np.ndarray:
         """Finished rows: record latencies, free their blocks, start their users thinking, drop them."""
         R = self.R
-        gone = np.flatnonzero(done)
+        gone = done.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
         c = R.cols
         d = Rows(c.i.take(gone, axis=1), c.f.take(gone, axis=1))
         f = d.f

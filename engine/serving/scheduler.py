@@ -65,7 +65,7 @@ class Continuous(Scheduler):
                                                                                                    np.ndarray]:
         # Whole prompts within the token budget; one prompt always goes if nothing else prefills,
         # so a prompt longer than the budget is not stuck forever.
-        ok = np.cumsum(target) <= self.mbt - tokens_planned
+        ok = target.cumsum() <= self.mbt - tokens_planned
         if not prefill_planned:
             ok[0] = True
         return target, ok

@@ -1,0 +1,84 @@
+"""`tokensim run --json` byte for byte, this tree against a base tree, on a dozen varied configurations.
+
+    python benchmarks/same_json.py BASE_TREE [--only N ...]
+
+A speed change to the serving loop must not move a single figure: this runs each configuration below in a
+fresh process per tree (PYTHONPATH = the tree) and compares stdout bytes. Paths in the configurations are
+relative to each tree. A check for refactors, not a test (it runs for a minute or two); exit code 1 on any
+difference, with the first differing line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+CONFIGS: list[list[str]] = [
+    # closed loop, continuous (the defaults)
+    ["--users", "64", "--requests", "400"],
+    # `tokensim bench`'s engine configuration, to a request bound
+    ["--model", "qwen2.5-14b", "--users", "1000", "--prompt", "512", "--output", "256", "--max-batch", "256",
+     "--requests", "2500"],
+    # open loop, chunked prefill
+    ["--rate", "6", "--requests", "300", "--scheduler", "chunked", "--max-batched-tokens", "2048"],
+    # static batching
+    ["--users", "32", "--requests", "200", "--scheduler", "static"],
+    # KV pressure: preemptions and recompute, with the latency split
+    ["--users", "200", "--kv-blocks", "3000", "--requests", "600", "--explain"],
+    # hidden thinking and think time
+    ["--users", "64", "--think", "uniform:50,300", "--think-time", "2", "--requests", "300"],
+    # MoE
+    ["--model", "qwen3-30b-a3b", "--users", "48", "--requests", "250"],
+    # a trace
+    ["--trace", "engine/presets/traces/azure-conv-sample.csv", "--requests", "300"],
+    # speculative decoding
+    ["--users", "32", "--spec-tokens", "3", "--spec-accept", "0.7", "--requests", "200"],
+    # a workload file (stages, shared prefix) with prefix caching
+    ["--workload", "scenes/workloads/shared-system-prompt.toml", "--prefix-caching", "on", "--requests", "150"],
+    # a fast lane, an SLO, open loop with varied lengths
+    ["--users", "64", "--fast-share", "0.25", "--slo-ttft", "0.5", "--requests", "300"],
+    ["--rate", "20", "--prompt", "lognormal:800,0.8", "--output", "exp:200", "--requests", "500", "--seed", "3"],
+    # a fleet
+    ["--users", "96", "--replicas", "2", "--router", "least-loaded", "--requests", "300"],
+]
+
+
+def run(tree: Path, args: list[str]) -> bytes:
+    """stdout of `tokensim run ARGS --json` in `tree` (raises with stderr on failure)."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    p = subprocess.run([sys.executable, "-m", "tui.cli", "run", *args, "--json"], cwd=tree, env=env,
+                       capture_output=True, check=False)
+    if p.returncode:
+        raise SystemExit(f"{tree}: run {' '.join(args)} exited {p.returncode}: {p.stderr.decode()[-400:]}")
+    return p.stdout
+
+
+def main() -> int:
+    """Compare every configuration; print one line each; 1 if any differs."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("base", type=Path)
+    ap.add_argument("--only", type=int, nargs="*", help="configuration numbers to run (default all)")
+    a = ap.parse_args()
+    bad = 0
+    for i, args in enumerate(CONFIGS):
+        if a.only and i not in a.only:
+            continue
+        mine, base = run(HERE, args), run(a.base.resolve(), args)
+        same = mine == base
+        bad += not same
+        print(f"{i:2d} {'same' if same else 'DIFFERS'} ({len(mine)} bytes)  {' '.join(args)}", flush=True)
+        if not same:
+            for x, y in zip(mine.splitlines(), base.splitlines(), strict=False):
+                if x != y:
+                    print(f"   this: {x[:160]!r}\n   base: {y[:160]!r}")
+                    break
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
