@@ -46,6 +46,7 @@ _ALL = np.int64(1) << 40  # "every block" in _shareable
 # (index arrays built once: a list of IntEnum members is converted element by element on every use).
 _LAT_TO = np.array([L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE], dtype=np.intp)
 _LAT_FROM = np.array([FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE, FloatCol.ADMIT], dtype=np.intp)
+_N_LAT = len(L)
 _N_PATH = 3  # the request path adds to the first three of them (TTFT, TTFT_RAW, E2E), not to the queue delay
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
@@ -420,7 +421,8 @@ class Lane:
             k, chunk, hit, hkey = self._admit_cached(cand, free, tokens_planned, prefill_planned)
         else:
             chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
-            took = blocks_for(chunk).cumsum()  # blocks the first j + 1 candidates take
+            bl = blocks_for(chunk)
+            took = bl.cumsum()  # blocks the first j + 1 candidates take
             ok &= took <= free
             k = len(ok) if ok.all() else int(ok.argmin())
         if k == 0:
@@ -450,7 +452,7 @@ class Lane:
             a.blocks[:] = blocks_for(a.cached + chunk)
         else:
             self.pool.alloc(int(took[k - 1]))
-            a.blocks[:] = blocks_for(chunk)  # a waiting request holds no cache: its chunk's blocks
+            a.blocks[:] = bl[:k]  # a waiting request holds no cache: its chunk's blocks
         first = np.isnan(a.admit)
         a.admit[first] = t
         if kp:
@@ -1094,7 +1096,9 @@ class Lane:
         st = self.stats
         st.completed += k
         total = d.total
-        lat = np.empty((len(L), k))
+        # The latency record is written straight into its ring's next rows where they do not wrap.
+        slot = st.lat.claim(k)
+        lat = np.empty((_N_LAT, k)) if slot is None else slot.T
         since = f[_LAT_FROM] - f[FloatCol.ARRIVAL]
         if self._request_s:
             # The request path outside the GPU steps (HTTP, tokenising, detokenising and streaming): the client
@@ -1103,15 +1107,19 @@ class Lane:
         lat[_LAT_TO] = since
         # TPOT: time per generated token after the first (hidden tokens included); undefined for 1 token.
         tpot = lat[L.TPOT]
-        tpot.fill(np.nan)
-        np.divide(t - f[FloatCol.FIRST], total - 1, out=tpot, where=total > 1)
+        if total.min() > 1:
+            np.divide(t - f[FloatCol.FIRST], total - 1, out=tpot)
+        else:
+            tpot.fill(np.nan)
+            np.divide(t - f[FloatCol.FIRST], total - 1, out=tpot, where=total > 1)
         lat[L.STAGE] = d.stage
         if self.staged:
             st.stage_done += np.bincount(d.stage, minlength=st.stages)
         else:
             st.stage_done[0] += k
         ttft = lat[L.TTFT]
-        st.lat.push(lat.T)
+        if slot is None:
+            st.lat.push(lat.T)
         sp = self.spec
         if sp.slo_ttft is not None or sp.slo_tpot is not None:
             ok = np.ones(k, dtype=bool)
@@ -1125,9 +1133,19 @@ class Lane:
             bad = d.gen != total
             assert not bad.any(), f"finished request {int(d.id[bad][0])} generated " \
                 f"{int(d.gen[bad][0])} tokens, asked for {int(total[bad][0])}"
-        self.recent.push(done_rows(d))
-        times = np.concatenate((d.id[None], d.f[TIMES_FROM])).T
-        st.times.push(times)
+        slot = self.recent.claim(k)
+        if slot is None:
+            self.recent.push(done_rows(d))
+        else:
+            done_rows(d, slot)
+        times = st.times.claim(k)
+        if times is None:
+            times = np.concatenate((d.id[None], d.f[TIMES_FROM])).T
+            st.times.push(times)
+        else:
+            tv = times.T
+            tv[0] = d.id
+            tv[1:] = d.f[TIMES_FROM]
         if self.rec is not None:
             self.rec.done(self, times)
         if self.on_done is not None:

@@ -348,6 +348,18 @@ class Ring:
         self.pos = end % cap
         self.count = min(self.count + k, cap)
 
+    def claim(self, k: int) -> np.ndarray | None:
+        """The next k rows as a view to write in place, counted as pushed (what push would overwrite); None when
+        they would wrap around the end or fill the ring (push those). Saves building the rows then copying them."""
+        end = self.pos + k
+        cap = self.a.shape[0]
+        if end > cap or k >= cap:
+            return None
+        view = self.a[self.pos:end]
+        self.pos = end % cap
+        self.count = min(self.count + k, cap)
+        return view
+
     def push_row(self, row: tuple[float, ...]) -> None:
         """Append one row (a tuple of floats), overwriting the oldest once full."""
         self.a[self.pos] = row
@@ -368,9 +380,15 @@ class Ring:
 DONE_COLS = len(IntCol) + 1  # the recent-finished ring: every integer field, then the arrival time
 
 
-def done_rows(r: Rows) -> np.ndarray:
-    """Finished rows as ring rows of DONE_COLS floats (ids and counts are exact in float64 below 2**53)."""
-    return np.concatenate((r.i, r.f[FloatCol.ARRIVAL:FloatCol.ARRIVAL + 1])).T
+def done_rows(r: Rows, out: np.ndarray | None = None) -> np.ndarray:
+    """Finished rows as ring rows of DONE_COLS floats (ids and counts are exact in float64 below 2**53), written
+    into `out` (len(r) x DONE_COLS, e.g. a ring's claimed rows) if given."""
+    if out is None:
+        return np.concatenate((r.i, r.f[FloatCol.ARRIVAL:FloatCol.ARRIVAL + 1])).T
+    o = out.T
+    o[:-1] = r.i
+    o[-1] = r.f[FloatCol.ARRIVAL]
+    return out
 
 
 def done_view(a: np.ndarray) -> Rows:
