@@ -62,6 +62,10 @@ class Hardware:
     # The GPU's link to host memory, GB/s each way (KV offload): PCIe 5.0 x16 carries 64 GB/s raw
     # (32 GT/s x 16 lanes, 128b/130b coding: 63 GB/s) by PCI-SIG's specification.
     host_link_gbps: float = 64.0
+    # How many GPUs one GPU-to-GPU fabric joins all to all (NVLink through NVSwitch, Infinity Fabric): 8 in an HGX
+    # board, 72 in an NVL72 rack, 2 for bridged PCIe cards, 0 for PCIe-only parts. A tensor-parallel group larger
+    # than it all-reduces over PCIe (step.py _HOP_LATENCY_S).
+    fabric_gpus: int = 8
 
     @property
     def memory_bytes(self) -> float:
@@ -325,6 +329,9 @@ def hardware_from_mapping(d: dict[str, Any], where: str) -> Hardware:
         notes=_label(d, "notes", where),
         # a host link (PCIe) over which KV offload copies blocks: 64 GB/s (PCIe 5 x16, one way) unless the file says
         host_link_gbps=V.optional(d, "host_link_gbps", V.positive, where, 64.0, hi=1e7),
+        # absent: a fabric of 8 where the interconnect is faster than any PCIe x16 link (PCIe 6: 256 GB/s both ways)
+        fabric_gpus=int(V.optional(d, "fabric_gpus", V.whole, where, 8 if vals["interconnect_gbps"] > 256 else 0,
+                                   hi=1_000_000)),
     )
 
 

@@ -26,8 +26,19 @@ from engine.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
 _ACT_HIDDEN_PASSES = 8
 _ACT_FFN_PASSES = 3
 _ACT_BYTES = 2  # activations stay 16-bit
-# Per all-reduce fixed cost (launch + link latency); 0 under --ideal.
-_ALLREDUCE_LATENCY_S = 8e-6
+# Latency of one hop of a tensor-parallel all-reduce over the GPUs' link, 0 under --ideal: NCCL's own tuning model
+# (src/graph/tuning.cc hwLat, ring algorithm, Simple protocol) puts 3.4 us on an NVLink hop and 5.7 us on a PCIe
+# one. An all-reduce over tp GPUs passes 2(tp - 1) hops (reduce-scatter, then all-gather), so its latency grows with
+# the group: 6.8 us at tp 2, 20.4 us at tp 4 over NVLink. vLLM's custom all-reduce kernels run on NVLink-joined GPUs
+# and NCCL on PCIe (custom_all_reduce.py: disabled on more than two PCIe-only GPUs); CUDA graphs replay them without
+# a host launch, so NCCL's base (launch) latency is not paid.
+_HOP_LATENCY_S = {"fabric": 3.4e-6, "pcie": 5.7e-6}
+# Per expert-parallel all-to-all fixed cost (launch + link latency); 0 under --ideal.
+_A2A_LATENCY_S = 8e-6
+# vLLM's custom all-reduce (csrc/custom_all_reduce.cuh, allreduce()): one-shot (every GPU reads each peer's whole
+# buffer: (tp - 1) x the message over its link) for 2 GPUs, or up to 4 below 512 KB, or up to 8 below 256 KB; else
+# two-shot (reduce-scatter + all-gather: 2 (tp - 1) / tp of it), as a ring all-reduce over PCIe moves too.
+_ONE_SHOT_MAX_BYTES = {2: float("inf"), 4: 512 * 1024, 8: 256 * 1024}
 # Share of device memory held back for activations, CUDA graphs and fragmentation (vLLM's default
 # gpu_memory_utilization = 0.9 leaves the same 10 %).
 RESERVE_FRACTION = 0.10
@@ -277,7 +288,12 @@ class StepModel:
             # Kernel launches layer by layer: every step pays them, except one a full CUDA graph replays.
             "layer_overhead": 0.0 if o.ideal else m.layers * rt.layer_overhead_s,
             "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
-            "ar_lat": 0.0 if o.ideal else _ALLREDUCE_LATENCY_S,
+            # 2 (tp - 1) hops of the link the group's GPUs share: their fabric (NVLink) when it joins all tp of them.
+            "ar_lat": 0.0 if o.ideal else 2 * (tp - 1) * _HOP_LATENCY_S["fabric" if tp <= hw.fabric_gpus else "pcie"],
+            "a2a_lat": 0.0 if o.ideal else _A2A_LATENCY_S,
+            # Message bytes below which the custom all-reduce runs one-shot (0: never, a ring over PCIe).
+            "one_shot": (next((v for k, v in _ONE_SHOT_MAX_BYTES.items() if tp <= k), 0.0)
+                         if 1 < tp <= hw.fabric_gpus else 0.0),
         }
         # The token counts vLLM captured CUDA graphs for (None: the runtime replays none, or --ideal).
         self._graphs = graph_sizes(o.max_batch, o.max_batched_tokens) if rt.cuda_graphs and not o.ideal else None
@@ -470,15 +486,21 @@ class StepModel:
         tp = self.opts.tp
         t_comm = 0.0 * T
         if tp > 1:
-            # Two ring all-reduces of the residual stream per layer: each GPU sends 2(tp-1)/tp of it.
-            msg = T * m.hidden * _ACT_BYTES
-            t_comm = 2 * m.layers * (2 * (tp - 1) / tp * msg / c["comm_bw"] + busy * c["ar_lat"])
+            # Two all-reduces of the residual stream per layer (a CUDA graph's dummy rows too): each GPU moves
+            # (tp - 1) x the message one-shot, 2 (tp - 1) / tp of it two-shot or in a ring; plus the hops' latency.
+            msg = (T + pad) * m.hidden * _ACT_BYTES
+            ring = 2 * (tp - 1) / tp
+            if isinstance(msg, float):
+                share: Any = tp - 1.0 if msg < c["one_shot"] else ring
+            else:
+                share = np.where(msg < c["one_shot"], tp - 1.0, ring)
+            t_comm = 2 * m.layers * (share * msg / c["comm_bw"] + busy * c["ar_lat"])
         ep = self.opts.ep
         if ep > 1:
             # Expert parallel: per MoE layer an all-to-all sends each token's hidden state to its k experts and
             # back (dispatch + combine); (ep-1)/ep of those experts live on other GPUs.
             msg = T * m.experts_per_token * m.hidden * _ACT_BYTES * (ep - 1) / ep
-            t_comm = t_comm + 2 * m.moe_layers * (msg / c["comm_bw"] + busy * c["ar_lat"])
+            t_comm = t_comm + 2 * m.moe_layers * (msg / c["comm_bw"] + busy * c["a2a_lat"])
         over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
         return _Parts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
                       t_attn_cmp, t_comm, over)
