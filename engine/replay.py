@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import tempfile
 from dataclasses import dataclass, fields, replace
 from functools import cache
@@ -42,7 +43,12 @@ _MODELS = {
     "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
     "01-ai/Yi-34B": "yi-34b",
     "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+    "Qwen/Qwen2-57B-A14B": "qwen2-57b-a14b",
+    "Qwen/Qwen2-57B-A14B-Instruct": "qwen2-57b-a14b",
 }
+# A checkpoint's name less these endings (variants of one architecture: chat tuning, the org's packaging) names a
+# preset when one is spelt so (meta-llama/Llama-3.1-8B-Instruct -> llama-3.1-8b).
+_NAME_ENDINGS = ("-instruct", "-chat", "-hf", "-base")
 _GPUS = {"H100": "h100-sxm", "A100-80GB": "a100-80g", "A100": "a100-80g", "L40S": "l40s"}
 # The table's FP8 rows are FP8-dynamic checkpoints (weights and activations FP8; the LM head 16-bit).
 _PRECISION = {"FP16": (None, None), "BF16": (None, None), "FP8": ("fp8", "bf16")}
@@ -50,6 +56,9 @@ _PRECISION = {"FP16": (None, None), "BF16": (None, None), "FP8": ("fp8", "bf16")
 # a few end-to-end latencies, and a shorter replay keeps `tokensim validate` and the fit quick. None: the whole
 # stage. Requests still running when the last stage ends are run to completion, as the campaign's client waits.
 STAGE_REQUESTS: int | None = 1000
+# The campaign's cpu_offload runs put vLLM's KV offload behind the prefix cache without recording its size: the
+# replay gives them this much host memory per GPU (it matters only once the GPU cache reclaims blocks).
+CPU_OFFLOAD_GB = 32.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,7 @@ class Experiment:
     max_num_seqs: int
     max_model_len: int
     gpu_memory_utilization: float
+    cpu_offload: bool
     stages: tuple[tuple[float, float], ...]  # (rate req/s, duration s)
     prompt: int
     shared_prefix: int
@@ -106,10 +116,26 @@ def _num(v: str) -> float | None:
     return float(v) if v else None
 
 
+def model_preset(hf_id: str) -> str | None:
+    """The model preset a checkpoint's Hugging Face id names: the table's own map, else its name less the endings
+    of chat-tuned variants when a preset is spelt so; None when no preset has its architecture."""
+    from engine.specs import model_names
+
+    if hf_id in _MODELS:
+        return _MODELS[hf_id]
+    name = re.sub(r"-v\d+(\.\d+)*$", "", hf_id.rsplit("/", 1)[-1].lower().removeprefix("meta-"))  # "-v0.1"
+    while True:
+        cut = next((name[: -len(e)] for e in _NAME_ENDINGS if name.endswith(e)), name)
+        if cut == name:
+            break
+        name = cut
+    return name if name in model_names() else None
+
+
 def experiment(r: dict[str, str], stages: list[dict[str, str]], count_ratio: dict[str, float]) -> Experiment | str:
     """One whole-run row (stage_index -1) and its stage rows as an Experiment, or why it cannot be replayed.
     count_ratio: per model, the client's count of output tokens over max_tokens where the table measured it."""
-    model, hw = _MODELS.get(r["model"]), _GPUS.get(r["hardware"])
+    model, hw = model_preset(r["model"]), _GPUS.get(r["hardware"])
     if model is None or hw is None or r["precision"] not in _PRECISION:
         return f"no preset for {r['model']} / {r['hardware']} / {r['precision']}"
     wd, hd = _PRECISION[r["precision"]]
@@ -127,6 +153,7 @@ def experiment(r: dict[str, str], stages: list[dict[str, str]], count_ratio: dic
         exp_id=r["exp_id"], model=model, hardware=hw, tp=int(r["tp"]), weight_dtype=wd, head_dtype=hd,
         max_num_batched_tokens=int(r["max_num_batched_tokens"]), max_num_seqs=int(r["max_num_seqs"]),
         max_model_len=int(r["max_model_len"]), gpu_memory_utilization=_num(r["gpu_mem_util"]) or 0.9,
+        cpu_offload=r.get("cpu_offload", "").strip().lower() in ("true", "1", "yes", "on"),
         stages=seq, prompt=int(round(prompt)), shared_prefix=int(r["system_prompt_len"]), groups=groups,
         users_per_group=users, output=out, output_counted=counted, ttft_ms=float(r["actual_ttft_mean_ms"]),
         itl_ms=float(r["actual_itl_mean_ms"]), e2e_ms=float(r["actual_e2e_mean_ms"]), row=dict(r))
@@ -180,7 +207,7 @@ def config(e: Experiment, runtime: str | Runtime = "vllm", seed: int = 0) -> Eng
                         runtime=runtime,  # type: ignore[arg-type]
                         scheduler="chunked", max_batch=e.max_num_seqs, max_batched_tokens=e.max_num_batched_tokens,
                         users=0, seed=seed, gpu_memory_utilization=e.gpu_memory_utilization,
-                        max_model_len=e.max_model_len)
+                        max_model_len=e.max_model_len, kv_offload_gb=CPU_OFFLOAD_GB if e.cpu_offload else 0.0)
 
 
 def replay(e: Experiment, runtime: str | Runtime = "vllm", stage_requests: int | None = STAGE_REQUESTS,
