@@ -258,3 +258,18 @@ def test_model_too_big_says_by_how_much() -> None:
 def test_cost_rejects_mismatched_arrays() -> None:
     with pytest.raises(InputError):
         sm().cost(np.ones(3), np.zeros(2))
+
+
+def test_many_steps_priced_at_once_equal_each_step_priced_alone_under_tensor_parallel() -> None:
+    # The all-reduce's bytes switch from one-shot to two-shot at 512 KB (tp 4): the vectorised pricing the serving
+    # loop and validate use must switch at the same step as the per-step model.
+    sm = StepModel(load_hardware("h100-sxm"), load_model("llama-3.1-70b"), StepOptions(tp=4, runtime="vllm"))
+    tokens = np.array([1.0, 8.0, 24.0, 31.0, 33.0, 40.0, 300.0])
+    ctx = 900.0 * tokens
+    attn = tokens * (900.0 + 0.5)
+    times, flops, byts = sm.totals_agg(tokens, ctx, 0.0 * ctx, attn, 0.0 * attn, tokens, attn)
+    for i, t in enumerate(tokens):
+        one = sm.cost_agg(int(t), int(t), ctx[i], 0.0, attn[i], 0.0, int(t), attn_decode=attn[i])
+        assert times[i] == pytest.approx(one.time_s, rel=1e-12)
+        assert flops[i] == pytest.approx(one.flops_total, rel=1e-12)
+        assert byts[i] == pytest.approx(one.bytes_total, rel=1e-12)
