@@ -157,36 +157,51 @@ def _pattern(loss_of: Callable[[np.ndarray], float], x: np.ndarray, names: tuple
 
 # ---- the vLLM v0.15 serving campaign (table vllm015, engine.replay) ------------------------------------------
 # Its experiments fit the vllm profile's decode-side constants: the sustained bandwidth of the GEMMs, of the
-# paged-attention kernels and of the fused-MoE kernels (the routed experts), the fixed cost of a step and of a layer
-# run outside a full CUDA graph, and the request path's cost outside the GPU. The table barely measures prefill
-# compute (prompts hit the prefix cache), so flops_eff and attn_flops_eff stay at vllm-0.6's fitted values.
-# Each candidate replays every experiment (shorter than `tokensim validate`: SERVING_FIT_REQUESTS a stage).
-SERVING_PARAMS = ("bw_eff", "attn_bw_eff", "step_overhead_s", "layer_overhead_s", "expert_bw_eff")
-SERVING_FIT_REQUESTS = 100
-_SERVING_FIRST = np.array([0.08, 0.1, 1e-3, 2e-5, 0.1])
-_SERVING_LAST = np.array([0.01, 0.02, 1e-4, 4e-6, 0.01])
+# paged-attention kernels and of the fused-MoE kernels (the routed experts), and the fixed cost of a step; the request
+# path's cost outside the GPU is solved for at each candidate. The table barely measures prefill compute (prompts hit
+# the prefix cache) or the steps run outside a full CUDA graph, so flops_eff and attn_flops_eff stay vllm-0.6's and
+# layer_overhead_s stays as written; step_overhead_s moves every experiment's ITL as bw_eff does (the record says so).
+# Each candidate replays every experiment as `tokensim validate` does (replay.STAGE_REQUESTS a stage): a shorter
+# replay is dominated by each stage's ramp and fitted Llama-4-Scout's expert bandwidth 6 % off validate's optimum.
+SERVING_PARAMS = ("bw_eff", "attn_bw_eff", "expert_bw_eff")
+SERVING_CARRIED = ("flops_eff", "attn_flops_eff", "step_overhead_s", "layer_overhead_s")
+SERVING_FIT_REQUESTS: int | None = None  # None: validate's own replay length
+_SERVING_FIRST = np.array([0.03, 0.06, 0.03])
+_SERVING_LAST = np.array([0.01, 0.01, 0.01])
+# The issue's targets on the median |err| of each mean (TTFT, ITL, E2E): the loss counts each in units of its own.
+SERVING_TARGETS = np.array([0.20, 0.08, 0.08])
+# A share of the mean |ln err| beside the medians: a median alone is flat between experiments and stalls the search.
+_SERVING_MEAN_WEIGHT = 0.1
+# A constant "fits" an experiment when moving it 5 % moves one of that experiment's means by at least this much.
+_SENSITIVE = 0.005
 
 
 def _serving_errors(rt: Runtime, requests: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per experiment, ln(predicted / measured) of (TTFT without the request path, ITL, E2E without it), and the
-    measured (TTFT, ITL, E2E) in seconds: the request path's cost is then solved for, not replayed."""
+    """Per experiment, predicted (TTFT without the request path, ITL, E2E without it) and measured (TTFT, ITL, E2E)
+    in seconds: the request path's cost is then solved for, not replayed."""
+    from engine import replay as rp
     from engine.replay import experiments, replay
 
     pred, meas = [], []
     for e in experiments()[0]:
-        p = replay(e, replace(rt, request_overhead_s=0.0), stage_requests=requests)
+        p = replay(e, replace(rt, request_overhead_s=0.0),
+                   stage_requests=rp.STAGE_REQUESTS if requests is None else requests)
         pred.append((p["ttft_ms"], p["itl_ms"], p["e2e_ms"]))
         meas.append((e.ttft_ms, e.itl_ms, e.e2e_ms))
     return np.array(pred) / 1e3, np.array(meas) / 1e3
 
 
 def _serving_loss(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
-    """(loss, request overhead s): RMS ln error of TTFT, ITL and E2E over the experiments, at the request-path
-    cost (added to TTFT and E2E, 0-50 ms) that minimises it."""
+    """(loss, request overhead s) at the request-path cost (added to TTFT and E2E, 0-50 ms) that minimises it.
+
+    Robust, not RMS: per mean (TTFT, ITL, E2E), the median over experiments of |ln(predicted / measured)| in units of
+    that mean's target, plus a tenth of the mean |ln err| (see _SERVING_MEAN_WEIGHT). One experiment the physics
+    misses for a reason of its own (Llama-4-Scout's reasoning-lite TTFT) then cannot drag every other one off.
+    """
     best = (math.inf, 0.0)
     for o in np.arange(0.0, 0.050, 0.0005):
-        r = np.log((pred + np.array([o, 0.0, o])) / meas)
-        loss = float(np.sqrt(np.mean(r * r)))
+        r = np.abs(np.log((pred + np.array([o, 0.0, o])) / meas))
+        loss = float(np.sum((np.median(r, axis=0) + _SERVING_MEAN_WEIGHT * r.mean(axis=0)) / SERVING_TARGETS))
         if loss < best[0]:
             best = (loss, float(o))
     return best
@@ -210,6 +225,22 @@ def fit_serving(profile: str = "vllm", requests: int | None = SERVING_FIT_REQUES
     x = _round(x, _SERVING_LAST / 10)
     over = _serving_loss(*_serving_errors(make(x), requests))[1]
     return replace(make(x), request_overhead_s=over), loss
+
+
+def serving_sensitivity(rt: Runtime, requests: int | None = SERVING_FIT_REQUESTS) -> dict[str, list[str]]:
+    """Which experiments fit which constant: those whose mean TTFT, ITL or E2E moves by _SENSITIVE or more when the
+    constant moves 5 % (request_overhead_s: every experiment's TTFT and E2E)."""
+    from engine.replay import experiments
+
+    ids = [e.exp_id for e in experiments()[0]]
+    ref = _serving_errors(rt, requests)[0]
+    out: dict[str, list[str]] = {}
+    for p in SERVING_PARAMS:
+        moved = _serving_errors(replace(rt, **{p: getattr(rt, p) * 1.05}), requests)[0]
+        hit = np.abs(moved / ref - 1).max(axis=1) >= _SENSITIVE
+        out[p] = [i for i, h in zip(ids, hit, strict=True) if h]
+    out["request_overhead_s"] = ids
+    return out
 
 
 def _round(x: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -308,24 +339,52 @@ _FLAG_NOTES = (
 
 
 def serving_record(err: dict[str, Any], date: str) -> list[str]:
-    """The vllm profile's record in runtimes.toml: which experiments fitted it, how, and its errors."""
+    """The vllm profile's record in runtimes.toml: which experiments fitted which constant, how, and the errors
+    validate's replay gives, experiment by experiment (tests check validate still reproduces them)."""
     e = err.get("errors", {})
-    return [
+    lines = [
         "# Fitted on the vLLM v0.15.1 online-serving campaign's experiments (table vllm015, all of them: the",
-        "# campaign's held-out part is not shipped), each replayed through the serving engine (engine/replay.py):",
-        "# bw_eff, attn_bw_eff, step_overhead_s and layer_overhead_s by pattern search (fit.py fit_serving),",
-        "# request_overhead_s solved for at each candidate; flops_eff and attn_flops_eff are vllm-0.6's (prompts",
-        "# hit the prefix cache: the table barely measures prefill). Median |err| over the experiments: "
-        + ", ".join(f"{k.upper()} {e.get(k, float('nan')):.1f} %" for k in ("ttft", "itl", "e2e")) + f". ({date})",
+        "# campaign's held-out part is not shipped), each replayed through the serving engine (engine/replay.py),",
+        "# by `python -m engine.fit --profile vllm --write` (fit.py fit_serving): a pattern search of",
+        "# " + ", ".join(SERVING_PARAMS) + "; the request path's cost solved for at each candidate.",
+        "# Objective (robust, not RMS): per mean, the median over experiments of |ln(predicted/measured)| in units",
+        "# of its target (TTFT 20 %, ITL 8 %, E2E 8 %), plus a tenth of the mean |ln err|. Carried, not fitted",
+        "# (the table barely measures prefill or steps outside a full CUDA graph): " + ", ".join(SERVING_CARRIED) + ".",
+        "# Which experiments fitted which constant (moving it 5 % moves their mean TTFT, ITL or E2E by 0.5 % or more):",
     ]
+    n = len(err.get("rows", []))
+    for p, ids in err.get("fitted_by", {}).items():
+        lines.append(f"#   {p}: " + ("all" if len(ids) == n else ", ".join(i[:8] for i in ids) or "none"))
+    if err.get("kept"):
+        lines.append(f"# The search's constants did not keep every median ({err['kept']}): these are the")
+        lines.append("# previous ones.")
+    lines.append("# Median |err| over the experiments (tokensim validate --table vllm015): "
+                 + ", ".join(f"{k.upper()} {e.get(k, float('nan')):.1f} %" for k in ("ttft", "itl", "e2e"))
+                 + f", {err.get('saturated', 0)} saturated. ({date})")
+    lines.append("# Per experiment, signed err % of mean TTFT / ITL / E2E:")
+    rows = err.get("rows", [])
+    for a, b in zip(rows[::2], [*rows[1::2], None], strict=False):
+        lines.append("#   " + "   ".join(f"{r['exp_id'][:8]:>8s} {r['ttft']:+6.1f} {r['itl']:+6.1f} {r['e2e']:+6.1f}"
+                                         for r in (a, b) if r))
+    return lines
 
 
 def serving_errors(rt: Runtime) -> dict[str, Any]:
-    """Median |err %| of mean TTFT, ITL and E2E over the campaign's experiments (validate's full replay)."""
+    """Median |err %| of mean TTFT, ITL and E2E over the campaign's experiments (validate's full replay), each
+    experiment's signed errors and how many saturated."""
     from engine.replay import table_report
 
     t = table_report(rt)
-    return {"errors": {k: t[f"{k}_median_abs_err_pct"] for k in ("ttft", "itl", "e2e")}}
+    return {"errors": {k: t[f"{k}_median_abs_err_pct"] for k in ("ttft", "itl", "e2e")}, "saturated": t["saturated"],
+            "rows": [{"exp_id": r["exp_id"], **{k: r[k]["err_pct"] for k in ("ttft", "itl", "e2e")}}
+                     for r in t["rows"]]}
+
+
+def keeps_medians(new: dict[str, Any], old: dict[str, Any], slack: float = 0.05) -> bool:
+    """Whether new constants' validate medians are each no worse than the old ones' (within slack points) and
+    saturate no more experiments: only then are they written."""
+    return (all(new["errors"][k] <= old["errors"][k] + slack for k in old["errors"])
+            and new.get("saturated", 0) <= old.get("saturated", 0))
 
 
 def fit_all(only: str | None = None) -> dict[str, tuple[Runtime, dict[str, Any]]]:
@@ -335,8 +394,18 @@ def fit_all(only: str | None = None) -> dict[str, tuple[Runtime, dict[str, Any]]
     for name in ("vllm-0.6", "hf-eager", "trtllm"):
         rt = fit_profile(name) if only in (None, name) else runtimes()[name]
         fits[name] = (rt, errors(name, rt))
-    v = fit_serving()[0] if only in (None, "vllm") else runtimes()["vllm"]
-    fits["vllm"] = (v, serving_errors(v))
+    cur = runtimes()["vllm"]
+    err = serving_errors(cur)
+    v = cur
+    if only in (None, "vllm"):
+        found = fit_serving()[0]
+        new = serving_errors(found)
+        if keeps_medians(new, err):
+            v, err = found, new
+        else:
+            err["kept"] = " ".join(f"{p}={_fmt(getattr(found, p))}" for p in (*SERVING_PARAMS, "request_overhead_s"))
+    err["fitted_by"] = serving_sensitivity(v)
+    fits["vllm"] = (v, err)
     old = fits["vllm-0.6"][0]
     fits["sglang"] = (replace(runtimes()["sglang"], **{p: getattr(old, p) for p in PARAMS}), {})
     return fits
