@@ -1,4 +1,4 @@
-"""`tokensim run --json` byte for byte, this tree against a base tree, on a dozen varied configurations.
+"""`tokensim run --json` byte for byte, this tree against a base tree, on fourteen varied configurations.
 
     python benchmarks/same_json.py BASE_TREE [--only N ...]
 
@@ -43,6 +43,9 @@ CONFIGS: list[list[str]] = [
     # a fast lane, an SLO, open loop with varied lengths
     ["--users", "64", "--fast-share", "0.25", "--slo-ttft", "0.5", "--requests", "300"],
     ["--rate", "20", "--prompt", "lognormal:800,0.8", "--output", "exp:200", "--requests", "500", "--seed", "3"],
+    # lengths clipped to the context (prompt, hidden thinking and answer pulled down)
+    ["--users", "32", "--prompt", "uniform:100,4000", "--output", "uniform:100,2000", "--think", "300",
+     "--max-model-len", "2048", "--requests", "300"],
     # a fleet
     ["--users", "96", "--replicas", "2", "--router", "least-loaded", "--requests", "300"],
 ]

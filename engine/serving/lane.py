@@ -88,12 +88,13 @@ def idle_result(tick: int, t1: float, dt: float, fast: bool, admitted: np.ndarra
 def draw_lengths(s_prompt: Sampler, s_think: Sampler, s_output: Sampler,
                  k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """k requests' seeded prompt, think and output lengths, and which of them a sampler pulled down."""
+    before = s_think.clipped + s_output.clipped  # samplers count what they pull down: unchanged, nothing was
     prompt = s_prompt.take(k)
-    clipped = s_prompt.last_clipped
     think = s_think.take(k)
-    clipped = clipped | s_think.last_clipped
     output = s_output.take(k)
-    return prompt, think, output, clipped | s_output.last_clipped
+    if s_think.clipped + s_output.clipped == before:
+        return prompt, think, output, s_prompt.last_clipped
+    return prompt, think, output, s_prompt.last_clipped | s_think.last_clipped | s_output.last_clipped
 
 
 def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, think: np.ndarray, output: np.ndarray,
@@ -912,11 +913,16 @@ class Lane:
         gen += 1
         first = gen[n_run:] == 1  # decode rows had a token already; a recomputed row too
         n_first = int(np.count_nonzero(first))
-        if n_first:
+        if n_first == n - n_run:  # (the common case, every admitted row new: slices, not masks)
+            if self.think_zero:  # nothing hidden: the first token is the first visible one
+                c.f[FloatCol.FIRST:FloatCol.VISIBLE + 1, n_run:n] = t1
+            else:
+                c.first[n_run:n] = t1
+        elif n_first:
             c.first[n_run:n][first] = t1
-        if self.think_zero:
-            if n_first:  # nothing hidden: the first token is the first visible one
+            if self.think_zero:
                 c.visible[n_run:n][first] = t1
+        if self.think_zero:
             vis_tokens = n
         else:
             think = c.think[:n]
