@@ -65,6 +65,11 @@ async def test_click_on_a_figure_opens_its_own() -> None:
         await pilot.press("escape")
         await pilot.click("#xray", offset=(5, 1))
         assert app.screen.figure == "step"
+        # The warehouse: its memory bar is the KV pool's fill, its bandwidth row the bandwidth use.
+        for y, fig in ((1, "kv"), (3, "bw")):
+            await pilot.press("escape")
+            await pilot.click("#warehouse", offset=(10, y))
+            assert app.screen.figure == fig, y
 
 
 def test_metrics_figure_at_matches_the_layout() -> None:

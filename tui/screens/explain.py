@@ -22,9 +22,11 @@ from textual.widgets import Static
 from engine.explain import FIGURES, Explanation, text
 from tui.render import metrics
 
-# The panel a click lands in -> the figure it explains (the metrics panel: the figure under the pointer).
+# The panel a click lands in -> the figure it explains (the metrics panel: the figure under the pointer; the
+# warehouse: its memory rows are the KV pool's fill, its last row the bandwidth use).
 PANEL_FIGURES = {"warehouse": "bw", "traffic": "step", "l2": "bw", "sm-grid": "mfu", "roofline": "bound",
                  "xray": "step", "kvqueue": "kv"}
+WAREHOUSE_KV_ROWS = 2  # the warehouse's first two rows: the memory bar and its labels (weights, KV, reserve, free)
 
 
 def figure_at_click(event: events.Click) -> str | None:
@@ -37,6 +39,9 @@ def figure_at_click(event: events.Click) -> str | None:
             if off is None:
                 return None
             return metrics.figure_at(node.content_size.width, off.x, off.y)  # type: ignore[attr-defined]
+        if node.id == "warehouse":
+            off = event.get_content_offset(node)  # type: ignore[arg-type]
+            return "kv" if off is not None and off.y < WAREHOUSE_KV_ROWS else "bw"
         if node.id in PANEL_FIGURES:
             return PANEL_FIGURES[node.id]
         node = node.parent
