@@ -147,6 +147,13 @@ class SceneApp(TokensimApp):
         self.director.goto(len(self.director.steps) - 1 if last_step else 0)
         self.show_director(new_scene=True)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The scene's page keys act on the floor only: over a modal (explain, help, a question) the arrows are
+        that screen's own (explain's previous/next figure), not a turn of the scene's page underneath it."""
+        if action in ("scene_next", "scene_prev"):
+            return self.screen is self._floor_screen
+        return super().check_action(action, parameters)
+
     def action_scene_next(self) -> None:
         """Next step (first asking its question, if it has one); past a scene's last step, the next scene."""
         if self.director.upcoming_question() is not None:

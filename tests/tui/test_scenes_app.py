@@ -9,6 +9,7 @@ import pytest
 from scenes.director import Director
 from scenes.schema import FLOOR_PARTS, find_scene, load_shipped
 from tui.scene_app import SceneApp
+from tui.screens.explain import ExplainScreen
 from tui.screens.question import QuestionScreen
 from tui.widgets import PART_WIDGETS, part_widget
 
@@ -142,3 +143,18 @@ async def test_a_fleet_scene_walks_in_the_app_with_the_fleets_figures_beside_one
         p90 = f"{straight.value('fleet_ttft_p90_s'):.2f} s"
         assert p90 in " ".join(app.narration), "the narration shows the fleet's figure, as headless"
         assert app.frame.snapshot.tick == app.director.engine.snapshot().tick  # the floor is the director's one GPU
+
+
+async def test_over_the_explain_screen_the_arrows_move_its_figure_not_the_scene() -> None:
+    app = make_app([find_scene("compute-x2")])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("e")
+        assert isinstance(app.screen, ExplainScreen)
+        first = app.screen.figure
+        await pilot.press("right")
+        assert app.director.index == 0, "the scene's page stays put under the explain screen"
+        assert isinstance(app.screen, ExplainScreen) and app.screen.figure != first
+        await pilot.press("left", "escape")
+        assert app.director.index == 0 and not isinstance(app.screen, ExplainScreen)
+        await pilot.press("right")  # back on the floor, → turns the page again (step 2 asks its question first)
+        assert isinstance(app.screen, QuestionScreen)
