@@ -13,7 +13,7 @@ a difference there (_run_lazy); both give the event-ordered loop's numbers.
 Routers (what they read is each replica's state at the arrival):
 - round-robin: replica i, i+1, ... in turn;
 - least-loaded: fewest requests queued, preempted or running;
-- kv-aware: the most free KV blocks;
+- kv-aware: the most KV room (free blocks less what the requests already waiting there need);
 - prefix-aware: the replica whose prefix cache holds the longest run of the request's leading blocks (a
   group's shared prefix, a session's history), read from each replica's block pool; else the least loaded.
 
@@ -36,7 +36,7 @@ from engine.errors import InputError
 from engine.serving.accounting import H, L, Percentiles, explain, rolling, run_metrics
 from engine.serving.engine import Engine, prefix_keys
 from engine.serving.lane import Lane
-from engine.serving.tables import BLOCK, SHIFT, Rows
+from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
 from engine.snapshot import Snapshot
 from engine.step import StepModel
 
@@ -168,6 +168,17 @@ class _Replica:
     def free_blocks(self) -> int:
         """KV blocks neither a running request nor a copy holds (queued requests will want some of them)."""
         return self.lane.pool.available  # cached blocks count: they are reclaimed when needed
+
+    @property
+    def kv_headroom(self) -> int:
+        """Free KV blocks less what the requests waiting here (queued or preempted) need to start: the room a new
+        request really finds. Free blocks alone read a replica with a long queue behind a full batch (or the
+        batch-size cap) as roomy, so a KV-bound fleet would keep feeding its longest queue."""
+        ln = self.lane
+        want = 0
+        if ln.waiting:
+            want = int(blocks_for(ln.Q.col("target")).sum()) + int(blocks_for(ln.P.col("target")).sum())
+        return self.free_blocks - want
 
     @property
     def blocked(self) -> bool:
@@ -493,7 +504,7 @@ class Fleet:
         if self.spec.router == "kv-aware":
             known = [r for r in self.reps if not r.busy or r.clock >= stop]  # their state at t is exact
             rep = min(known, key=_kv_key) if known else None
-            if rep is None or rep.free_blocks < rep.lane.pool.total:
+            if rep is None or rep.kv_headroom < rep.lane.pool.total:
                 for r in self.reps:
                     n += self._catch_up(r, stop, calm=False)
                 rep = self._route()
@@ -612,7 +623,7 @@ class Fleet:
         if name == "round-robin":
             return "round-robin", self.front.index(rep)
         if name == "kv-aware":
-            return "kv-aware", rep.free_blocks
+            return "kv-aware", rep.kv_headroom
         if name == "prefix-aware" and (hit := rep.eng.cached_blocks(prefix_keys(row))):
             return "prefix", hit * BLOCK  # tokens of the request's prefix cached there
         return "least-loaded", rep.load
@@ -775,8 +786,9 @@ class Fleet:
 
 
 def _kv_key(r: _Replica) -> tuple[int, int, int]:
-    """Kv-aware's order: most free KV, ties to the least loaded, then the lowest index (deterministic)."""
-    return (-r.free_blocks, r.load, r.index)
+    """Kv-aware's order: the most KV room once its waiting requests are placed, ties to the least loaded, then the
+    lowest index (deterministic)."""
+    return (-r.kv_headroom, r.load, r.index)
 
 
 @dataclass(slots=True)
