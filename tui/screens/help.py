@@ -14,7 +14,8 @@ from tui.i18n import t
 
 HELP_KEYS: tuple[tuple[str, str], ...] = (
     ("space", "h_space"), ("n", "h_n"), ("[ ]", "h_speed"), ("+ -", "h_users"), ("c", "h_c"), ("b", "h_b"),
-    ("f", "h_f"), ("m", "h_m"), ("h", "h_h"), ("r", "h_r"), ("l", "h_l"), ("e", "h_e"), ("?", "h_help"), ("q", "h_q"),
+    ("f", "h_f"), ("m", "h_m"), ("h", "h_h"), ("o", "h_o"), ("r", "h_r"), ("l", "h_l"),
+    ("e", "h_e"), ("↑ ↓", "h_guide"), ("?", "h_help"), ("q", "h_q"),
 )
 HELP_PANELS = ("p_warehouse", "p_traffic", "p_l2", "p_sm", "p_roofline", "p_xray", "p_users")
 # On a fleet: how to move between the overview and the replicas' floors (after space; n says what it steps).
