@@ -358,18 +358,19 @@ class StepModel:
                 f" {over / 1e9:.1f} GB; {self._fit_hint()}")
 
     def _fit_hint(self) -> str:
-        """The smallest power-of-two --tp, and the dtypes, that leave a KV pool of at least 10 % of memory."""
+        """The smallest power-of-two --tp that splits the heads evenly and leaves a KV pool of at least 10 % of
+        memory, and the narrower weight dtypes that would fit at this tp; a tp that does not split the heads is
+        never offered (llama-4-maverick's 40 heads: 16 and 32 don't, so fp8 is the fix there)."""
         total = self.model.weight_bytes(self.opts.weight_dtype)
         room = self.hw.memory_bytes * (1 - 2 * RESERVE_FRACTION)
-        tp = self.opts.tp
-        while total / tp > room and tp < 1024:
-            tp *= 2
+        tps = [t for t in (2 ** k for k in range(11)) if t > self.opts.tp and total / t <= room
+               and _splits_heads(self.model, t)]
         dtypes = [d for d in ("fp8", "int4") if DTYPE_BYTES[d] < DTYPE_BYTES[self.wdtype]
                   and self.model.weight_bytes(d) / self.opts.tp <= room]
-        hint = f"try --tp {tp}"
-        if dtypes:
-            hint += f" or --dtype {dtypes[0]}"
-        return hint
+        hints = ([f"--tp {tps[0]}"] if tps else []) + ([f"--dtype {dtypes[0]}"] if dtypes else [])
+        if not hints:
+            return f"no --tp that splits its {self.model.heads} heads, nor a narrower weight dtype, makes it fit"
+        return "try " + " or ".join(hints)
 
     def kv_bytes_for(self, contexts: np.ndarray) -> float:
         """Per-GPU KV bytes that sequences with these context lengths hold."""

@@ -255,6 +255,14 @@ def test_model_too_big_says_by_how_much() -> None:
         sm("qwen2.5-72b").check_fits()
 
 
+def test_fit_hint_offers_only_a_tp_that_splits_the_heads() -> None:
+    # llama-4-maverick at tp 8: 40 heads split over neither 16 nor 32, so the hint is a narrower dtype, not --tp 16.
+    with pytest.raises(InputError) as e:
+        sm("llama-4-maverick", tp=8).check_fits()
+    msg = str(e.value)
+    assert "--tp 16" not in msg and "--tp 32" not in msg and "--dtype fp8" in msg
+
+
 def test_cost_rejects_mismatched_arrays() -> None:
     with pytest.raises(InputError):
         sm().cost(np.ones(3), np.zeros(2))
