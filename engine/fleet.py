@@ -47,6 +47,9 @@ MAX_REPLICAS = 4096
 KV_LINK_LATENCY_S = 1e-3
 DRAW_AHEAD_S = 10.0  # open-loop fleets draw their requests this far ahead (fewer, larger draws; the same rows)
 ROUTE_LOG = 8  # the router's latest decisions kept for the app (Fleet.routes)
+# A pre-dealt fleet runs its replicas in a process pool only with at least this many requests: below it,
+# starting the processes and shipping the replicas back costs more than it saves (benchmarks/fleet.md).
+PARALLEL_MIN_REQUESTS = 5000
 KV_HISTORY = 128  # steps of KV fill each replica's row carries (ReplicaState.kv_history)
 
 
@@ -252,7 +255,7 @@ class _Replica:
 class Fleet:
     """Replicas of one deployment behind a router, on one clock: run(), metrics(), latencies()."""
 
-    def __init__(self, spec: FleetSpec, preroute: bool = True) -> None:
+    def __init__(self, spec: FleetSpec, preroute: bool = True, workers: int = 1) -> None:
         cfg = spec.config
         _validate(spec)
         self.spec = spec
@@ -300,6 +303,9 @@ class Fleet:
         # Round-robin over open-loop arrivals routes without looking at any replica: each replica gets an inbox
         # of requests dealt to it in advance, and runs to its own next one (see _run_prerouted).
         self.inbox: list[deque[Rows]] | None = None
+        # Pre-dealt replicas are independent: with workers > 1 they may run in a process pool (_run_parallel).
+        # 1 by default, so a fleet inside a plan worker (already one process of a pool) never nests a pool.
+        self.workers = max(1, int(workers))
         self.ahead: deque[Rows] = deque()  # open-loop requests drawn ahead, not yet routed (_run_lazy)
         if preroute and spec.router == "round-robin" and open_loop and spec.pd is None and spec.replicas > 1:
             self.inbox = [deque() for _ in self.reps]
@@ -394,6 +400,8 @@ class Fleet:
         if self.inbox is not None:
             if until < math.inf:
                 raise ValueError("a pre-routed fleet runs only to its bound: build it with preroute=False")
+            if max_ticks is None and self.workers > 1 and not self.ticks:
+                return self._run_parallel()
             return self._run_prerouted(max_ticks)
         if self.lazy and max_ticks is None and until == math.inf:
             return self._run_lazy()
@@ -475,6 +483,42 @@ class Fleet:
                 continue  # drained, nothing more coming: it leaves the heap
             heapq.heappush(ready, (r.clock, i))
             self.queued[i] = True
+        return n
+
+    def _run_parallel(self) -> int:
+        """_run_prerouted with the replicas in a process pool: every request is drawn and dealt first (drawing
+        does not depend on the replicas), then each replica serves its share alone, as it does in the serial
+        loop (which only interleaves independent replicas), and comes back whole for metrics(). Serial when
+        the fleet has too few requests to pay for the processes (PARALLEL_MIN_REQUESTS)."""
+        parts = []
+        while self.src.next_arrival < math.inf:
+            parts.append(self._draw(self.src.next_arrival + DRAW_AHEAD_S))
+        rows = Rows.join(parts) if parts else Rows.new(0)
+        nrep = len(self.reps)
+        rr0 = self.rr
+        self.rr = (rr0 + len(rows)) % nrep
+        shares = [(r, rows.pick(slice((r.index - rr0) % nrep, None, nrep)).copy(), self.duration) for r in self.reps]
+        tail = [(int(rows.id[j]), int(rows.user[j]), (rr0 + j) % nrep, float(rows.arrival[j]))
+                for j in range(max(0, len(rows) - 16), len(rows))]
+        if len(rows) < PARALLEL_MIN_REQUESTS:
+            done = [_serve_share(job) for job in shares]
+        else:
+            from engine.plan import pool_map  # here: engine.plan imports this module
+
+            done = [r for _, r in sorted(pool_map(shares, self.workers, _serve_share), key=lambda x: x[0])]
+        n = 0
+        for rep, k in done:
+            self.reps[rep.index] = rep
+            n += k
+        self.front = [r for r in self.reps if r.role != "decode"]
+        self.back = [r for r in self.reps if r.role != "prefill"]
+        self.ticks += n
+        self.ready = []
+        self.queued = [False] * nrep
+        self.inbox = [deque() for _ in self.reps]
+        # The router's latest choices as dealt (the serial loop logs them as each replica reaches them).
+        self.last_routes = [i for _, _, i, _ in tail]
+        self.route_log.extend(Route(rid, user, i, "round-robin", i, t) for rid, user, i, t in tail)
         return n
 
     def _run_lazy(self) -> int:
@@ -783,6 +827,26 @@ class Fleet:
         m["replicas"] = [r.summary(m["sim_time_s"]) for r in self.reps]
         m["kv_peak_bytes"] = max(s["kv_peak_bytes"] for s in m["replicas"])
         return m
+
+
+def _serve_share(job: tuple[_Replica, Rows, float | None]) -> tuple[_Replica, int]:
+    """One pre-dealt replica serving its share of the requests to the run's end (a pool worker runs this):
+    _run_prerouted's loop for one replica. Returns the replica as it ended and the steps it took."""
+    r, rows, d = job
+    arrival = rows.arrival
+    m = len(rows)
+    j = n = 0
+    while True:
+        nxt = float(arrival[j]) if j < m else math.inf
+        if nxt < math.inf and (nxt <= r.clock or not r.busy):
+            r.inject(rows.pick(slice(j, j + 1)).copy())
+            j += 1
+            r.clock = max(r.clock, nxt)
+        elif r.busy and (d is None or r.clock < d):
+            n += r.step(nxt if d is None else min(nxt, d), 1 << 20)
+            r.finished_rows.clear()  # open loop: nobody to wake
+        else:
+            return r, n
 
 
 def _kv_key(r: _Replica) -> tuple[int, int, int]:

@@ -312,15 +312,17 @@ def serial_map(jobs: list[Job]) -> Iterator[tuple[int, dict[str, Any]]]:
         yield i, _evaluate_job(job)
 
 
-def pool_map(jobs: list[Job], workers: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Evaluate jobs in a local process pool, yielding (index, result) as they finish (any order)."""
+def pool_map(jobs: list[Any], workers: int, fn: Callable[[Any], Any] = _evaluate_job) -> Iterator[tuple[int, Any]]:
+    """Run `fn` (by default evaluate) on jobs in a local process pool, yielding (index, result) as they finish
+    (any order); in this process when there is one worker or one job."""
     if workers <= 1 or len(jobs) <= 1:
-        yield from serial_map(jobs)
+        for i, job in enumerate(jobs):
+            yield i, fn(job)
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as ex:
-        futs = {ex.submit(_evaluate_job, job): i for i, job in enumerate(jobs)}
+        futs = {ex.submit(fn, job): i for i, job in enumerate(jobs)}
         try:
             for f in as_completed(futs):
                 yield futs[f], f.result()

@@ -176,6 +176,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f = add_fleet_options(p)
     f.add_argument("--budget-per-hour", type=positive_float, default=None,
                    help="refuse a fleet that costs more $ per hour than this")
+    f.add_argument("--workers", type=positive_int, default=None,
+                   help="processes a round-robin open-loop fleet runs its replicas on (default: all cores; the"
+                        " same numbers as one)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--explain", action="store_true",
                    help="where TTFT and end-to-end latency went: queueing, prefill, transfer (P/D), decode, preemption,"
@@ -294,6 +297,8 @@ def open_trace(path: str) -> IO[str]:
 def run(args: argparse.Namespace) -> int:
     """Build the engine, run it to its bound, print JSON or the Rich report (and the trace, when asked)."""
     engine = build(args)
+    if isinstance(engine, Fleet) and not args.trace_out:  # a trace records each replica's steps in this process
+        engine.workers = args.workers or os.cpu_count() or 1
     check_pool(engine, args.kv_blocks, args.force)
     f = open_trace(args.trace_out) if args.trace_out else None
     try:
