@@ -176,7 +176,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f = add_fleet_options(p)
     f.add_argument("--budget-per-hour", type=positive_float, default=None,
                    help="refuse a fleet that costs more $ per hour than this")
-    f.add_argument("--workers", type=positive_int, default=None,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="processes a round-robin open-loop fleet runs its replicas on (default: all cores; the"
                         " same numbers as one)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
