@@ -46,6 +46,24 @@ def test_keep_drops_exactly_the_masked_rows_in_order(gather_rows: int, mask_list
     assert (kept.i == r.i[:, mask]).all() and np.array_equal(kept.f, r.f[:, mask])
 
 
+@pytest.mark.parametrize(("n", "cap", "k"), [(8, 8, 3), (8, 16, 8), (20, 32, 1), (5, 64, 4)])
+def test_dropping_the_first_rows_then_growing_again(n: int, cap: int, k: int) -> None:
+    # Dropping a leading run (the oldest requests of a batch finishing together) shifts each part's whole buffer,
+    # which leaves stale values in the dead space past the live rows: rows added after must not see them.
+    r = _rows(n, 9)
+    t = Table(cap)
+    t.append(r)
+    t.drop(np.arange(k))
+    assert t.n == n - k and (t.rows().i == r.i[:, k:]).all() and np.array_equal(t.rows().f, r.f[:, k:])
+    blank = t.extend(k + 1)
+    fresh = Rows.new(k + 1)
+    assert (blank.i == fresh.i).all() and np.array_equal(blank.f, fresh.f, equal_nan=True)
+    more = _rows(3, 10)
+    t.append(more)
+    assert (t.rows().i[:, :n - k] == r.i[:, k:]).all() and (t.rows().i[:, -3:] == more.i).all()
+    assert np.array_equal(t.rows().f[:, -3:], more.f)
+
+
 def test_extend_and_append_view_write_into_the_table() -> None:
     t = Table(2)
     t.append(_rows(3, 4))
