@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -130,7 +131,10 @@ def run(args: argparse.Namespace) -> int:
     if args.fleet:
         from tui.commands.fleet_bench import fleet_day, plan_grid
 
-        res["fleet_day"] = fleet_day(args.fleet_hours)
+        # The day as `tokensim run` serves it by default: round-robin deals the requests out first, so the replicas
+        # run on every core (the same JSON as one process); least-loaded and kv-aware read the replicas and stay
+        # serial (benchmarks/bench_fleet.py --routers times those).
+        res["fleet_day"] = fleet_day(args.fleet_hours, router="round-robin", workers=os.cpu_count() or 1)
         res["plan_grid"] = plan_grid(args.plan_configs)
     if args.json:
         print_json(res)
@@ -152,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
     if "fleet_day" in res:
         f, g = res["fleet_day"], res["plan_grid"]
         t.add_row("fleet", f"{f['sim_s'] / 3600:g} h of {f['users']:,} users ({f['rate']:.2f} req/s) on"
-                  f" {f['replicas']} replicas, {f['router']}: {f['wall_s']:,.1f} s ({f['cpu_s']:,.1f} CPU s;"
+                  f" {f['replicas']} replicas, {f['router']} on {f['workers']} processes: {f['wall_s']:,.1f} s"
+                  f" ({f['cpu_s']:,.1f} CPU s;"
                   f" {f['requests']:,} requests, {f['sim_s_per_wall_s']:,.0f} sim s per wall s)")
         t.add_row("plan", f"{g['configs']:,} configurations of {g['sim_minutes']:g} simulated minutes on"
                   f" {g['workers']} workers: {g['wall_s']:,.1f} s ({g['s_per_config']:.2f} s each,"
