@@ -36,7 +36,7 @@ from engine.errors import InputError
 from engine.serving.accounting import H, L, Percentiles, explain, rolling, run_metrics
 from engine.serving.engine import Engine, prefix_keys
 from engine.serving.lane import Lane
-from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
+from engine.serving.tables import BLOCK, Rows, blocks_for
 from engine.snapshot import Snapshot
 from engine.step import StepModel
 
@@ -190,7 +190,7 @@ class _Replica:
         if ln.R.n or not self.held or not ln.waiting:
             return False
         head = int(ln.P.col("target").min()) if ln.P.n else int(ln.Q.col("target")[0])
-        need = 1 if ln.sched.name == "chunked" else (head + BLOCK - 1) >> SHIFT
+        need = 1 if ln.sched.name == "chunked" else int(blocks_for(head))
         return self.free_blocks < need
 
     @property
@@ -551,11 +551,14 @@ class Fleet:
             if rep is None or rep.kv_headroom < rep.lane.pool.total:
                 for r in self.reps:
                     n += self._catch_up(r, stop, calm=False)
-                rep = self._route()
+                choice = self._route()
+            else:
+                choice = rep, "kv-aware", rep.kv_headroom
         else:
-            rep = self._route(row)
+            choice = self._route(row)
+        rep = choice[0]
         n += self._catch_up(rep, stop, calm=False)
-        self._give(rep, row, t)
+        self._give(choice, row, t)
         rep.calm = self._calm(rep)
         return n
 
@@ -621,10 +624,12 @@ class Fleet:
         """One request to the replica the router picks."""
         self._give(self._route(row), row, t)
 
-    def _give(self, rep: _Replica, row: Rows, t: float) -> None:
-        """Queue one request on the replica the router picked (a prefill replica reads only its prompt)."""
+    def _give(self, choice: tuple[_Replica, str, int], row: Rows, t: float) -> None:
+        """Queue one request on the replica the router picked, logged with why (a prefill replica reads only its
+        prompt)."""
+        rep, why, figure = choice
         rid = int(row.id[0])
-        self.route_log.append(Route(rid, int(row.user[0]), rep.index, *self._reason(rep, row), t))
+        self.route_log.append(Route(rid, int(row.user[0]), rep.index, why, figure, t))
         self.last_routes = (self.last_routes + [rep.index])[-16:]
         if rep.role == "prefill":
             # It reads the prompt and computes one token; the answer comes from a decode replica.
@@ -635,42 +640,30 @@ class Fleet:
         rep.clock = max(rep.clock, t)
         self._wake(rep)
 
-    def _route(self, row: Rows | None = None) -> _Replica:
+    def _route(self, row: Rows | None = None) -> tuple[_Replica, str, int]:
         """The replica (of those that read prompts) the router picks for a request (None: any request, for a
-        router that does not read it)."""
+        router that does not read it), with why and the figure that decided it, as the router read them."""
         reps = self.front
         if len(reps) == 1:
-            return reps[0]
+            return reps[0], "only", 0
         name = self.spec.router
         if name == "round-robin":
             i = self.rr
             self.rr = (i + 1) % len(reps)
-            return reps[i]
+            return reps[i], "round-robin", i
         if name == "kv-aware":
-            return min(reps, key=_kv_key)
+            rep = min(reps, key=_kv_key)
+            return rep, "kv-aware", rep.kv_headroom
         if name == "prefix-aware" and row is not None and reps[0].eng.prefix_caching:
             keys = prefix_keys(row)
             if len(keys):
                 # The longest cached run of this request's blocks wins; ties (and no hit anywhere) go to the least
                 # loaded, then the lowest index.
-                best = min(reps, key=lambda r: (-r.eng.cached_blocks(keys), r.load, r.index))
-                if best.eng.cached_blocks(keys):
-                    return best
-        return min(reps, key=lambda r: (r.load, r.index))
-
-    def _reason(self, rep: _Replica, row: Rows) -> tuple[str, int]:
-        """Why the router picked `rep` for a request, and the figure that decided it, read as the router read it
-        (before the request is queued there)."""
-        name = self.spec.router
-        if len(self.front) == 1:
-            return "only", 0
-        if name == "round-robin":
-            return "round-robin", self.front.index(rep)
-        if name == "kv-aware":
-            return "kv-aware", rep.kv_headroom
-        if name == "prefix-aware" and (hit := rep.eng.cached_blocks(prefix_keys(row))):
-            return "prefix", hit * BLOCK  # tokens of the request's prefix cached there
-        return "least-loaded", rep.load
+                (miss, _, _), best = min(((-r.eng.cached_blocks(keys), r.load, r.index), r) for r in reps)
+                if miss:
+                    return best, "prefix", -miss * BLOCK  # tokens of the request's prefix cached there
+        rep = min(reps, key=lambda r: (r.load, r.index))
+        return rep, "least-loaded", rep.load
 
     def _think(self, r: _Replica) -> None:
         """Closed-loop users whose answers a replica just finished think, then send again."""
@@ -698,7 +691,7 @@ class Fleet:
                 row.input[0] = p  # its input tokens were counted where they were read
                 # The copy arrives as blocks of its own: nothing of it is in the decode replica's prefix cache.
                 row.full[0] = row.hkey[0] = row.hit[0] = 0
-                row.blocks[0] = (p - 1 + BLOCK - 1) >> SHIFT
+                row.blocks[0] = blocks_for(p - 1)
                 row.first[0] = row.visible[0] = row.done[0] = np.nan
                 self.waiting.append(_Copy(r.clock, r.index, pinned, -1, row))
         r.finished_rows.clear()

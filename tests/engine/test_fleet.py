@@ -74,14 +74,14 @@ def test_routers_read_the_replicas_state() -> None:
     f.reps[0].inject(_request(101, 10))
     f.reps[1].inject(_request(102, 30_000))
     f.reps[1].step(1.0, 1)
-    assert f._route().index == 2
+    assert f._route()[0].index == 2
     # kv-aware: replicas 0 and 2 have all their blocks free; 2 is less loaded, and 1 holds 30,000 tokens.
     f.spec = FleetSpec(f.spec.config, replicas=3, router="kv-aware")
     assert f.reps[1].free_blocks < f.reps[0].free_blocks == f.reps[2].free_blocks
-    assert f._route().index == 2
+    assert f._route()[0].index == 2
     f.reps[2].inject(_request(103, 20))
     f.reps[2].inject(_request(104, 20))
-    assert f._route().index == 0  # equal free KV: the less loaded
+    assert f._route()[0].index == 0  # equal free KV: the less loaded
 
 
 SHARED = """
@@ -116,14 +116,14 @@ def test_prefix_aware_reads_the_block_pools_and_beats_least_loaded_on_hits(tmp_p
     while not len(first):  # the stage's start comes before its first request
         first = f.src.draw_due(f.src.next_arrival)
     row = first.pick(slice(0, 1)).copy()
-    assert f._route(row).index == 0  # nothing cached anywhere: the least loaded, then the lowest index
+    assert f._route(row)[0].index == 0  # nothing cached anywhere: the least loaded, then the lowest index
     f.reps[2].inject(row.copy())
     f.reps[2].step(math.inf, 1)  # it prefills there and its prefix blocks are keyed into the cache
     f.reps[0].inject(_request(900, 10))
     twin = row.copy()
     twin.id[0] = 10_000  # another request of the same group
     assert f.reps[2].eng.cached_blocks(prefix_keys(twin)) == 1600 // 16
-    assert f._route(twin).index == 2
+    assert f._route(twin)[0].index == 2
 
 
 def test_pd_trade_tpot_falls_ttft_pays_the_copy() -> None:
