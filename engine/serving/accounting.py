@@ -15,13 +15,14 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from engine.serving.kvpool import KVPool
-from engine.serving.tables import BLOCK, FloatCol, Ring
+from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, Ring, Rows, done_rows
 from engine.step import StepCost
 
 HISTORY_POINTS = 512  # per-tick UI history (kv_util, queue, tok/s, step time): the last 512 ticks
 LATENCY_SAMPLES = 65_536  # per-request latencies for percentiles: a ring of the last 65,536 completions
 ROLLING_SAMPLES = 256  # the UI's rolling TTFT/TPOT: the last 256 completions
 RECENT_DONE = 64  # finished requests kept for the snapshot
+FINISH_BATCH = 512  # finished requests whose records wait to be derived in one pass (LaneStats.finish)
 
 
 class H(IntEnum):
@@ -74,6 +75,21 @@ TIMES_FROM = np.array([FloatCol.ARRIVAL, FloatCol.ADMIT, FloatCol.FIRST, FloatCo
                        FloatCol.PRE, FloatCol.REC, FloatCol.PRE_V, FloatCol.REC_V, FloatCol.LOST_F,
                        FloatCol.XFER], dtype=np.intp)
 assert len(TIMES_FROM) + 1 == len(T)
+# The latencies measured from arrival: rows of the latency record <- the request's time columns.
+_LAT_TO = np.array([L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE], dtype=np.intp)
+_LAT_FROM = np.array([FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE, FloatCol.ADMIT], dtype=np.intp)
+_N_LAT = len(L)
+_N_PATH = 3  # the request path adds to the first three of them (TTFT, TTFT_RAW, E2E), not to the queue delay
+
+
+def finished_times(d: Rows, out: np.ndarray | None = None) -> np.ndarray:
+    """Finished rows as rows of the times record (T columns), written into `out` (a ring's claimed rows) if given."""
+    if out is None:
+        return np.concatenate((d.id[None], d.f[TIMES_FROM])).T
+    o = out.T
+    o[0] = d.id
+    o[1:] = d.f[TIMES_FROM]
+    return out
 
 # Inter-token latencies are kept as a histogram (one sample per token after the first: millions in a run):
 # log-spaced bins from 1 us to 1000 s, 1 % wide, so percentiles are read to about 1 %.
@@ -158,27 +174,122 @@ class LaneStats:
     flops: float = 0.0
     flops_useful: float = 0.0
     bytes: float = 0.0
-    slo_ok: int = 0
-    slo_ok_tokens: int = 0
     last_cost: StepCost | None = None
     last_batch: int = 0
     spec_steps: int = 0  # speculative verify steps' sequences, and the tokens they emitted
     spec_tokens: int = 0
     path_s: float = 0.0  # the request path outside the GPU steps, added to every TTFT and E2E
+    slo_ttft: float | None = None  # an answer meets the SLO with TTFT <= slo_ttft and TPOT <= slo_tpot (None: any)
+    slo_tpot: float | None = None
     batch_hist: np.ndarray = field(init=False)  # ticks per batch size (sizes above the cap count at the cap)
     hist: Ring = field(init=False)
-    lat: Ring = field(init=False)
-    times: Ring = field(init=False)  # per finished request: T columns, row for row with `lat`
     itl: Itl = field(init=False)
     stage_done: np.ndarray = field(init=False)  # requests completed per stage (exact; the ring is bounded)
+    # Finished requests' records, derived in batches (see finish): read them through lat, times, recent, slo_ok.
+    _lat: Ring = field(init=False)
+    _times: Ring = field(init=False)
+    _recent: Ring = field(init=False)
+    _slo_ok: int = field(init=False, default=0)
+    _slo_ok_tokens: int = field(init=False, default=0)
+    _pending: list[Rows] = field(init=False)
+    _n_pending: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.batch_hist = np.zeros(max(self.max_batch, 1) + 1, dtype=np.int64)
         self.hist = Ring(HISTORY_POINTS, len(H))
-        self.lat = Ring(LATENCY_SAMPLES, len(L))
-        self.times = Ring(LATENCY_SAMPLES, len(T))
+        self._lat = Ring(LATENCY_SAMPLES, len(L))
+        self._times = Ring(LATENCY_SAMPLES, len(T))
+        self._recent = Ring(RECENT_DONE, DONE_COLS)
+        self._pending = []
         self.itl = Itl(self.stages)
         self.stage_done = np.zeros(self.stages, dtype=np.int64)
+
+    # ---- finished requests ----------------------------------------------------------------------
+    def finish(self, d: Rows) -> None:
+        """Rows of requests that just finished (their own copies, done time set): their latency, times and
+        snapshot records are derived later, many ticks' worth in one pass (a tick finishes a few requests, and
+        the fixed cost of the numpy calls that derive them outweighs their work), when a reader asks or
+        FINISH_BATCH rows wait. The records are element by element of each row, so batching changes no value."""
+        self._pending.append(d)
+        self._n_pending += d.i.shape[1]
+        if self._n_pending >= FINISH_BATCH:
+            self._derive()
+
+    @property
+    def lat(self) -> Ring:
+        """Per finished request: L columns (the last LATENCY_SAMPLES)."""
+        self._derive()
+        return self._lat
+
+    @property
+    def times(self) -> Ring:
+        """Per finished request: T columns, row for row with `lat`."""
+        self._derive()
+        return self._times
+
+    @property
+    def recent(self) -> Ring:
+        """The last RECENT_DONE finished requests as done_rows (for the snapshot)."""
+        self._derive()
+        return self._recent
+
+    @property
+    def slo_ok(self) -> int:
+        """Finished requests that met the SLO."""
+        self._derive()
+        return self._slo_ok
+
+    @property
+    def slo_ok_tokens(self) -> int:
+        """Tokens of the finished requests that met the SLO."""
+        self._derive()
+        return self._slo_ok_tokens
+
+    def _derive(self) -> None:
+        """Turn the waiting finished rows into their latency, times and recent records and SLO counts."""
+        parts = self._pending
+        if not parts:
+            return
+        d = parts[0] if len(parts) == 1 else Rows.join(parts)
+        self._pending = []
+        self._n_pending = 0
+        f = d.f
+        k = d.i.shape[1]
+        total = d.total
+        # The latency record is written straight into its ring's next rows where they do not wrap.
+        slot = self._lat.claim(k)
+        lat = np.empty((_N_LAT, k)) if slot is None else slot.T
+        since = f[_LAT_FROM] - f[FloatCol.ARRIVAL]
+        if self.path_s:
+            # The request path outside the GPU steps (HTTP, tokenising, detokenising and streaming): the client
+            # sees it in its first token and its last.
+            since[:_N_PATH] += self.path_s
+        lat[_LAT_TO] = since
+        # TPOT: time per generated token after the first (hidden tokens included); undefined for 1 token.
+        tpot = lat[L.TPOT]
+        gap = f[FloatCol.DONE] - f[FloatCol.FIRST]
+        if total.min() > 1:
+            np.divide(gap, total - 1, out=tpot)
+        else:
+            tpot.fill(np.nan)
+            np.divide(gap, total - 1, out=tpot, where=total > 1)
+        lat[L.STAGE] = d.stage
+        if slot is None:
+            self._lat.push(lat.T)
+        if self.slo_ttft is not None or self.slo_tpot is not None:
+            ok = np.ones(k, dtype=bool)
+            if self.slo_ttft is not None:
+                ok &= lat[L.TTFT] <= self.slo_ttft
+            if self.slo_tpot is not None:
+                ok &= ~(tpot > self.slo_tpot)
+            self._slo_ok += int(ok.sum())
+            self._slo_ok_tokens += int(total[ok].sum())
+        self._recent.push(done_rows(d.pick(slice(max(0, k - RECENT_DONE), k))))
+        times = self._times.claim(k)
+        if times is None:
+            self._times.push(finished_times(d))
+        else:
+            finished_times(d, times)
 
     def set_max_batch(self, max_batch: int) -> None:
         """A new batch cap: the histogram grows to hold it (it never shrinks; bigger batches count at the cap)."""

@@ -23,7 +23,7 @@ from engine import budget
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
-from engine.serving.accounting import H, LaneStats, Rates, Split, explain, lanes_split, rolling, run_metrics
+from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
 from engine.serving.arrivals import Budget, PlanScript, Script, TraceScript
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
@@ -316,7 +316,7 @@ class Engine:
         """Keep per-stage latencies for n stages of requests fed from outside (each row carries its stage).
         Before the first step only."""
         ln = self._lanes[0]
-        ln.stats = LaneStats(ln._hist_cap(ln.sched), n)
+        ln.stats = ln.new_stats(n)
         ln.staged = n > 1
 
     def rates(self) -> Rates:
@@ -508,7 +508,7 @@ class Engine:
         for lane in self._lanes:
             R, P, Q = lane.R, lane.P, lane.Q
             qn = min(Q.size, SNAPSHOT_QUEUE_ROWS)
-            d = done_view(lane.recent.last())
+            d = done_view(lane.stats.recent.last())
             for t in (R.rows(), P.rows(), Q.rows(qn), d):
                 for f in ("id", "user", "prompt", "cached", "think", "total", "gen", "blocks", "fast", "arrival"):
                     cols[f].append(getattr(t, f))

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.prefix_cache import TAG_REQUEST, chain_keys, stream_id
-from engine.serving.accounting import RECENT_DONE, TIMES_FROM, H, L, LaneStats
+from engine.serving.accounting import H, LaneStats, finished_times
 from engine.serving.arrivals import Arrivals, Budget, PlanScript, Script
 from engine.serving.kvpool import KVPool
 from engine.serving.scheduler import Scheduler
-from engine.serving.tables import BLOCK, DONE_COLS, SHIFT, FloatCol, Queue, Ring, Rows, Table, blocks_for, done_rows
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for
 from engine.speculative import Drafter, sample_accepted
 from engine.step import StepCost, StepModel
 from engine.validation import MAX_SECONDS
@@ -42,12 +42,6 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
 _ALL = np.int64(1) << 40  # "every block" in _shareable
-# _complete's latencies measured from arrival: rows of the latency record <- the request's time columns
-# (index arrays built once: a list of IntEnum members is converted element by element on every use).
-_LAT_TO = np.array([L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE], dtype=np.intp)
-_LAT_FROM = np.array([FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE, FloatCol.ADMIT], dtype=np.intp)
-_N_LAT = len(L)
-_N_PATH = 3  # the request path adds to the first three of them (TTFT, TTFT_RAW, E2E), not to the queue delay
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 
@@ -181,11 +175,9 @@ class Lane:
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
         self._last_agg: tuple[StepModel, int, float, float, float, float] | None = None  # see last_cost
         stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
-        self.stats = LaneStats(self._hist_cap(sched), stages)
-        self.stats.path_s = self._request_s
+        self.stats = self.new_stats(stages)
         self.rec: Recorder | None = None  # engine.trace_out's recorder, when the run is traced
         self.staged = self.stats.stages > 1
-        self.recent = Ring(RECENT_DONE, DONE_COLS)  # the last finished requests (for the snapshot)
         self.on_done: Callable[[Rows], None] | None = None  # told of every finished request (a fleet's router)
         # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.
         self.script = script
@@ -227,6 +219,12 @@ class Lane:
             out.append(self._preempt_newest())
         self.pool.trim()  # what the preempted released is cached: reclaim what no longer fits
         return out
+
+    def new_stats(self, stages: int) -> LaneStats:
+        """Fresh totals for this lane counting `stages` workload stages (its batch cap, request path and SLO)."""
+        sp = self.spec
+        return LaneStats(self._hist_cap(self.sched), stages, path_s=self._request_s, slo_ttft=sp.slo_ttft,
+                         slo_tpot=sp.slo_tpot)
 
     # ---- state queries ------------------------------------------------------------------------
     @property
@@ -1089,71 +1087,29 @@ class Lane:
         return idle_result(tick, t1, t1 - t0, self.fast, admitted, pre)
 
     def _complete(self, done: np.ndarray, t: float) -> np.ndarray:
-        """Finished rows: record latencies, free their blocks, start their users thinking, drop them."""
+        """Finished rows: hand them to the accounting, free their blocks, start their users thinking, drop them."""
         R = self.R
         gone = done.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
         c = R.cols
         d = Rows(c.i.take(gone, axis=1), c.f.take(gone, axis=1))
-        f = d.f
-        f[FloatCol.DONE] = t
+        d.f[FloatCol.DONE] = t
         k = gone.size
         self._release(d)
         R.drop(gone, done)
         st = self.stats
         st.completed += k
-        total = d.total
-        # The latency record is written straight into its ring's next rows where they do not wrap.
-        slot = st.lat.claim(k)
-        lat = np.empty((_N_LAT, k)) if slot is None else slot.T
-        since = f[_LAT_FROM] - f[FloatCol.ARRIVAL]
-        if self._request_s:
-            # The request path outside the GPU steps (HTTP, tokenising, detokenising and streaming): the client
-            # sees it in its first token and its last.
-            since[:_N_PATH] += self._request_s
-        lat[_LAT_TO] = since
-        # TPOT: time per generated token after the first (hidden tokens included); undefined for 1 token.
-        tpot = lat[L.TPOT]
-        if total.min() > 1:
-            np.divide(t - f[FloatCol.FIRST], total - 1, out=tpot)
-        else:
-            tpot.fill(np.nan)
-            np.divide(t - f[FloatCol.FIRST], total - 1, out=tpot, where=total > 1)
-        lat[L.STAGE] = d.stage
         if self.staged:
             st.stage_done += np.bincount(d.stage, minlength=st.stages)
         else:
             st.stage_done[0] += k
-        ttft = lat[L.TTFT]
-        if slot is None:
-            st.lat.push(lat.T)
-        sp = self.spec
-        if sp.slo_ttft is not None or sp.slo_tpot is not None:
-            ok = np.ones(k, dtype=bool)
-            if sp.slo_ttft is not None:
-                ok &= ttft <= sp.slo_ttft
-            if sp.slo_tpot is not None:
-                ok &= ~(tpot > sp.slo_tpot)
-            st.slo_ok += int(ok.sum())
-            st.slo_ok_tokens += int(total[ok].sum())
-        if sp.debug:
+        st.finish(d)
+        if self.spec.debug:
+            total = d.total
             bad = d.gen != total
             assert not bad.any(), f"finished request {int(d.id[bad][0])} generated " \
                 f"{int(d.gen[bad][0])} tokens, asked for {int(total[bad][0])}"
-        slot = self.recent.claim(k)
-        if slot is None:
-            self.recent.push(done_rows(d))
-        else:
-            done_rows(d, slot)
-        times = st.times.claim(k)
-        if times is None:
-            times = np.concatenate((d.id[None], d.f[TIMES_FROM])).T
-            st.times.push(times)
-        else:
-            tv = times.T
-            tv[0] = d.id
-            tv[1:] = d.f[TIMES_FROM]
         if self.rec is not None:
-            self.rec.done(self, times)
+            self.rec.done(self, finished_times(d))
         if self.on_done is not None:
             self.on_done(d)
         # Closed-loop users think, then send again (if still active and the run still takes requests).

@@ -3,6 +3,8 @@ preemption and recompute show where they happen, and a single request's split is
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,20 @@ def test_fleet_split_sums(pd: tuple[int, int] | None) -> None:
         assert (xfer >= KV_LINK_LATENCY_S - 1e-12).all()
         assert xfer.min() >= min(f.transfer_s) - 1e-12
         assert (np.concatenate([lanes_split([r.lane]).ttft[:, PARTS.index("prefill")] for r in f.back]) > 0).all()
+
+
+def test_staged_fleet_split_keeps_the_request_path() -> None:
+    # A workload file's stages make each replica count per-stage latencies (count_stages): its fresh totals
+    # must still carry the request path, or the split's "path" part is 0 while TTFT and E2E include it.
+    w = Path(__file__).resolve().parents[2] / "scenes" / "workloads" / "shared-system-prompt.toml"
+    f = Fleet(FleetSpec(EngineConfig(users=0, workload=str(w), requests=120), replicas=2, router="least-loaded"))
+    f.run()
+    for r in f.back:
+        ln = r.lane
+        path = ln.sm.runtime.request_overhead_s
+        assert path > 0 and ln.stats.path_s == path
+        s = lanes_split([ln])
+        lat = ln.stats.lat.last()
+        assert len(lat) > 0
+        np.testing.assert_allclose(s.ttft[:, PARTS.index("path")], path, rtol=1e-12)
+        np.testing.assert_allclose(s.ttft.sum(axis=1), lat[:, L.TTFT], rtol=1e-9, atol=1e-9)
