@@ -89,8 +89,9 @@ class Roof:
         return self.peak_flops / self.bandwidth
 
 
-class _Parts(NamedTuple):
-    """A step's bytes, FLOPs and times from cost_agg's aggregates (floats, or arrays for many steps)."""
+class StepParts(NamedTuple):
+    """A step's bytes, FLOPs and times from cost_agg's aggregates (floats, or arrays for many steps): what a
+    StepCost is made of, without the record (the serving loop reads these and builds a StepCost only when asked)."""
 
     weights: Any
     kv_read: Any
@@ -106,6 +107,17 @@ class _Parts(NamedTuple):
     t_attn_cmp: Any
     t_comm: Any
     over: Any
+
+    @property
+    def flops_total(self) -> Any:
+        """StepCost.flops_total: the FLOP parts summed in the record's order."""
+        return self.fl_mm + self.fl_attn + self.fl_lm
+
+    @property
+    def bytes_total(self) -> Any:
+        """StepCost.bytes_total: the byte parts summed in the record's order."""
+        return self.weights + self.kv_read + self.kv_write + self.act
+
 
 @dataclass(frozen=True, slots=True)
 class StepCost:
@@ -406,9 +418,9 @@ class StepModel:
         attn_full and attn_win count query-key pairs in full and sliding-window layers; attn_decode is the part
         of attn_full that comes from decode rows (one new token each), which MLA prices at its absorbed width.
         """
-        p = self._agg(float(tokens), logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
+        t, p = self.parts_agg(tokens, sum_ctx, sum_ctx_win, attn_full, attn_win, logits, attn_decode)
         return StepCost(
-            time_s=float(self._time(p)),
+            time_s=t,
             t_memory_s=p.t_mem, t_compute_s=p.t_cmp, t_comm_s=p.t_comm,
             t_overhead_s=p.over,
             bytes={"weights": p.weights, "kv_read": p.kv_read, "kv_write": p.kv_write, "activations": p.act},
@@ -417,6 +429,13 @@ class StepModel:
             l2_bytes=self.hw.l2_bytes, layers=self.model.layers, t_attn_memory_s=p.t_attn_mem,
             t_attn_compute_s=p.t_attn_cmp,
         )
+
+    def parts_agg(self, tokens: int, sum_ctx: float, sum_ctx_win: float, attn_full: float, attn_win: float,
+                  logits: int, attn_decode: float) -> tuple[float, StepParts]:
+        """cost_agg's step time and parts, without building the StepCost (two dicts and a 17-field record): the
+        serving loop prices every eventful tick and needs only the time, the FLOP split and the totals."""
+        p = self._agg(float(tokens), logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
+        return float(self._time(p)), p
 
     def times_agg(self, tokens: np.ndarray, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray, attn_full: np.ndarray,
                   attn_win: np.ndarray, logits: np.ndarray, attn_decode: np.ndarray) -> np.ndarray:
@@ -436,14 +455,14 @@ class StepModel:
         T = tokens if isinstance(tokens, float) else np.asarray(tokens, dtype=np.float64)
         lg = logits if isinstance(logits, float) else np.asarray(logits)
         p = self._agg(T, lg, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
-        return self._time(p), p.fl_mm + p.fl_attn + p.fl_lm, p.weights + p.kv_read + p.kv_write + p.act
+        return self._time(p), p.flops_total, p.bytes_total
 
-    def _time(self, p: _Parts) -> Any:
+    def _time(self, p: StepParts) -> Any:
         """A step's wall time: its kernels' rooflines, then communication and the fixed cost."""
         return roofline_time(p.t_mem, p.t_cmp, p.t_attn_mem, p.t_attn_cmp, self.opts.ideal) + p.t_comm + p.over
 
     def _agg(self, T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any, attn_win: Any,
-             attn_decode: Any) -> _Parts:
+             attn_decode: Any) -> StepParts:
         """cost_agg's bytes, FLOPs and times, written so that floats and numpy arrays both go through."""
         c, m = self._c, self.model
         busy = T > 0  # an empty step moves nothing and pays no fixed cost
@@ -503,7 +522,7 @@ class StepModel:
             msg = T * m.experts_per_token * m.hidden * _ACT_BYTES * (ep - 1) / ep
             t_comm = t_comm + 2 * m.moe_layers * (msg / c["comm_bw"] + busy * c["a2a_lat"])
         over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
-        return _Parts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
+        return StepParts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
                       t_attn_cmp, t_comm, over)
 
     def _graph_padding(self, T: Any, attn_full: Any, attn_decode: Any) -> tuple[Any, Any]:

@@ -262,7 +262,7 @@ class Engine:
         prev = ln.clock
         k = ln.jump(limit, max_steps) if max_steps >= 2 and self.skip_quiet else 0
         if not k:
-            ln.step(limit, self._tick + 1)
+            ln.step(limit, self._tick + 1, want=False)
             k = 1
         self._tick += k
         self._clock = ln.clock
@@ -336,7 +336,9 @@ class Engine:
     # ---- running ------------------------------------------------------------------------------
     def step(self) -> TickResult:
         """Advance one tick: one step of the lane furthest behind, or an idle jump to the next arrival."""
-        return self._step(math.inf)
+        res = self._step(math.inf, True)
+        assert res is not None
+        return res
 
     def _next_lane(self) -> Lane | None:
         """The lane the next tick steps: the one furthest behind among those with work or arrivals to come."""
@@ -363,8 +365,9 @@ class Engine:
             acc = sum(ln.stats.accepted for ln in lanes)
             assert acc == self._budget.accepted, f"lanes accepted {acc} != engine accepted {self._budget.accepted}"
 
-    def _step(self, limit: float) -> TickResult:
-        """One tick; idle jumps stop at `limit` (advance's target or the run's duration)."""
+    def _step(self, limit: float, want: bool) -> TickResult | None:
+        """One tick; idle jumps stop at `limit` (advance's target or the run's duration). Its TickResult if `want`
+        (run and advance read totals, not ticks: None, and the lane skips building it)."""
         prev = self._clock
         lane = self._next_lane()
         self._tick += 1
@@ -376,9 +379,9 @@ class Engine:
             self._clock = t1
             return idle_result(self._tick, t1, t1 - prev, False)
         lane_prev = lane.clock
-        res = lane.step(limit, self._tick)
+        res = lane.step(limit, self._tick, want)
         self._moved(lane, prev, lane_prev)
-        return res if len(self._lanes) == 1 else replace(res, time_s=self._clock)
+        return res if res is None or len(self._lanes) == 1 else replace(res, time_s=self._clock)
 
     def _ticks(self, limit: float, max_ticks: float) -> int:
         """At most `max_ticks` ticks at once: a run of quiet decode steps when skip_quiet allows (each counts
@@ -393,7 +396,7 @@ class Engine:
                     self._tick += k
                     self._moved(lane, prev, lane_prev)
                     return k
-        self._step(limit)
+        self._step(limit, False)
         return 1
 
     def advance(self, sim_seconds: float, max_ticks: int | None = None) -> int:

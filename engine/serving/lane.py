@@ -28,13 +28,17 @@ from engine.serving.kvpool import KVPool
 from engine.serving.scheduler import Scheduler
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for
 from engine.speculative import Drafter, sample_accepted
-from engine.step import StepCost, StepModel
+from engine.step import StepCost, StepModel, StepParts
 from engine.validation import MAX_SECONDS
 from engine.workload import Dist, Sampler
 from engine.workload_file import Requests
 
 if TYPE_CHECKING:
     from engine.trace_out import Recorder
+
+# A step's pricing: the StepModel and cost_agg's arguments (tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits,
+# attn_decode), kept so the StepCost record is built only when someone reads it.
+_Agg = tuple[StepModel, int, int, float, float, float, float, int, float]
 
 IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
 
@@ -173,7 +177,7 @@ class Lane:
         self.arrivals = Arrivals(budget, spec.fast, spec.fast_share, spec.rate,
                                  Sampler(spec.think_time, rngs[3], False, 0.0, MAX_SECONDS),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
-        self._last_agg: tuple[StepModel, int, float, float, float, float] | None = None  # see last_cost
+        self._last_agg: _Agg | None = None  # the last step's pricing arguments, until last_cost builds its StepCost
         stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
         self.stats = self.new_stats(stages)
         self.rec: Recorder | None = None  # engine.trace_out's recorder, when the run is traced
@@ -229,11 +233,12 @@ class Lane:
     # ---- state queries ------------------------------------------------------------------------
     @property
     def last_cost(self) -> StepCost | None:
-        """The cost of the step that ran last (None before the first); after jump(), priced when first asked."""
+        """The cost of the step that ran last (None before the first), priced when first asked: a headless run
+        never asks, so its steps are priced for their time, FLOPs and bytes only (StepModel.parts_agg)."""
         p = self._last_agg
         if p is not None:
-            sm, n, ctx, win, attn, attn_win = p
-            self.stats.last_cost = sm.cost_agg(n, n, ctx, win, attn, attn_win, n, attn_decode=attn)
+            sm, tokens, seqs, ctx, win, attn, attn_win, logits, attn_dec = p
+            self.stats.last_cost = sm.cost_agg(tokens, seqs, ctx, win, attn, attn_win, logits, attn_decode=attn_dec)
             self._last_agg = None
         return self.stats.last_cost
 
@@ -606,8 +611,9 @@ class Lane:
 
 
     # ---- one tick -----------------------------------------------------------------------------
-    def step(self, limit: float, tick: int) -> TickResult:
-        """Run one step of this lane (or an idle jump to its next arrival, at most to `limit`)."""
+    def step(self, limit: float, tick: int, want: bool = True) -> TickResult | None:
+        """Run one step of this lane (or an idle jump to its next arrival, at most to `limit`); its TickResult if
+        `want` (else None: a headless run reads totals, so no ids are copied and no StepCost is built)."""
         t0 = self.clock
         if self.next_arrival <= t0:
             self._arrive(t0)
@@ -631,7 +637,7 @@ class Lane:
         chunks = self._admit(pool.available - need, tokens_planned, prefill_planned, t0, cut)
         n = R.n
         k = n - n_run
-        admitted = R.cols.id[n_run:n].copy() if k else _EMPTY
+        admitted = R.cols.id[n_run:n].copy() if k and want else _EMPTY
         pre = np.array(preempted, dtype=np.int64) if preempted else _EMPTY
         if n == 0:
             return self._idle(limit, tick, admitted, pre)
@@ -639,7 +645,7 @@ class Lane:
                 (chunks == R.cols.target[n_run:n]).all() and not R.cols.cached[n_run:n].any():
             # The common mixed step: every running row decodes, every admitted row reads its whole prompt.
             pool.alloc(need)
-            return self._join_step(n_run, n, nb, chunks, tick, admitted, pre)
+            return self._join_step(n_run, n, nb, chunks, tick, admitted, pre, want)
         if k:
             if new is None and self.spec_k:
                 # Prefill joins: this step is a plain mixed step, decode rows verify nothing (one token each).
@@ -650,11 +656,17 @@ class Lane:
         # 3. Price the step from aggregates, advance the clock, apply, account.
         if new is None:
             if self.spec_k:
-                return self._spec_step(n, need, tick, admitted, pre)
-            return self._decode_step(n, nb, tick, admitted, pre)
-        return self._mixed_step(n, new, tick, admitted, pre)
+                return self._spec_step(n, need, tick, admitted, pre, want)
+            return self._decode_step(n, nb, tick, admitted, pre, want)
+        return self._mixed_step(n, new, tick, admitted, pre, want)
 
-    def _spec_step(self, n: int, need: int, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
+    def _result(self, tick: int, dt: float, ids: np.ndarray, counts: np.ndarray, admitted: np.ndarray,
+                pre: np.ndarray, completed: np.ndarray) -> TickResult:
+        """The TickResult of the step just accounted (its StepCost built now, from the lazy record)."""
+        return TickResult(tick, self.clock, dt, self.last_cost, self.fast, ids, counts, admitted, pre, completed)
+
+    def _spec_step(self, n: int, need: int, tick: int, admitted: np.ndarray, pre: np.ndarray,
+                   want: bool) -> TickResult | None:
         """A speculative decode step: the drafter proposes K tokens per row, one verify pass computes K+1 on top
         of each cache, each row keeps its accepted run plus one token, and the rejected drafts' KV is rolled back."""
         c = self.R.cols
@@ -672,8 +684,9 @@ class Lane:
             attn_win = float(model.local_pairs(cached, nf).sum())
         else:
             sum_win = attn_win = 0.0
-        cost = self.sm.cost_agg(tokens, n, sum_ctx, sum_win, attn, attn_win, tokens, attn_decode=attn)
-        dt = cost.time_s + self.spec.drafter.time(n, sum_ctx)  # type: ignore[union-attr]
+        agg = (self.sm, tokens, n, sum_ctx, sum_win, attn, attn_win, tokens, attn)
+        t_step, p = self.sm.parts_agg(tokens, sum_ctx, sum_win, attn, attn_win, tokens, attn)
+        dt = t_step + self.spec.drafter.time(n, sum_ctx)  # type: ignore[union-attr]
         t1 = self.clock + dt
         self.clock = t1
         acc = sample_accepted(self.spec_rng, n, K, self.spec.spec_accept)
@@ -696,12 +709,12 @@ class Lane:
         st.spec_steps += n
         st.spec_tokens += n_out
         st.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # a row's tokens of one step arrive together
-        ids = c.id[:n].copy()
-        counts = emitted.copy()
+        ids = c.id[:n].copy() if want else _EMPTY
+        counts = emitted.copy() if want else _EMPTY
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(cost, n, n_out, vis_tokens, 0, 0, 0.0, t1, dt)
-        return TickResult(tick, t1, dt, cost, self.fast, ids, counts, admitted, pre, completed)
+        self._account(p, agg, n, n_out, vis_tokens, 0, 0, 0.0, t1, dt)
+        return self._result(tick, dt, ids, counts, admitted, pre, completed) if want else None
 
     def jump(self, stop: float, max_steps: int) -> int:
         """Run up to `max_steps` decode steps at once while none of them can meet an event; returns how many ran
@@ -813,12 +826,13 @@ class Lane:
         last = k - 1
         # The last step's StepCost is built only if someone reads it (last_cost): headless runs never do.
         win = (0.0, 0.0) if isinstance(sum_win, float) else (float(sum_win[last]), float(attn_win[last]))
-        self._last_agg = (self.sm, n, float(sum_ctx[last]), win[0], float(attn[last]), win[1])
+        at = float(attn[last])
+        self._last_agg = (self.sm, n, n, float(sum_ctx[last]), win[0], at, win[1], n, at)
         st.last_batch = n
         return k
 
-    def _decode_step(self, n: int, nb: np.ndarray, tick: int, admitted: np.ndarray,
-                     pre: np.ndarray) -> TickResult:
+    def _decode_step(self, n: int, nb: np.ndarray, tick: int, admitted: np.ndarray, pre: np.ndarray,
+                     want: bool) -> TickResult | None:
         """A pure decode step: every running row adds one token on top of its cache."""
         c = self.R.cols
         cached = c.cached[:n]
@@ -830,8 +844,8 @@ class Lane:
             attn_win = sum_win + 0.5 * n
         else:
             sum_win = attn_win = 0.0
-        cost = self.sm.cost_agg(n, n, sum_ctx, sum_win, attn, attn_win, n, attn_decode=attn)
-        dt = cost.time_s
+        agg = (self.sm, n, n, sum_ctx, sum_win, attn, attn_win, n, attn)
+        dt, p = self.sm.parts_agg(n, sum_ctx, sum_win, attn, attn_win, n, attn)
         t1 = self.clock + dt
         self.clock = t1
         gen = c.gen[:n]
@@ -840,7 +854,7 @@ class Lane:
         gen += 1
         if self.shared_content:
             self._fill(np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
-        ids = c.id[:n].copy()
+        ids = c.id[:n].copy() if want else _EMPTY
         think = c.think[:n]
         if self.think_zero:
             vis_tokens = n
@@ -852,11 +866,11 @@ class Lane:
         self.stats.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # every row had its first token already
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(cost, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
-        return TickResult(tick, t1, dt, cost, self.fast, ids, _ones(n), admitted, pre, completed)
+        self._account(p, agg, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
+        return self._result(tick, dt, ids, _ones(n), admitted, pre, completed) if want else None
 
     def _join_step(self, n_run: int, n: int, nb: np.ndarray | None, chunks: np.ndarray, tick: int,
-                   admitted: np.ndarray, pre: np.ndarray) -> TickResult:
+                   admitted: np.ndarray, pre: np.ndarray, want: bool) -> TickResult | None:
         """_mixed_step's common case on fewer and smaller arrays: the running rows [0, n_run) all decode and the
         rows just admitted [n_run, n) read their whole prompt from an empty cache, so every row emits.
 
@@ -877,7 +891,8 @@ class Lane:
             attn_win = sum_win + 0.5 * n_run + float(model.local_pairs(np.zeros(n - n_run), nf).sum())
         else:
             sum_win = attn_win = 0.0
-        cost = self.sm.cost_agg(tokens, n, s_dec, sum_win, attn, attn_win, n, attn_decode=attn_dec)
+        agg = (self.sm, tokens, n, s_dec, sum_win, attn, attn_win, n, attn_dec)
+        dt, p = self.sm.parts_agg(tokens, s_dec, sum_win, attn, attn_win, n, attn_dec)
         # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
         inp = c.input[n_run:n]
         gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
@@ -885,14 +900,12 @@ class Lane:
         inp += gained
         recomputed = t_pf - in_new
         # _mixed_step's cost rule: prefill's share of the step's FLOPs is charged to input tokens.
-        fl = cost.flops
-        ftot = cost.flops_total
-        part = fl["matmul"] * t_pf / tokens
+        ftot = p.flops_total
+        part = p.fl_mm * t_pf / tokens
         if attn:
-            part += fl["attention"] * attn_pf / attn
-        part += fl["lm_head"] * (n - n_run) / n
+            part += p.fl_attn * attn_pf / attn
+        part += p.fl_lm * (n - n_run) / n
         share_in = part / ftot if ftot else 0.0
-        dt = cost.time_s
         t1 = self.clock + dt
         self.clock = t1
         if self.stats.preemptions:
@@ -934,15 +947,15 @@ class Lane:
             self.stats.itl.add(dt, np.concatenate([st[:n_run], st[n_run:][~first]]), n - n_first)
         else:
             self.stats.itl.add(dt, 0, n - n_first)
-        ids = c.id[:n].copy()
+        ids = c.id[:n].copy() if want else _EMPTY
         self.n_pf = 0
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(cost, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt)
-        return TickResult(tick, t1, dt, cost, self.fast, ids, _ones(n), admitted, pre, completed)
+        self._account(p, agg, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt)
+        return self._result(tick, dt, ids, _ones(n), admitted, pre, completed) if want else None
 
-    def _mixed_step(self, n: int, new: np.ndarray, tick: int, admitted: np.ndarray,
-                    pre: np.ndarray) -> TickResult:
+    def _mixed_step(self, n: int, new: np.ndarray, tick: int, admitted: np.ndarray, pre: np.ndarray,
+                    want: bool) -> TickResult | None:
         """A step with prefill in it: `new` tokens per row on top of its cache; rows reaching their target emit."""
         c = self.R.cols
         cached = c.cached[:n]
@@ -963,8 +976,9 @@ class Lane:
         else:
             sum_win = attn_win = 0.0
         logits = int(np.count_nonzero(emit))
-        cost = self.sm.cost_agg(tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits,
-                                attn_decode=float(a[~pf].sum()))  # rows past their prompt decode
+        attn_dec = float(a[~pf].sum())  # rows past their prompt decode
+        agg = (self.sm, tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
+        t_step, p = self.sm.parts_agg(tokens, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
         # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
         prompt = c.prompt[:n]
         reach = np.minimum(fresh_end, prompt)
@@ -982,24 +996,23 @@ class Lane:
         # of the prefill rows' attention is charged to cached input (its own price line).
         share_in = share_cached = 0.0
         if t_pf:
-            fl = cost.flops
-            ftot = cost.flops_total
+            ftot = p.flops_total
             lg_pf = int(np.count_nonzero(emit & pf))
-            part = fl["matmul"] * t_pf / tokens
+            part = p.fl_mm * t_pf / tokens
             if attn:
-                part += fl["attention"] * float(a[pf].sum()) / attn
+                part += p.fl_attn * float(a[pf].sum()) / attn
                 if self.caching:
                     reads = float((nf[pf] * np.minimum(c.hit[:n][pf], cached[pf])).sum())
-                    share_cached = fl["attention"] * reads / attn / ftot if ftot else 0.0
+                    share_cached = p.fl_attn * reads / attn / ftot if ftot else 0.0
             if logits:
-                part += fl["lm_head"] * lg_pf / logits
+                part += p.fl_lm * lg_pf / logits
             share_in = part / ftot - share_cached if ftot else 0.0
-        dt = cost.time_s
+        dt = t_step
         if self._load_s:
             # Hits copied back from host memory: the step waits for them; the copy is cached input's cost.
             load, self._load_s = self._load_s, 0.0
             dt += load
-            f = cost.time_s / dt
+            f = t_step / dt
             share_in *= f
             share_cached = share_cached * f + load / dt
         t1 = self.clock + dt
@@ -1025,7 +1038,7 @@ class Lane:
         vis = emit & (gen == think + 1)
         if vis.any():
             c.visible[:n][vis] = t1
-        ids = c.id[:n][emit]
+        ids = c.id[:n][emit]  # (a copy: a mask picks)
         n_emit = len(ids)
         later = emit & (gen > 1)  # tokens after a request's first: their gap is this step
         self.stats.itl.add(dt, c.stage[:n][later] if self.staged else 0, int(np.count_nonzero(later)))
@@ -1033,13 +1046,13 @@ class Lane:
         vis_tokens = n_emit if self.think_zero else int(np.count_nonzero(emit & (gen > think)))
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(cost, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
-        return TickResult(tick, t1, dt, cost, self.fast, ids, _ones(n_emit), admitted, pre,
-                          completed)
+        self._account(p, agg, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
+        return self._result(tick, dt, ids, _ones(n_emit), admitted, pre, completed) if want else None
 
-    def _account(self, cost: StepCost, n: int, n_emit: int, vis_tokens: int, in_new: int, recomputed: int,
-                 share_in: float, t1: float, dt: float, share_cached: float = 0.0) -> None:
-        """Add one priced step of `n` sequences to the lane's totals and per-tick history."""
+    def _account(self, p: StepParts, agg: _Agg, n: int, n_emit: int, vis_tokens: int, in_new: int,
+                 recomputed: int, share_in: float, t1: float, dt: float, share_cached: float = 0.0) -> None:
+        """Add one priced step of `n` sequences (parts `p`, priced from `agg`) to the lane's totals and per-tick
+        history."""
         st = self.stats
         st.ticks += 1
         st.out_tokens += n_emit
@@ -1052,21 +1065,20 @@ class Lane:
         st.charge_in_s += c_in
         st.charge_cached_s += c_cached
         st.charge_out_s += dt - c_in - c_cached
-        ftot = cost.flops_total
+        ftot = p.flops_total
         st.flops += ftot
-        useful = ftot * (1.0 - recomputed / cost.tokens) if recomputed else ftot
+        useful = ftot * (1.0 - recomputed / agg[1]) if recomputed else ftot
         st.flops_useful += useful
-        b = cost.bytes_total
+        b = p.bytes_total
         st.bytes += b
         mb = st.max_batch
         st.batch_hist[n if n <= mb else mb] += 1
         st.hist.push_row((t1, dt, self.pool.util, self.Q.size + self.P.n, n, n_emit, in_new, c_in, dt - c_in,
                           useful, b))
-        st.last_cost = cost
-        self._last_agg = None
+        self._last_agg = agg
         st.last_batch = n
         if self.rec is not None:
-            self.rec.step(self, t1, dt, cost.tokens, n, b, ftot)
+            self.rec.step(self, t1, dt, agg[1], n, b, ftot)
 
     def _idle(self, limit: float, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
         """Nothing runnable: jump to the next arrival (or `limit`), a zero-token tick."""

@@ -14,6 +14,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.serving import Engine
+from engine.serving.accounting import H
 from engine.serving.lane import Lane
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -92,9 +93,9 @@ def test_quiet_runs_take_one_call_and_step_stays_one_tick(monkeypatch: pytest.Mo
     stepped: list[int] = []
     one_step = Lane.step
 
-    def counted(self: Lane, limit: float, tick: int) -> Any:
+    def counted(self: Lane, limit: float, tick: int, want: bool = True) -> Any:
         stepped.append(tick)
-        return one_step(self, limit, tick)
+        return one_step(self, limit, tick, want)
 
     monkeypatch.setattr(Lane, "step", counted)
     e = _engine(True, users=4, requests=40, output="300")
@@ -124,10 +125,29 @@ def test_join_steps_price_as_mixed_steps(name: str, monkeypatch: pytest.MonkeyPa
     fast.run()
     assert joins, "no step took the shortcut: the comparison would prove nothing"
 
-    def general(self: Lane, n_run: int, n: int, nb: Any, chunks: Any, tick: int, admitted: Any, pre: Any) -> Any:
-        return self._mixed_step(n, np.concatenate([np.ones(n_run, dtype=np.int64), chunks]), tick, admitted, pre)
+    def general(self: Lane, n_run: int, n: int, nb: Any, chunks: Any, tick: int, admitted: Any, pre: Any,
+                want: bool) -> Any:
+        return self._mixed_step(n, np.concatenate([np.ones(n_run, dtype=np.int64), chunks]), tick, admitted, pre,
+                                want)
 
     monkeypatch.setattr(Lane, "_join_step", general)
     slow = _engine(True, **CONFIGS[name])
     slow.run()
     _compare(fast, slow, exact=True)  # its sums are of whole and half tokens: exact in any order
+
+
+@pytest.mark.parametrize("name", ["closed", "chunked", "preempting", "think", "moe"])
+def test_ticks_stepped_for_their_results_or_for_totals_give_one_run(name: str) -> None:
+    """Engine.step() builds every TickResult (ids, StepCost); run() builds none and prices the last step's record
+    only when asked: the same run, bit for bit, and each result's cost is the step the lane reports as its last."""
+    by_step, by_run = _engine(False, **CONFIGS[name]), _engine(False, **CONFIGS[name])
+    while not by_step.finished:
+        r = by_step.step()
+        if r.cost is not None:
+            lane = by_step.lanes[1 if r.fast_lane else 0]
+            assert r.cost == lane.last_cost
+            # The record is the step that was accounted: its time is the tick's, its bytes the history's.
+            assert r.cost.time_s == r.dt and r.cost.bytes_total == lane.stats.hist.last(1)[0, H.BYTES]
+    by_run.run()
+    assert by_run.tick == by_step.tick
+    _compare(by_step, by_run, exact=True)

@@ -15,9 +15,9 @@ def _count_lane_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls = [0]
     real = Lane.step
 
-    def counted(self: Lane, limit: float, tick: int) -> object:
+    def counted(self: Lane, limit: float, tick: int, want: bool = True) -> object:
         calls[0] += 1
-        return real(self, limit, tick)
+        return real(self, limit, tick, want)
 
     monkeypatch.setattr(Lane, "step", counted)
     return calls
