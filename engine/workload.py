@@ -170,14 +170,11 @@ class Sampler:
         """The next n values (int64 for token counts, float64 for seconds); a fresh array the caller owns.
 
         Values above `hi` become `hi` before any cast, so a draw of 1e30 never wraps around int64."""
-        if self.dist.is_fixed:
-            v = min(max(self.dist.a, self.lo), self.hi)
-            over = bool(self.dist.a > self.hi)
-            self.last_clipped = _flags(n, over)
-            self.clipped += n if over else 0
+        v = self.take_same(n)
+        if v is not None:
             # empty + fill: np.full's Python wrapper costs more than the fill for the few values a tick takes
             out = np.empty(n, dtype=np.int64 if self.integer else np.float64)
-            out.fill(round(v) if self.integer else v)
+            out.fill(v)
             return out
         if self._pos + n > self._buf.size:
             left = self._buf[self._pos:]
@@ -192,6 +189,18 @@ class Sampler:
             self.clipped += int(over.sum())
             out = np.minimum(out, self.hi)
         return out.astype(np.int64) if self.integer else out.copy()
+
+    def take_same(self, n: int) -> float | int | None:
+        """For a fixed Dist, take(n) as the one value all n share (the clip counts as take keeps them); None for
+        any other Dist, which draws nothing here. A caller that can use one number skips the array."""
+        if not self.dist.is_fixed:
+            return None
+        a = self.dist.a
+        over = bool(a > self.hi)
+        self.last_clipped = _flags(n, over)
+        self.clipped += n if over else 0
+        v = min(max(a, self.lo), self.hi)
+        return round(v) if self.integer else v
 
     def give_back(self, n: int) -> None:
         """Return the last n values taken, unused: the next take hands them out again (same sequence)."""

@@ -206,10 +206,14 @@ class Arrivals:
         if int(users.min()) < 0 or int(users.max()) >= self.budget.users:
             us = users[(users >= 0) & (users < self.budget.users)]
         if us.size:
-            tt = t + self.think_time.take(us.size)
+            v = self.think_time.take_same(us.size)
+            if v is None:
+                tt = t + self.think_time.take(us.size)
+                m = float(tt.min())
+            else:  # one think time for everyone (e.g. none): one send time
+                tt = m = t + v
             self.u_next[us] = tt
             self.u_pending[us] = True
-            m = float(tt.min())
             if m < self.next_user:
                 self.next_user = m
 
