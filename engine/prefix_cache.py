@@ -254,8 +254,9 @@ class BlockPool:
         assert ok, f"took {n} blocks with {self.available} available"
 
     def give(self, n: int) -> None:
-        """Return n private blocks."""
-        self.release(np.zeros(0, dtype=np.uint64), n)
+        """Return n private blocks (requests that held no keyed block, or a rolled-back or pinned part)."""
+        assert 0 <= n <= self.private, f"releasing {n} private blocks of {self.private}"
+        self.private -= n
 
     def resize(self, total: int) -> None:
         """A new pool size: cached blocks beyond it are reclaimed (the caller preempts while used > total)."""
@@ -309,8 +310,7 @@ class BlockPool:
     def release(self, keys: np.ndarray, n_private: int) -> None:
         """Requests let go of their keyed blocks (each request's in block order, requests one after another)
         and n_private private ones. Keyed blocks no one else holds become cached, last ones first."""
-        assert 0 <= n_private <= self.private, f"releasing {n_private} private blocks of {self.private}"
-        self.private -= n_private
+        self.give(n_private)
         if not len(keys):
             return
         slots = self._slots_of(keys)

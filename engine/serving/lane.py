@@ -602,7 +602,7 @@ class Lane:
     def _release(self, r: Rows) -> None:
         """Rows leaving the batch give back every block: keyed ones go to the cache when no one else holds them."""
         if not self.caching or not r.full.any():  # (no keyed blocks without caching: check() holds it)
-            self.pool.release(_NOKEYS, int(r.blocks.sum()))
+            self.pool.give(int(r.blocks.sum()))
             return
         private = int((r.blocks - r.full).sum())
         z = np.zeros(len(r), dtype=np.int64)
@@ -638,7 +638,7 @@ class Lane:
         n = R.n
         k = n - n_run
         admitted = R.cols.id[n_run:n].copy() if k and want else _EMPTY
-        pre = np.array(preempted, dtype=np.int64) if preempted else _EMPTY
+        pre = np.array(preempted, dtype=np.int64) if preempted and want else _EMPTY
         if n == 0:
             return self._idle(limit, tick, admitted, pre)
         if k and new is None and not self.spec_k and not self._load_s and \
