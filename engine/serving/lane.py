@@ -395,21 +395,22 @@ class Lane:
         return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
 
     def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float,
-               cut: float = math.inf) -> np.ndarray:
+               cut: float = math.inf) -> tuple[np.ndarray, bool]:
         """Admit waiting requests (preempted first, by id, then FIFO) while slots, `free` blocks and the scheduler's
         budget allow; they move to the end of R holding their first chunk's blocks. Queued requests that arrived
         after `cut` (async scheduling: when this step's batch was chosen) wait.
 
-        Returns the tokens each admitted row prefills this step.
+        Returns the tokens each admitted row prefills this step, and whether they are whole prompts read from an
+        empty cache (no cache hit and no prompt split: waiting requests hold no cache).
         """
         if self._admission_closed():
-            return _EMPTY
+            return _EMPTY, False
         R, P, Q = self.R, self.P, self.Q
         slots = self.sched.max_batch - R.n
         if cut < t and Q.size:  # the queue is in arrival order
             slots = min(slots, P.n + int(Q.col("arrival").searchsorted(cut, side="right")))
             if slots <= 0:
-                return _EMPTY
+                return _EMPTY, False
         if P.n:
             order = np.argsort(P.col("id"), kind="stable")[:slots]
             mq = min(slots - len(order), Q.size)
@@ -423,14 +424,16 @@ class Lane:
         if cached_path:
             cand = Rows.join([P.rows().pick(order), Q.rows(mq)]) if len(order) else Q.rows(mq)
             k, chunk, hit, hkey = self._admit_cached(cand, free, tokens_planned, prefill_planned)
+            whole = False
         else:
             chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
             bl = blocks_for(chunk)
             took = bl.cumsum()  # blocks the first j + 1 candidates take
             ok &= took <= free
             k = len(ok) if ok.all() else int(ok.argmin())
+            whole = self.sched.whole_prompts or bool((chunk[:k] == target[:k]).all())
         if k == 0:
-            return _EMPTY
+            return _EMPTY, False
         kp = min(k, len(order))
         # The admitted rows move to the end of R; `a` is a view of them there.
         a = R.append_view(Rows.join([P.rows().pick(order[:kp]), Q.rows(k - kp)]) if kp else Q.rows(k))
@@ -470,7 +473,7 @@ class Lane:
         if k > kp:
             Q.pop(k - kp)
         self.n_pf += k
-        return chunk
+        return chunk, whole
 
     def _admit_cached(self, cand: Rows, free: int, tokens_planned: int, prefill_planned: bool,
                       dry: bool = False) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
@@ -634,15 +637,14 @@ class Lane:
         # Decode rows add one token each; anything beyond that is prefill already in this step.
         prefill_planned = new is not None and tokens_planned > n_run - self.n_pf
         # 2. Admit while blocks, batch slots and the token budget allow.
-        chunks = self._admit(pool.available - need, tokens_planned, prefill_planned, t0, cut)
+        chunks, whole = self._admit(pool.available - need, tokens_planned, prefill_planned, t0, cut)
         n = R.n
         k = n - n_run
         admitted = R.cols.id[n_run:n].copy() if k and want else _EMPTY
         pre = np.array(preempted, dtype=np.int64) if preempted and want else _EMPTY
         if n == 0:
             return self._idle(limit, tick, admitted, pre)
-        if k and new is None and not self.spec_k and not self._load_s and \
-                (chunks == R.cols.target[n_run:n]).all() and not R.cols.cached[n_run:n].any():
+        if k and whole and new is None and not self.spec_k and not self._load_s:
             # The common mixed step: every running row decodes, every admitted row reads its whole prompt.
             pool.alloc(need)
             return self._join_step(n_run, n, nb, chunks, tick, admitted, pre, want)

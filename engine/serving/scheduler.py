@@ -22,6 +22,9 @@ class Scheduler:
     """A batching policy with its knobs: the most sequences in a step and the step's token budget."""
 
     name: ClassVar[str] = ""
+    # admit_chunks hands every candidate its whole target (a prompt is never split): a request joining from the
+    # queue then reads its whole prompt in the step it joins, which the lane prices on a shorter path.
+    whole_prompts: ClassVar[bool] = True
 
     def __init__(self, max_batch: int, max_batched_tokens: int) -> None:
         self.max_batch = max_batch
@@ -75,6 +78,7 @@ class Chunked(Scheduler):
     """Continuous batching with chunked prefill: decodes first, then prompt chunks in what budget is left."""
 
     name = "chunked"
+    whole_prompts = False
 
     def prefill_chunks(self, remaining: np.ndarray, decodes: int) -> np.ndarray:
         # Decodes first (one token each), then prefill chunks, oldest first, in what budget is left.
