@@ -112,6 +112,7 @@ EN: dict[str, str] = {
     "k_reset": "reset",
     "k_lang": "中文",
     "k_explain": "explain",
+    "k_settings": "settings",
     "k_help": "help",
     "k_quit": "quit",
     # fleet (more than one replica): the fleet panel, its header and keys
@@ -336,6 +337,7 @@ ZH: dict[str, str] = {
     "k_reset": "重置",
     "k_lang": "English",
     "k_explain": "解释",
+    "k_settings": "设置",
     "k_help": "帮助",
     "k_quit": "退出",
     # 集群（多于一个副本）

@@ -68,6 +68,17 @@ def test_every_panel_row_is_exactly_the_width(lang: str, width: int) -> None:
         assert cell_len(users.row(frame, y, width + 40).plain) == width + 40
 
 
+@pytest.mark.parametrize("fleet", [False, True])
+def test_keybar_lists_every_bound_key_when_wide_and_drops_from_the_middle(fleet: bool) -> None:
+    # Wide: every key the footer knows, settings (o) included; narrow: help and quit stay, the last knobs go first.
+    wide = header.keybar("en", 400, fleet).plain
+    for key, label in header.FLEET_KEYS if fleet else header.KEYS:
+        assert f"{key} {t('en', label)}" in wide
+    assert "o settings" in wide and "o 设置" in header.keybar("zh", 400, fleet).plain
+    narrow = header.keybar("en", 100, fleet).plain
+    assert narrow.rstrip().endswith("? help  q quit") and "o settings" not in narrow and "space play" in narrow
+
+
 def test_panels_never_exceed_their_height() -> None:
     frame = build_frame(make_snapshot(4))
     for render in RENDERERS:

@@ -69,13 +69,13 @@ def render(frame: Frame, width: int) -> Text:
 KEYS: tuple[tuple[str, str], ...] = (
     ("space", "k_play"), ("n", "k_step"), ("[ ]", "k_speed"), ("+ -", "k_users"), ("c", "k_compute"),
     ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"), ("r", "k_reset"), ("l", "k_lang"),
-    ("e", "k_explain"), ("?", "k_help"), ("q", "k_quit"),
+    ("e", "k_explain"), ("o", "k_settings"), ("?", "k_help"), ("q", "k_quit"),
 )
 # A fleet's footer: picking a replica comes first; the knobs restart the fleet (still listed, after it).
 FLEET_KEYS: tuple[tuple[str, str], ...] = (
     ("space", "k_play"), ("n", "k_step"), ("[ ]", "k_speed"), ("tab 1-9", "k_replica"), ("0", "k_fleet"),
     ("+ -", "k_users"), ("c", "k_compute"), ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"),
-    ("r", "k_reset"), ("l", "k_lang"), ("e", "k_explain"), ("?", "k_help"), ("q", "k_quit"),
+    ("r", "k_reset"), ("l", "k_lang"), ("e", "k_explain"), ("o", "k_settings"), ("?", "k_help"), ("q", "k_quit"),
 )
 _ALWAYS = 2  # "? help" and "q quit" stay even when the bar is cropped
 
