@@ -1,4 +1,4 @@
-"""`tokensim run --json` byte for byte, this tree against a base tree, on fourteen varied configurations.
+"""`tokensim run --json` byte for byte, this tree against a base tree, on sixteen varied configurations.
 
     python benchmarks/same_json.py BASE_TREE [--only N ...]
 
@@ -48,6 +48,12 @@ CONFIGS: list[list[str]] = [
      "--max-model-len", "2048", "--requests", "300"],
     # a fleet
     ["--users", "96", "--replicas", "2", "--router", "least-loaded", "--requests", "300"],
+    # a fleet on a workload file's stages, with the latency split (bases before ea73ca2 split its TTFT with a 0 s
+    # request path: this one differs from them in "path" and the split's total only)
+    ["--workload", "scenes/workloads/shared-system-prompt.toml", "--replicas", "2", "--router", "prefix-aware",
+     "--prefix-caching", "on", "--requests", "150", "--explain"],
+    # prefill/decode disaggregation
+    ["--users", "96", "--pd", "1:2", "--requests", "300"],
 ]
 
 

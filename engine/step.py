@@ -419,6 +419,11 @@ class StepModel:
         of attn_full that comes from decode rows (one new token each), which MLA prices at its absorbed width.
         """
         t, p = self.parts_agg(tokens, sum_ctx, sum_ctx_win, attn_full, attn_win, logits, attn_decode)
+        return self.cost_of(t, p, tokens, seqs)
+
+    def cost_of(self, t: float, p: StepParts, tokens: int, seqs: int) -> StepCost:
+        """The StepCost record of a step priced by parts_agg (time t, parts p) over `tokens` tokens of `seqs`
+        sequences."""
         return StepCost(
             time_s=t,
             t_memory_s=p.t_mem, t_compute_s=p.t_cmp, t_comm_s=p.t_comm,

@@ -1,8 +1,9 @@
 """Accounting: what each lane counted, and the run and rolling metrics built from it as typed records.
 
-A lane adds to its `LaneStats` every tick (totals, a bounded per-tick history, a ring of per-request
-latencies); `rolling` and `run_metrics` turn the stats of one or more lanes into `Rolling` and
-`RunMetrics`, whose `as_dict()` is the public `Engine.metrics()` / `tokensim run --json` shape.
+A lane adds to its `LaneStats` every tick (totals, a bounded per-tick history) and hands it the rows of
+the requests it finished, whose records (latencies, times) are derived in batches when read; `rolling`
+and `run_metrics` turn the stats of one or more lanes into `Rolling` and `RunMetrics`, whose `as_dict()`
+is the public `Engine.metrics()` / `tokensim run --json` shape.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ class LaneStats:
     flops: float = 0.0
     flops_useful: float = 0.0
     bytes: float = 0.0
-    last_cost: StepCost | None = None
+    last_cost: StepCost | None = None  # a cache: read Lane.last_cost, which builds it when the lane stepped since
     last_batch: int = 0
     spec_steps: int = 0  # speculative verify steps' sequences, and the tokens they emitted
     spec_tokens: int = 0
@@ -210,6 +211,8 @@ class LaneStats:
         snapshot records are derived later, many ticks' worth in one pass (a tick finishes a few requests, and
         the fixed cost of the numpy calls that derive them outweighs their work), when a reader asks or
         FINISH_BATCH rows wait. The records are element by element of each row, so batching changes no value."""
+        d.i.flags.writeable = False  # whoever else holds the rows (a TickResult, a fleet) reads them: the records
+        d.f.flags.writeable = False  # are derived from them later
         self._pending.append(d)
         self._n_pending += d.i.shape[1]
         if self._n_pending >= FINISH_BATCH:

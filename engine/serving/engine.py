@@ -366,8 +366,8 @@ class Engine:
             assert acc == self._budget.accepted, f"lanes accepted {acc} != engine accepted {self._budget.accepted}"
 
     def _step(self, limit: float, want: bool) -> TickResult | None:
-        """One tick; idle jumps stop at `limit` (advance's target or the run's duration). Its TickResult if `want`
-        (run and advance read totals, not ticks: None, and the lane skips building it)."""
+        """One tick; idle jumps stop at `limit` (advance's target or the run's duration). Its TickResult; with
+        `want` False (run and advance read totals, not ticks) a step's is None and the lane skips building it."""
         prev = self._clock
         lane = self._next_lane()
         self._tick += 1

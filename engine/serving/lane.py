@@ -36,9 +36,9 @@ from engine.workload_file import Requests
 if TYPE_CHECKING:
     from engine.trace_out import Recorder
 
-# A step's pricing: the StepModel and cost_agg's arguments (tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits,
-# attn_decode), kept so the StepCost record is built only when someone reads it.
-_Agg = tuple[StepModel, int, int, float, float, float, float, int, float]
+# The last step as priced: (step model, time, parts, tokens, seqs), kept so its StepCost record is built only
+# when someone reads it.
+_Priced = tuple[StepModel, float, StepParts, int, int]
 
 IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
 
@@ -177,7 +177,7 @@ class Lane:
         self.arrivals = Arrivals(budget, spec.fast, spec.fast_share, spec.rate,
                                  Sampler(spec.think_time, rngs[3], False, 0.0, MAX_SECONDS),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
-        self._last_agg: _Agg | None = None  # the last step's pricing arguments, until last_cost builds its StepCost
+        self._priced: _Priced | None = None  # the last step as priced, until last_cost builds its StepCost
         stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
         self.stats = self.new_stats(stages)
         self.rec: Recorder | None = None  # engine.trace_out's recorder, when the run is traced
@@ -235,12 +235,19 @@ class Lane:
     def last_cost(self) -> StepCost | None:
         """The cost of the step that ran last (None before the first), priced when first asked: a headless run
         never asks, so its steps are priced for their time, FLOPs and bytes only (StepModel.parts_agg)."""
-        p = self._last_agg
+        p = self._priced
         if p is not None:
-            sm, tokens, seqs, ctx, win, attn, attn_win, logits, attn_dec = p
-            self.stats.last_cost = sm.cost_agg(tokens, seqs, ctx, win, attn, attn_win, logits, attn_decode=attn_dec)
-            self._last_agg = None
+            sm, t, parts, tokens, seqs = p
+            self.stats.last_cost = sm.cost_of(t, parts, tokens, seqs)
+            self._priced = None
         return self.stats.last_cost
+
+    def _price(self, tokens: int, seqs: int, sum_ctx: float, sum_win: float, attn: float, attn_win: float,
+               logits: int, attn_dec: float) -> tuple[float, StepParts]:
+        """Price one step from its aggregates (StepModel.cost_agg's): its time and parts, kept as the last step."""
+        t, p = self.sm.parts_agg(tokens, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
+        self._priced = (self.sm, t, p, tokens, seqs)
+        return t, p
 
     @property
     def next_arrival(self) -> float:
@@ -432,6 +439,8 @@ class Lane:
             ok &= took <= free
             k = len(ok) if ok.all() else int(ok.argmin())
             whole = self.sched.whole_prompts or bool((chunk[:k] == target[:k]).all())
+            assert not (self.spec.debug and self.sched.whole_prompts) or (chunk[:k] == target[:k]).all(), \
+                f"scheduler {self.sched.name!r} says whole_prompts but split a prompt"
         if k == 0:
             return _EMPTY, False
         kp = min(k, len(order))
@@ -615,8 +624,9 @@ class Lane:
 
     # ---- one tick -----------------------------------------------------------------------------
     def step(self, limit: float, tick: int, want: bool = True) -> TickResult | None:
-        """Run one step of this lane (or an idle jump to its next arrival, at most to `limit`); its TickResult if
-        `want` (else None: a headless run reads totals, so no ids are copied and no StepCost is built)."""
+        """Run one step of this lane (or an idle jump to its next arrival, at most to `limit`) and return its
+        TickResult. With `want` False a step returns None (a headless run reads totals: no ids are copied, no
+        StepCost is built); an idle tick returns its small result either way."""
         t0 = self.clock
         if self.next_arrival <= t0:
             self._arrive(t0)
@@ -686,8 +696,7 @@ class Lane:
             attn_win = float(model.local_pairs(cached, nf).sum())
         else:
             sum_win = attn_win = 0.0
-        agg = (self.sm, tokens, n, sum_ctx, sum_win, attn, attn_win, tokens, attn)
-        t_step, p = self.sm.parts_agg(tokens, sum_ctx, sum_win, attn, attn_win, tokens, attn)
+        t_step, p = self._price(tokens, n, sum_ctx, sum_win, attn, attn_win, tokens, attn)
         dt = t_step + self.spec.drafter.time(n, sum_ctx)  # type: ignore[union-attr]
         t1 = self.clock + dt
         self.clock = t1
@@ -715,7 +724,7 @@ class Lane:
         counts = emitted.copy() if want else _EMPTY
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, agg, n, n_out, vis_tokens, 0, 0, 0.0, t1, dt)
+        self._account(p, tokens, n, n_out, vis_tokens, 0, 0, 0.0, t1, dt)
         return self._result(tick, dt, ids, counts, admitted, pre, completed) if want else None
 
     def jump(self, stop: float, max_steps: int) -> int:
@@ -826,10 +835,10 @@ class Lane:
         if self.rec is not None:
             self.rec.steps(self, ends, dts, n, byts, flops)
         last = k - 1
-        # The last step's StepCost is built only if someone reads it (last_cost): headless runs never do.
+        # The last step, priced alone for last_cost (its StepCost is built only if someone reads it).
         win = (0.0, 0.0) if isinstance(sum_win, float) else (float(sum_win[last]), float(attn_win[last]))
         at = float(attn[last])
-        self._last_agg = (self.sm, n, n, float(sum_ctx[last]), win[0], at, win[1], n, at)
+        self._price(n, n, float(sum_ctx[last]), win[0], at, win[1], n, at)
         st.last_batch = n
         return k
 
@@ -846,8 +855,7 @@ class Lane:
             attn_win = sum_win + 0.5 * n
         else:
             sum_win = attn_win = 0.0
-        agg = (self.sm, n, n, sum_ctx, sum_win, attn, attn_win, n, attn)
-        dt, p = self.sm.parts_agg(n, sum_ctx, sum_win, attn, attn_win, n, attn)
+        dt, p = self._price(n, n, sum_ctx, sum_win, attn, attn_win, n, attn)
         t1 = self.clock + dt
         self.clock = t1
         gen = c.gen[:n]
@@ -868,7 +876,7 @@ class Lane:
         self.stats.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # every row had its first token already
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, agg, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
+        self._account(p, n, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
         return self._result(tick, dt, ids, _ones(n), admitted, pre, completed) if want else None
 
     def _join_step(self, n_run: int, n: int, nb: np.ndarray | None, chunks: np.ndarray, tick: int,
@@ -893,8 +901,7 @@ class Lane:
             attn_win = sum_win + 0.5 * n_run + float(model.local_pairs(np.zeros(n - n_run), nf).sum())
         else:
             sum_win = attn_win = 0.0
-        agg = (self.sm, tokens, n, s_dec, sum_win, attn, attn_win, n, attn_dec)
-        dt, p = self.sm.parts_agg(tokens, s_dec, sum_win, attn, attn_win, n, attn_dec)
+        dt, p = self._price(tokens, n, s_dec, sum_win, attn, attn_win, n, attn_dec)
         # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
         inp = c.input[n_run:n]
         gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
@@ -953,7 +960,7 @@ class Lane:
         self.n_pf = 0
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, agg, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt)
+        self._account(p, tokens, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt)
         return self._result(tick, dt, ids, _ones(n), admitted, pre, completed) if want else None
 
     def _mixed_step(self, n: int, new: np.ndarray, tick: int, admitted: np.ndarray, pre: np.ndarray,
@@ -979,8 +986,7 @@ class Lane:
             sum_win = attn_win = 0.0
         logits = int(np.count_nonzero(emit))
         attn_dec = float(a[~pf].sum())  # rows past their prompt decode
-        agg = (self.sm, tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
-        t_step, p = self.sm.parts_agg(tokens, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
+        t_step, p = self._price(tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
         # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
         prompt = c.prompt[:n]
         reach = np.minimum(fresh_end, prompt)
@@ -1048,12 +1054,12 @@ class Lane:
         vis_tokens = n_emit if self.think_zero else int(np.count_nonzero(emit & (gen > think)))
         done = gen >= c.total[:n]
         completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, agg, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
+        self._account(p, tokens, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
         return self._result(tick, dt, ids, _ones(n_emit), admitted, pre, completed) if want else None
 
-    def _account(self, p: StepParts, agg: _Agg, n: int, n_emit: int, vis_tokens: int, in_new: int,
+    def _account(self, p: StepParts, tokens: int, n: int, n_emit: int, vis_tokens: int, in_new: int,
                  recomputed: int, share_in: float, t1: float, dt: float, share_cached: float = 0.0) -> None:
-        """Add one priced step of `n` sequences (parts `p`, priced from `agg`) to the lane's totals and per-tick
+        """Add one priced step (parts `p`) of `tokens` tokens over `n` sequences to the lane's totals and per-tick
         history."""
         st = self.stats
         st.ticks += 1
@@ -1069,7 +1075,7 @@ class Lane:
         st.charge_out_s += dt - c_in - c_cached
         ftot = p.flops_total
         st.flops += ftot
-        useful = ftot * (1.0 - recomputed / agg[1]) if recomputed else ftot
+        useful = ftot * (1.0 - recomputed / tokens) if recomputed else ftot
         st.flops_useful += useful
         b = p.bytes_total
         st.bytes += b
@@ -1077,10 +1083,9 @@ class Lane:
         st.batch_hist[n if n <= mb else mb] += 1
         st.hist.push_row((t1, dt, self.pool.util, self.Q.size + self.P.n, n, n_emit, in_new, c_in, dt - c_in,
                           useful, b))
-        self._last_agg = agg
         st.last_batch = n
         if self.rec is not None:
-            self.rec.step(self, t1, dt, agg[1], n, b, ftot)
+            self.rec.step(self, t1, dt, tokens, n, b, ftot)
 
     def _idle(self, limit: float, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
         """Nothing runnable: jump to the next arrival (or `limit`), a zero-token tick."""

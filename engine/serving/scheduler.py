@@ -23,8 +23,9 @@ class Scheduler:
 
     name: ClassVar[str] = ""
     # admit_chunks hands every candidate its whole target (a prompt is never split): a request joining from the
-    # queue then reads its whole prompt in the step it joins, which the lane prices on a shorter path.
-    whole_prompts: ClassVar[bool] = True
+    # queue then reads its whole prompt in the step it joins, which the lane prices on a shorter path. A policy
+    # opts in; one that leaves it False is checked chunk by chunk.
+    whole_prompts: ClassVar[bool] = False
 
     def __init__(self, max_batch: int, max_batched_tokens: int) -> None:
         self.max_batch = max_batch
@@ -49,6 +50,7 @@ class Static(Scheduler):
     """A batch forms, runs until every request in it finishes, then the next one forms (no joins mid-run)."""
 
     name = "static"
+    whole_prompts = True
 
     def admits_while_running(self) -> bool:
         return False
@@ -63,6 +65,7 @@ class Continuous(Scheduler):
     """Requests join and leave the running batch every step; a prompt is read whole in the step it joins."""
 
     name = "continuous"
+    whole_prompts = True
 
     def admit_chunks(self, target: np.ndarray, tokens_planned: int, prefill_planned: bool) -> tuple[np.ndarray,
                                                                                                    np.ndarray]:
@@ -78,7 +81,6 @@ class Chunked(Scheduler):
     """Continuous batching with chunked prefill: decodes first, then prompt chunks in what budget is left."""
 
     name = "chunked"
-    whole_prompts = False
 
     def prefill_chunks(self, remaining: np.ndarray, decodes: int) -> np.ndarray:
         # Decodes first (one token each), then prefill chunks, oldest first, in what budget is left.

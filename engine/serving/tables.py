@@ -391,15 +391,9 @@ class Ring:
 DONE_COLS = len(IntCol) + 1  # the recent-finished ring: every integer field, then the arrival time
 
 
-def done_rows(r: Rows, out: np.ndarray | None = None) -> np.ndarray:
-    """Finished rows as ring rows of DONE_COLS floats (ids and counts are exact in float64 below 2**53), written
-    into `out` (len(r) x DONE_COLS, e.g. a ring's claimed rows) if given."""
-    if out is None:
-        return np.concatenate((r.i, r.f[FloatCol.ARRIVAL:FloatCol.ARRIVAL + 1])).T
-    o = out.T
-    o[:-1] = r.i
-    o[-1] = r.f[FloatCol.ARRIVAL]
-    return out
+def done_rows(r: Rows) -> np.ndarray:
+    """Finished rows as ring rows of DONE_COLS floats (ids and counts are exact in float64 below 2**53)."""
+    return np.concatenate((r.i, r.f[FloatCol.ARRIVAL:FloatCol.ARRIVAL + 1])).T
 
 
 def done_view(a: np.ndarray) -> Rows:

@@ -16,6 +16,7 @@ from engine.config import EngineConfig
 from engine.serving import Engine
 from engine.serving.accounting import H
 from engine.serving.lane import Lane
+from engine.serving.scheduler import Chunked
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "closed": dict(users=24, requests=120, output="uniform:20,200"),
@@ -151,3 +152,12 @@ def test_ticks_stepped_for_their_results_or_for_totals_give_one_run(name: str) -
     by_run.run()
     assert by_run.tick == by_step.tick
     _compare(by_step, by_run, exact=True)
+
+
+def test_a_policy_claiming_whole_prompts_that_splits_one_is_caught_under_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """whole_prompts sends admissions down the join path unchecked; under debug a policy that claims it and
+    splits a prompt anyway stops the run instead of silently under-counting prefill."""
+    monkeypatch.setattr(Chunked, "whole_prompts", True)
+    e = _engine(False, **CONFIGS["chunked"])
+    with pytest.raises(AssertionError, match="whole_prompts"):
+        e.run()

@@ -114,8 +114,13 @@ def test_tick_result_arrays_are_read_only_and_consistent() -> None:
         r.emitted_counts[0] = 5
     done: list[int] = []
     while not e.finished:
-        done += e.step().completed.tolist()
+        r = e.step()
+        if r.completed.size:
+            with pytest.raises(ValueError):
+                r.completed[0] = -7  # the finished rows the lane derives its records from later
+        done += r.completed.tolist()
     assert sorted(done) == [0, 1, 2]
+    assert sorted(e.lanes[0].stats.times.last()[:, 0].tolist()) == [0, 1, 2]
 
 
 def test_small_pool_preempts_the_newest_and_recomputes_it() -> None:
