@@ -9,14 +9,15 @@ from textual.widgets import Button, Input, Select, Static
 from engine.config import EngineConfig
 from tui.app import TokensimApp
 from tui.defaults import default_config
+from tui.i18n import ZH
 from tui.screens.settings import SettingsScreen
 
 SIZE = (120, 40)
 
 
-def make_app(config: EngineConfig | None = None) -> TokensimApp:
+def make_app(config: EngineConfig | None = None, lang: str = "en") -> TokensimApp:
     """A paused, deterministic app."""
-    app = TokensimApp(config or default_config(), lang="en", autoplay=False)
+    app = TokensimApp(config or default_config(), lang=lang, autoplay=False)
     app.animation_level = "none"
     return app
 
@@ -154,3 +155,31 @@ async def test_apply_reads_what_the_fields_hold_and_its_refusal_stays() -> None:
         assert isinstance(app.screen, SettingsScreen) and app.engine.config.tp == 1
         assert "40 attention heads (8 KV heads) do not split over tp 3 · needs tp 4" in str(note(app, "tp").render())
         assert str(app.screen.query_one("#settings-cmd", Static).render()) == "as a command: tokensim --tp 3"
+
+
+async def test_the_help_beside_each_field_reads_in_the_apps_language() -> None:
+    """In Chinese every field's note is its ZH line (the app's default filled in), and comes back after a refusal
+    is fixed; in English it is the option's --help text."""
+    app = make_app(lang="zh")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        screen = app.screen
+        assert isinstance(screen, SettingsScreen)
+        assert str(note(app, "tp").render()) == "张量并行的 GPU 数（默认 1）"
+        assert str(note(app, "users").render()) == ZH["o_users"].format(default=6)
+        assert str(note(app, "budget_per_hour").render()) == ZH["cli_only"]
+        shown = {f.dest: str(note(app, f.dest).render()) for f in screen.fields if f.live}
+        assert [d for d, text in shown.items() if text == next(f.help for f in screen.fields if f.dest == d)] == []
+        titles = [str(s.render()) for s in screen.query(".settings-section").results(Static)]
+        assert titles[:2] == [ZH["s_hardware"], ZH["s_model"]] and len(titles) == 7
+        assert str(screen.query_one("#settings-apply", Button).label) == "应用"
+        screen.query_one("#field-tp", Input).value = "0"
+        await pilot.pause()
+        assert "--tp: must be a whole number" in str(note(app, "tp").render())  # validation speaks English
+        screen.query_one("#field-tp", Input).value = "2"
+        await pilot.pause()
+        assert str(note(app, "tp").render()) == "张量并行的 GPU 数（默认 1）" and not note(app, "tp").has_class("-error")
+    app = make_app(lang="en")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        assert str(note(app, "tp").render()) == "tensor-parallel GPUs (default 1)"

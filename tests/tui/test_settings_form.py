@@ -4,6 +4,7 @@ layer: pure tests (no app)."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ from engine.fleet import FleetSpec
 from tui import settings_form as form
 from tui.commands import app_cmd, run_cmd
 from tui.defaults import default_config
+from tui.i18n import EN, ZH
 
 
 @pytest.fixture(autouse=True)
@@ -71,6 +73,45 @@ def test_a_new_cli_option_becomes_a_field_without_new_code(monkeypatch: pytest.M
     assert (f.flag, f.section, f.kind, f.live, f.help) == ("--warp-factor", "new things", "text", True, "how fast")
     assert "--warp-factor: must be a whole number between 1 and" in (
         form.check_field(form.build_fields(), "warp_factor", "0") or "")
+    assert form.help_line(f, "zh") == "how fast"  # no Chinese yet: the English, which the next test refuses
+
+
+def test_every_field_has_its_chinese_help_line_and_section_title() -> None:
+    """A new option of tokensim run fails here until ZH has its help line (o_<dest>), so the Chinese screen never
+    shows English beside a field unnoticed; English keeps no copy of the --help texts, and no line outlives its
+    option."""
+    fields = form.build_fields()
+    keys = {form.HELP_KEY.format(dest=f.dest) for f in fields}
+    assert len(fields) == len(keys) == 44
+    assert sorted(keys - ZH.keys()) == []
+    assert sorted(k for k in ZH if k.startswith("o_") and k not in keys) == []
+    assert [k for k in EN if k.startswith("o_")] == []
+    assert sorted({f.section for f in fields if f.section not in ZH or ZH[f.section] == EN.get(f.section)}) == []
+    for f in fields:
+        zh = form.help_line(f, "zh")
+        assert zh != f.help and re.search(r"[\u4e00-\u9fff]", zh), f.dest
+        assert "\n" not in zh and "{" not in zh, f.dest  # one line, every placeholder filled
+
+
+# What a translation keeps as it is: flags, numbers, units and pairs like P/D, acronyms and vLLM, TOML tables,
+# file and snake_case names, names with digits (bf16, h100-sxm) and distribution specs (uniform:500,3000).
+_KEPT = re.compile(r"--[a-z][a-z0-9-]*|[A-Z$][A-Za-z]*/[A-Za-z]+|\b[A-Z]{2,}\b|\bvLLM\b|\[\[?[a-z]+\]\]?"
+                   r"|\b[a-z]+\.json\b|\b[a-z]+_[a-z_]+\b|\b[a-z]+\d[a-z0-9-]*|\b[a-z]+:[a-z0-9,.]+|\d+(?:\.\d+)?")
+
+
+def test_the_chinese_help_keeps_the_flags_numbers_and_names_of_the_english() -> None:
+    """Each Chinese line carries every flag, number, unit and name its --help text has, defaults included (the
+    '{default}' in a line is the app's own default, so a changed default changes both languages)."""
+    by = {f.dest: f for f in form.build_fields()}
+    kept = {d: _KEPT.findall(f.help) + [c for c in f.choices if re.search(rf"\b{c}\b", f.help)] for d, f in by.items()}
+    missing = {d: [w for w in kept[d] if w not in form.help_line(by[d], "zh")] for d in by}
+    assert {d: words for d, words in missing.items() if words} == {}
+    assert "uniform:500,3000" in form.help_line(by["prompt"], "zh") and "--rate" in form.help_line(by["users"], "zh")
+    assert set(_KEPT.findall(by["kv_link_gbps"].help)) == {"P/D", "KV", "GPU", "GB/s", "interconnect_gbps"}
+    assert form.help_line(by["users"], "zh") == "闭环：N 位用户持续对话（没给 --rate 时默认 6）"
+    assert kept["runtime"] == ["vllm"] and kept["kv_dtype"] == ["KV", "bf16", "bf16"] and "vLLM" in kept["max_batch"]
+    en = "closed loop: N users chatting (default 6 unless --rate)"
+    assert form.help_line(by["users"], "en") == by["users"].help == en
 
 
 @pytest.mark.parametrize(("spec", "command"), [

@@ -76,13 +76,13 @@ class SettingsScreen(ModalScreen[FleetSpec | None]):
 
     def _now(self, f: form.Field) -> str:
         """What a blank field means right now: the running setup's value for it ('' when it has none)."""
-        attr = form.CONFIG_ATTR.get(f.dest, f.dest)
-        v = getattr(self.setup.config, attr, getattr(self.setup, attr, None))
+        v = form.setting(self.setup, f.dest)
         return str(form.field_text(v)) if v is not None and not isinstance(v, bool) else ""
 
     def _note(self, f: form.Field) -> str:
-        """Beside a field: its refusal (red, set by _show), else why it is off (CLI-only), else its --help line."""
-        return t(self.lang, "cli_only") if not f.live else f.help
+        """Beside a field: its refusal (red, set by _show), else why it is off (CLI-only), else its help line (the
+        --help text, or its entry in the language's table)."""
+        return t(self.lang, "cli_only") if not f.live else form.help_line(f, self.lang)
 
     def _command(self) -> str:
         """The command that opens the app as the fields set it."""
