@@ -179,7 +179,14 @@ async def test_the_help_beside_each_field_reads_in_the_apps_language() -> None:
         screen.query_one("#field-tp", Input).value = "2"
         await pilot.pause()
         assert str(note(app, "tp").render()) == "张量并行的 GPU 数（默认 1）" and not note(app, "tp").has_class("-error")
+        assert "[[stage]]" in str(note(app, "workload").render())
+        assert "；[prompt]；[output]）" in str(note(app, "workload").render())
     app = make_app(lang="en")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("o")
         assert str(note(app, "tp").render()) == "tensor-parallel GPUs (default 1)"
+        # Shown as written: the TOML tables in --workload's help are text, not markup to strip; so is a value typed.
+        assert "([[stage]] rate or users, duration; [prompt]; [output]);" in str(note(app, "workload").render())
+        app.screen.query_one("#field-trace", Input).value = "[b]x.csv"
+        await pilot.pause()
+        assert str(app.screen.query_one("#settings-cmd", Static).render()) == "as a command: tokensim --trace '[b]x.csv'"

@@ -52,9 +52,9 @@ class SettingsScreen(ModalScreen[FleetSpec | None]):
                     with Horizontal(classes="settings-row"):
                         yield Label(f.flag, classes="settings-label")
                         yield self._input(f)
-                        yield Static(self._note(f), id=f"note-{f.dest}", classes="settings-note")
-            yield Static(self._command(), id="settings-cmd")
-            yield Static("", id="settings-error")
+                        yield Static(self._note(f), id=f"note-{f.dest}", classes="settings-note", markup=False)
+            yield Static(self._command(), id="settings-cmd", markup=False)
+            yield Static("", id="settings-error", markup=False)
             with Horizontal(id="settings-buttons"):
                 yield Button(t(self.lang, "apply"), id="settings-apply", variant="primary", compact=True)
                 yield Button(t(self.lang, "cancel"), id="settings-cancel", compact=True)
