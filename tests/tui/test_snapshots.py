@@ -74,6 +74,13 @@ def test_settings_screen(snap_compare: Any) -> None:
     assert snap_compare(make_app(), terminal_size=(120, 40), run_before=ticks(TICKS, lambda a: a.action_settings()))
 
 
+def test_settings_screen_zh(snap_compare: Any) -> None:
+    """o in Chinese: the section titles, the help beside each field, the buttons and the command line in Chinese;
+    CJK help lines wrap inside their column as the English ones do."""
+    assert snap_compare(make_app(lang="zh"), terminal_size=(120, 40),
+                        run_before=ticks(TICKS, lambda a: a.action_settings()))
+
+
 def test_picker_explains_a_misfit(snap_compare: Any) -> None:
     """m at tp 8: each preset that does not fit says why (heads over tp, weights over memory) and its fix; enter on
     qwen2.5-7b asks 'needs tp 4: apply?'."""
