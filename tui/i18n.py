@@ -482,7 +482,7 @@ ZH: dict[str, str] = {
                        "（即 vLLM 的 --kv-offloading-size；默认 {default}：关闭）",
     "o_spec_tokens": "投机解码：每个解码步起草的词元数，一次前向就验证完（默认 {default}：关闭）",
     "o_spec_accept": "每个草稿词元被接受的概率，取值 [0, 1]（默认 {default}）",
-    "o_spec_draft": "由谁起草：mtp（模型自带的多词元预测头）、ngram（在提示里查找，不花算力）"
+    "o_spec_draft": "由谁起草：mtp（模型自带的多词元预测头）、ngram（在提示里查找，免费）"
                     "或一个草稿模型预设（默认 {default}）",
     "o_slo_ttft": "goodput（达标吞吐）的 SLO：到第一个可见词元的时间（单位 s）",
     "o_slo_tpot": "goodput（达标吞吐）的 SLO：每个输出词元的时间（单位 s）",
