@@ -6,8 +6,8 @@ code; options only `tokensim run` takes are listed as such. A field holds what o
 flag. Checking goes through the command line itself: the fields become an argv, parsed by the same
 parser (its types are engine.validation's checks), turned into an EngineConfig by the app's own
 config_from_args, and built into an Engine: whatever refuses it names an option, which picks the field
-the message is shown beside. The help beside a field is its --help text in English and its `o_<dest>` entry of
-tui.i18n in another language. Pure: no Textual.
+the message is shown beside. The help beside a field is its --help text in English and its entry in
+tui.i18n.OPTION_HELP in another language. Pure: no Textual.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from engine.errors import InputError
 from engine.fleet import FleetSpec, engine_for
 from tui.commands import app_cmd, run_cmd
 from tui.defaults import default_config
-from tui.i18n import EN, TABLES
+from tui.i18n import OPTION_HELP
 from tui.presets import explain_fit, fit_words
 
 # Where each option sits on the screen (data: an option not named here goes under its argparse group).
@@ -45,8 +45,6 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 EXCLUDED_GROUPS = ("view",)
 # Options whose EngineConfig field has another name.
 CONFIG_ATTR: Mapping[str, str] = {"dtype": "weight_dtype", "kv_blocks": "kv_pool_blocks"}
-# The key of an option's help line in a language's table; English has none (its text is the option's --help).
-HELP_KEY = "o_{dest}"
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 
 Values = dict[str, Any]  # dest -> the field's text (str), or a flag's bool
@@ -142,8 +140,8 @@ def _app_default(dest: str) -> Any:
 
 def help_line(f: Field, lang: str) -> str:
     """The help beside a field in `lang`: the option's --help text in English (and where a language lacks the
-    field's entry: a test requires one), else the table's entry with the app's default for it filled in."""
-    text = TABLES.get(lang, EN).get(HELP_KEY.format(dest=f.dest))
+    field's entry: a test requires one), else the language's OPTION_HELP line with the app's default filled in."""
+    text = OPTION_HELP.get(lang, {}).get(f.dest)
     return f.help if text is None else text.format(default=_app_default(f.dest))
 
 

@@ -9,7 +9,7 @@ from textual.widgets import Button, Input, Select, Static
 from engine.config import EngineConfig
 from tui.app import TokensimApp
 from tui.defaults import default_config
-from tui.i18n import ZH
+from tui.i18n import ZH, ZH_OPTION_HELP
 from tui.screens.settings import SettingsScreen
 
 SIZE = (120, 40)
@@ -158,7 +158,7 @@ async def test_apply_reads_what_the_fields_hold_and_its_refusal_stays() -> None:
 
 
 async def test_the_help_beside_each_field_reads_in_the_apps_language() -> None:
-    """In Chinese every field's note is its ZH line (the app's default filled in), and comes back after a refusal
+    """In Chinese every field's note is its Chinese line (the app's default filled in), and comes back after a refusal
     is fixed; in English it is the option's --help text."""
     app = make_app(lang="zh")
     async with app.run_test(size=SIZE) as pilot:
@@ -166,7 +166,7 @@ async def test_the_help_beside_each_field_reads_in_the_apps_language() -> None:
         screen = app.screen
         assert isinstance(screen, SettingsScreen)
         assert str(note(app, "tp").render()) == "张量并行的 GPU 数（默认 1）"
-        assert str(note(app, "users").render()) == ZH["o_users"].format(default=6)
+        assert str(note(app, "users").render()) == ZH_OPTION_HELP["users"].format(default=6)
         assert str(note(app, "budget_per_hour").render()) == ZH["cli_only"]
         shown = {f.dest: str(note(app, f.dest).render()) for f in screen.fields if f.live}
         assert [d for d, text in shown.items() if text == next(f.help for f in screen.fields if f.dest == d)] == []

@@ -15,7 +15,7 @@ from engine.fleet import FleetSpec
 from tui import settings_form as form
 from tui.commands import app_cmd, run_cmd
 from tui.defaults import default_config
-from tui.i18n import EN, ZH
+from tui.i18n import EN, OPTION_HELP, ZH, ZH_OPTION_HELP
 
 
 @pytest.fixture(autouse=True)
@@ -77,15 +77,14 @@ def test_a_new_cli_option_becomes_a_field_without_new_code(monkeypatch: pytest.M
 
 
 def test_every_field_has_its_chinese_help_line_and_section_title() -> None:
-    """A new option of tokensim run fails here until ZH has its help line (o_<dest>), so the Chinese screen never
-    shows English beside a field unnoticed; English keeps no copy of the --help texts, and no line outlives its
-    option."""
+    """A new option of tokensim run fails here until it has a Chinese help line, so the Chinese screen never shows
+    English beside a field unnoticed; English keeps no copy of the --help texts, and no line outlives its option."""
     fields = form.build_fields()
-    keys = {form.HELP_KEY.format(dest=f.dest) for f in fields}
-    assert len(fields) == len(keys) == 44
-    assert sorted(keys - ZH.keys()) == []
-    assert sorted(k for k in ZH if k.startswith("o_") and k not in keys) == []
-    assert [k for k in EN if k.startswith("o_")] == []
+    dests = {f.dest for f in fields}
+    assert len(fields) == len(dests) == 44
+    assert sorted(dests - ZH_OPTION_HELP.keys()) == []
+    assert sorted(ZH_OPTION_HELP.keys() - dests) == []
+    assert set(OPTION_HELP) == {"zh"} and OPTION_HELP["zh"] is ZH_OPTION_HELP
     assert sorted({f.section for f in fields if f.section not in ZH or ZH[f.section] == EN.get(f.section)}) == []
     for f in fields:
         zh = form.help_line(f, "zh")
