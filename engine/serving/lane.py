@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import reduce
-from operator import add
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -809,13 +807,15 @@ class Lane:
         st.ticks += k
         st.out_tokens += n * k
         st.visible_tokens += vis_tokens
-        # Left folds add one step at a time, as _account's += does (numpy's sum would pair them up).
-        dl, fl = dts.tolist(), flops.tolist()
-        st.busy_s = reduce(add, dl, st.busy_s)
-        st.charge_out_s = reduce(add, dl, st.charge_out_s)
-        st.flops = reduce(add, fl, st.flops)
-        st.flops_useful = reduce(add, fl, st.flops_useful)
-        st.bytes = reduce(add, byts.tolist(), st.bytes)
+        # Add one step at a time, as _account's += does: np.add.accumulate is a left fold (numpy's sum would pair
+        # them up); five totals in one call, each row its running total then the run's steps.
+        fold = np.empty((5, k + 1))
+        fold[:, 0] = (st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes)
+        fold[0:2, 1:] = dts
+        fold[2:4, 1:] = flops
+        fold[4, 1:] = byts
+        st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
+            np.add.accumulate(fold, axis=1)[:, -1].tolist()
         st.batch_hist[min(n, st.max_batch)] += k
         done = gen >= c.total[:n]
         if done.any():
