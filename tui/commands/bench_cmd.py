@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(res)
         return 0
     e = res["engine"]
-    t = Table(title="tokensim bench", header_style="bold", show_edge=False)
+    t = Table(title="tokensim bench", show_header=False, show_edge=False)
     t.add_column("")
     t.add_column("", justify="right")
     t.add_row("engine", f"{e['model']} / {e['hardware']}, {e['users']:,} users, prompt {e['prompt']},"
