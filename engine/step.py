@@ -491,8 +491,11 @@ class StepModel:
         # rows only, and the dummies attend to nothing): time, not useful FLOPs.
         fl_pad = pad * c["fl_matmul"]
         t_pad_mem = pad * c["act"] / c["bw"] * c["gemm_slow"]
-        fl_attn = (c["fl_attn_full"] * (attn_full - attn_decode) + c["fl_attn_dec"] * attn_decode
-                   + c["fl_attn_win"] * attn_win)
+        if attn_decode is attn_full:  # a decode-only step (or run of them): no full-width pairs (the same sum)
+            fl_attn = c["fl_attn_dec"] * attn_decode + c["fl_attn_win"] * attn_win
+        else:
+            fl_attn = (c["fl_attn_full"] * (attn_full - attn_decode) + c["fl_attn_dec"] * attn_decode
+                       + c["fl_attn_win"] * attn_win)
         fl_lm = logits * c["fl_lm"]
         t_attn_mem = (kv_read + kv_write) / c["bw_attn"]
         t_mem = ((weights - w_exp + act) / c["bw"] + w_exp / c["bw_expert"]) * c["gemm_slow"] + t_attn_mem + t_pad_mem
@@ -548,6 +551,8 @@ class StepModel:
             pad = gl[bisect.bisect_left(gl, T)] - T if inside else 0.0
             if isinstance(attn_full, (float, int)) and isinstance(attn_decode, (float, int)):
                 return float(pad), float(inside and attn_decode >= attn_full)
+            if attn_decode is attn_full:  # a run of decode-only steps: every one replays the full graph if inside
+                return float(pad), float(inside)
             return float(pad), (inside & (np.asarray(attn_decode) >= np.asarray(attn_full))).astype(np.float64)
         t = np.asarray(T, dtype=np.float64)
         top = g[-1]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
     from engine.trace_out import Recorder
 
 # The last step as priced: (step model, time, parts, tokens, seqs), kept so its StepCost record is built only
-# when someone reads it.
-_Priced = tuple[StepModel, float, StepParts, int, int]
+# when someone reads it; after a run of quiet steps, the call that prices its last one.
+_Priced = tuple[StepModel, float, StepParts, int, int] | Callable[[], StepCost]
 
 IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
 
@@ -235,8 +236,11 @@ class Lane:
         never asks, so its steps are priced for their time, FLOPs and bytes only (StepModel.parts_agg)."""
         p = self._priced
         if p is not None:
-            sm, t, parts, tokens, seqs = p
-            self.stats.last_cost = sm.cost_of(t, parts, tokens, seqs)
+            if callable(p):
+                self.stats.last_cost = p()
+            else:
+                sm, t, parts, tokens, seqs = p
+                self.stats.last_cost = sm.cost_of(t, parts, tokens, seqs)
             self._priced = None
         return self.stats.last_cost
 
@@ -835,10 +839,10 @@ class Lane:
         if self.rec is not None:
             self.rec.steps(self, ends, dts, n, byts, flops)
         last = k - 1
-        # The last step, priced alone for last_cost (its StepCost is built only if someone reads it).
+        # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
         win = (0.0, 0.0) if isinstance(sum_win, float) else (float(sum_win[last]), float(attn_win[last]))
         at = float(attn[last])
-        self._price(n, n, float(sum_ctx[last]), win[0], at, win[1], n, at)
+        self._priced = partial(self.sm.cost_agg, n, n, float(sum_ctx[last]), win[0], at, win[1], n, attn_decode=at)
         st.last_batch = n
         return k
 
