@@ -281,3 +281,25 @@ def test_many_steps_priced_at_once_equal_each_step_priced_alone_under_tensor_par
         assert times[i] == pytest.approx(one.time_s, rel=1e-12)
         assert flops[i] == pytest.approx(one.flops_total, rel=1e-12)
         assert byts[i] == pytest.approx(one.bytes_total, rel=1e-12)
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "gpt-oss-20b", "deepseek-v3"])
+def test_decode_only_shortcut_prices_the_same_bits(model: str) -> None:
+    # Passing the decode attention sum as the full one (the same object) takes a shorter path through the step
+    # model; an equal copy takes the general one. Every figure must agree to the bit, for one step and for runs.
+    sm = StepModel(load_hardware("h100-sxm"), load_model(model), StepOptions(runtime="vllm"))
+    n = 37.0
+    ctx = np.array([900.0, 5000.0, 120_000.0]) * n
+    attn = ctx + 0.5 * n
+    win = 0.3 * ctx
+    same = sm.totals_agg(n, ctx, win, attn, win + 0.5 * n, n, attn)
+    copy = sm.totals_agg(n, ctx, win, attn, win + 0.5 * n, n, attn.copy())
+    for a, b in zip(same, copy, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for i in range(len(ctx)):
+        a_i = float(attn[i])
+        one = sm.cost_agg(int(n), int(n), float(ctx[i]), float(win[i]), a_i, float(win[i]) + 0.5 * n, int(n),
+                          attn_decode=a_i)
+        other = sm.cost_agg(int(n), int(n), float(ctx[i]), float(win[i]), a_i, float(win[i]) + 0.5 * n, int(n),
+                            attn_decode=float(np.float64(a_i)))
+        assert one == other and one.time_s == same[0][i]
