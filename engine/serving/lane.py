@@ -35,10 +35,6 @@ from engine.workload_file import Requests
 if TYPE_CHECKING:
     from engine.trace_out import Recorder
 
-# The last step as priced: (step model, time, parts, tokens, seqs), kept so its StepCost record is built only
-# when someone reads it; after a run of quiet steps, the call that prices its last one.
-_Priced = tuple[StepModel, float, StepParts, int, int] | Callable[[], StepCost]
-
 IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -176,7 +172,8 @@ class Lane:
         self.arrivals = Arrivals(budget, spec.fast, spec.fast_share, spec.rate,
                                  Sampler(spec.think_time, rngs[3], False, 0.0, MAX_SECONDS),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
-        self._priced: _Priced | None = None  # the last step as priced, until last_cost builds its StepCost
+        # The call that builds the last step's StepCost, kept until someone reads last_cost (headless runs never do).
+        self._priced: Callable[[], StepCost] | None = None
         stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
         self.stats = self.new_stats(stages)
         self.rec: Recorder | None = None  # engine.trace_out's recorder, when the run is traced
@@ -234,13 +231,8 @@ class Lane:
     def last_cost(self) -> StepCost | None:
         """The cost of the step that ran last (None before the first), priced when first asked: a headless run
         never asks, so its steps are priced for their time, FLOPs and bytes only (StepModel.parts_agg)."""
-        p = self._priced
-        if p is not None:
-            if callable(p):
-                self.stats.last_cost = p()
-            else:
-                sm, t, parts, tokens, seqs = p
-                self.stats.last_cost = sm.cost_of(t, parts, tokens, seqs)
+        if self._priced is not None:
+            self.stats.last_cost = self._priced()
             self._priced = None
         return self.stats.last_cost
 
@@ -248,7 +240,7 @@ class Lane:
                logits: int, attn_dec: float) -> tuple[float, StepParts]:
         """Price one step from its aggregates (StepModel.cost_agg's): its time and parts, kept as the last step."""
         t, p = self.sm.parts_agg(tokens, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
-        self._priced = (self.sm, t, p, tokens, seqs)
+        self._priced = partial(self.sm.cost_of, t, p, tokens, seqs)
         return t, p
 
     @property
