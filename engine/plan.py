@@ -24,9 +24,8 @@ from engine.errors import InputError
 from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd, scripted
 from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
-from engine.serving.tables import BLOCK
 from engine.specs import load_hardware
-from engine.workload import Sampler, parse_dist, seeded_rngs
+from engine.workload import parse_dist
 
 MAX_POINTS = 100_000  # a grid larger than this is a typo (e.g. --replicas 1-100000), not a plan
 
@@ -224,9 +223,8 @@ def slo_bounds(point: Point, base: EngineConfig, percentile: float) -> tuple[flo
         tpot = min(sm.cost_agg(1, 1, 0.0, 0.0, 0.5, 0.5, 1, attn_decode=ad).time_s for ad in (0.5, 0.0))
     ttft = None
     if base.requests is not None:
-        cap = min(sm.model.max_context, eng.kv_blocks_total * BLOCK)  # the lanes clip prompts below it
-        prompts = Sampler(parse_dist(base.prompt, "--prompt", 1), seeded_rngs(base.seed, 1)[0], True, 1,
-                          max(1, cap - 1)).take(int(base.requests)).astype(np.float64)
+        # The run's own prompts: the lane's seeded sampler, clipped as the lane clips them (this engine never runs).
+        prompts = eng.lane.s_prompt.take(int(base.requests)).astype(np.float64)
         one, zero = np.ones_like(prompts), np.zeros_like(prompts)
         t = sm.times_agg(prompts, zero, zero, prompts * prompts / 2, sm.model.local_pairs(zero, prompts), one, zero)
         ttft = _pct(t + (0.0 if sm.opts.ideal else sm.runtime.request_overhead_s), percentile)
