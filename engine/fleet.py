@@ -547,13 +547,13 @@ class Fleet:
         n = 0
         if self.spec.router == "kv-aware":
             known = [r for r in self.reps if not r.busy or r.clock >= stop]  # their state at t is exact
-            rep = min(known, key=_kv_key) if known else None
-            if rep is None or rep.kv_headroom < rep.lane.pool.total:
+            rep, room = _kv_pick(known) if known else (None, 0)
+            if rep is None or room < rep.lane.pool.total:
                 for r in self.reps:
                     n += self._catch_up(r, stop, calm=False)
                 choice = self._route()
             else:
-                choice = rep, "kv-aware", rep.kv_headroom
+                choice = rep, "kv-aware", room
         else:
             choice = self._route(row)
         rep = choice[0]
@@ -652,8 +652,8 @@ class Fleet:
             self.rr = (i + 1) % len(reps)
             return reps[i], "round-robin", i
         if name == "kv-aware":
-            rep = min(reps, key=_kv_key)
-            return rep, "kv-aware", rep.kv_headroom
+            rep, room = _kv_pick(reps)
+            return rep, "kv-aware", room
         if name == "prefix-aware" and row is not None and reps[0].eng.prefix_caching:
             keys = prefix_keys(row)
             if len(keys):
@@ -842,10 +842,12 @@ def _serve_share(job: tuple[_Replica, Rows, float | None]) -> tuple[_Replica, in
             return r, n
 
 
-def _kv_key(r: _Replica) -> tuple[int, int, int]:
-    """Kv-aware's order: the most KV room once its waiting requests are placed, ties to the least loaded, then the
-    lowest index (deterministic)."""
-    return (-r.kv_headroom, r.load, r.index)
+def _kv_pick(reps: list[_Replica]) -> tuple[_Replica, int]:
+    """Kv-aware's choice and its KV room: the most room once its waiting requests are placed, ties to the least
+    loaded, then the lowest index (deterministic; indices differ, so two replicas are never compared). Each
+    replica's room is read once."""
+    (room, _, _), rep = min(((-r.kv_headroom, r.load, r.index), r) for r in reps)
+    return rep, -room
 
 
 @dataclass(slots=True)
