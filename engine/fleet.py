@@ -294,8 +294,7 @@ class Fleet:
         self.pending: dict[int, tuple[int, int]] = {}  # P/D: request id -> (think, total) while its prompt is read
         self.ticks = 0
         self.rr = 0
-        self.last_routes: list[int] = []  # the router's latest choices (replica indices), newest last
-        self.route_log: deque[Route] = deque(maxlen=ROUTE_LOG)  # the same, with the reasons (for the app)
+        self.route_log: deque[Route] = deque(maxlen=ROUTE_LOG)  # the router's latest choices with why, newest last
         self.now = 0.0  # the time advance_to() last moved the fleet to
         # Replicas with a step to take, a heap by (clock, index): the one furthest behind steps next.
         self.ready: list[tuple[float, int]] = []
@@ -471,7 +470,6 @@ class Fleet:
             if nxt < math.inf and (nxt <= r.clock or not r.busy):
                 row = box.popleft()
                 r.inject(row)
-                self.last_routes = (self.last_routes + [i])[-16:]
                 self.route_log.append(Route(int(row.id[0]), int(row.user[0]), i, "round-robin", i, nxt))
                 r.clock = max(r.clock, nxt)
             elif r.busy and (d is None or r.clock < d):
@@ -517,7 +515,6 @@ class Fleet:
         self.queued = [False] * nrep
         self.inbox = [deque() for _ in self.reps]
         # The router's latest choices as dealt (the serial loop logs them as each replica reaches them).
-        self.last_routes = [i for _, _, i, _ in tail]
         self.route_log.extend(Route(rid, user, i, "round-robin", i, t) for rid, user, i, t in tail)
         return n
 
@@ -630,7 +627,6 @@ class Fleet:
         rep, why, figure = choice
         rid = int(row.id[0])
         self.route_log.append(Route(rid, int(row.user[0]), rep.index, why, figure, t))
-        self.last_routes = (self.last_routes + [rep.index])[-16:]
         if rep.role == "prefill":
             # It reads the prompt and computes one token; the answer comes from a decode replica.
             self.pending[rid] = (int(row.think[0]), int(row.total[0]))

@@ -57,7 +57,7 @@ def test_routes_say_why_with_the_figure_that_decided() -> None:
                         router="least-loaded"), preroute=False)
     f.advance_to(3.0)
     routes = f.routes
-    assert 0 < len(routes) <= 8 and [r.replica for r in routes] == f.last_routes[-len(routes):]
+    assert 0 < len(routes) <= 8 and {r.replica for r in routes} <= {r.index for r in f.reps}
     assert all(r.why == "least-loaded" for r in routes)
     assert [r.time_s for r in routes] == sorted(r.time_s for r in routes)
     # 16 users on 4 idle replicas at t = 0: the first four go one to each replica, loads 0, then load 1.
