@@ -186,7 +186,7 @@ def _step(snap: Snapshot, st: StepCost | None, lang: str, split: Split | None, p
         return [_t(lang, "step_rule"), _t(lang, "no_step")]
     r = snap.roof
     tm, tc = st.bytes_total / r.bandwidth, st.flops_total / r.peak_flops
-    floor = min(st.time_s, max(tm, tc))
+    floor = r.floor_s(st)
     common = {"b": si(st.bytes_total, "B"), "bw": si(r.bandwidth, "B/s"), "f": si(st.flops_total, "FLOP"),
               "p": si(r.peak_flops, "FLOP/s"), "tm": dur(tm), "tc": dur(tc), "t": dur(st.time_s)}
     out = [_t(lang, "step_rule")]
@@ -213,14 +213,12 @@ def _use(kind: str, snap: Snapshot, st: StepCost | None, lang: str) -> list[str]
     out = [_t(lang, f"{kind}_rule")]
     if st is None:
         out.append(_t(lang, "no_step"))
-    elif kind == "bw":
-        v = st.bytes_total / (r.bandwidth * st.time_s)
+    elif kind == "bw":  # the figure the warehouse and traffic panels show
         out.append(_t(lang, "bw_vals", b=si(st.bytes_total, "B"), bw=si(r.bandwidth, "B/s"), t=dur(st.time_s),
-                      v=pct(min(1.0, v))))
-    else:
-        v = st.flops_total / (r.peak_flops * st.time_s)
+                      v=pct(r.bandwidth_use(st))))
+    else:  # the SM grid's figure
         out.append(_t(lang, "mfu_vals", f=si(st.flops_total, "FLOP"), p=si(r.peak_flops, "FLOP/s"),
-                      t=dur(st.time_s), v=pct(min(1.0, v))))
+                      t=dur(st.time_s), v=pct(r.mfu(st))))
     roll = _metric(snap, "bw_util" if kind == "bw" else "mfu")
     w = _metric(snap, "window_s")
     if roll is not None and w:

@@ -88,6 +88,27 @@ class Roof:
         """FLOPs per byte at which the two roofs meet: below it a step waits on memory."""
         return self.peak_flops / self.bandwidth
 
+    # One definition of each per-step figure the floor, the explain screen and the scenes show (issue 17: one truth
+    # per figure); the engine's rolling metrics use the same ratios over their window. 0 for no step or an idle one.
+    def bandwidth_use(self, st: StepCost | None) -> float:
+        """A step's HBM bytes over what the peak bandwidth could move in its time."""
+        if st is None or st.tokens <= 0 or st.time_s <= 0 or self.bandwidth <= 0:
+            return 0.0
+        return min(1.0, st.bytes_total / st.time_s / self.bandwidth)
+
+    def mfu(self, st: StepCost | None) -> float:
+        """A step's FLOPs over what the peak FLOP/s could do in its time."""
+        if st is None or st.tokens <= 0 or st.time_s <= 0 or self.peak_flops <= 0:
+            return 0.0
+        return min(1.0, st.flops_total / st.time_s / self.peak_flops)
+
+    def floor_s(self, st: StepCost | None) -> float:
+        """A step's floor: its bytes at peak bandwidth or its FLOPs at peak FLOP/s, whichever is longer (the
+        articles' arithmetic, the --ideal roofline, for this very step); the rest of its time is overhead."""
+        if st is None or st.tokens <= 0 or self.bandwidth <= 0 or self.peak_flops <= 0:
+            return 0.0
+        return min(st.time_s, max(st.bytes_total / self.bandwidth, st.flops_total / self.peak_flops))
+
 
 class StepParts(NamedTuple):
     """A step's bytes, FLOPs and times from cost_agg's aggregates (floats, or arrays for many steps): what a

@@ -879,10 +879,7 @@ def _prefill_gpu_ms(s: Stage) -> float:
 @metric("live_mfu_pct", "%", "the step the engine just ran: its FLOPs over the peak's in its time (the SM grid's MFU)")
 def _live_mfu(s: Stage) -> float:
     snap = s.snapshot()
-    st, peak = snap.last_step, snap.roof.peak_flops
-    if st is None or st.tokens <= 0 or st.time_s <= 0 or peak <= 0:
-        return 0.0
-    return 100 * min(1.0, st.flops_total / st.time_s / peak)  # as tui.render.figures.mfu: the grid's figure
+    return 100 * snap.roof.mfu(snap.last_step)  # the SM grid's own figure (tui.render.figures.mfu)
 
 
 @metric("live_unused_pct", "%", "the share of the peak FLOPs the step the engine just ran left unused")

@@ -13,31 +13,19 @@ from tui.frame import Frame
 
 def bandwidth_use(frame: Frame) -> float:
     """The shown step's bytes over what the peak bandwidth could move in its time (0 when idle)."""
-    st, peak = frame.step, frame.snapshot.roof.bandwidth
-    if st is None or st.tokens <= 0 or st.time_s <= 0 or peak <= 0:
-        return 0.0
-    return min(1.0, st.bytes_total / st.time_s / peak)
+    return frame.snapshot.roof.bandwidth_use(frame.step)
 
 
 def mfu(frame: Frame) -> float:
     """The shown step's FLOPs over what the peak FLOP/s could do in its time (0 when idle)."""
-    st, peak = frame.step, frame.snapshot.roof.peak_flops
-    if st is None or st.tokens <= 0 or st.time_s <= 0 or peak <= 0:
-        return 0.0
-    return min(1.0, st.flops_total / st.time_s / peak)
+    return frame.snapshot.roof.mfu(frame.step)
 
 
 def floor_s(frame: Frame) -> float:
-    """The shown step's floor: its bytes at peak bandwidth or its FLOPs at peak FLOP/s, whichever is longer.
-
-    This is the articles' arithmetic (the step model's --ideal roofline) for this very step; the rest of
-    the calibrated step time is overhead: sustained rather than peak rates, fixed per-step and per-layer
-    costs, tensor-parallel all-reduces. 0 when idle.
-    """
-    st, r = frame.step, frame.snapshot.roof
-    if st is None or st.tokens <= 0 or r.bandwidth <= 0 or r.peak_flops <= 0:
-        return 0.0
-    return min(st.time_s, max(st.bytes_total / r.bandwidth, st.flops_total / r.peak_flops))
+    """The shown step's floor (Roof.floor_s): the articles' arithmetic for this very step; the rest of the
+    calibrated step time is overhead: sustained rather than peak rates, fixed per-step and per-layer costs,
+    tensor-parallel all-reduces. 0 when idle."""
+    return frame.snapshot.roof.floor_s(frame.step)
 
 
 def window(frame: Frame) -> tuple[float, int]:
