@@ -26,6 +26,10 @@ from scenes.placeholders import AT, OVER, Ref, parse_ref, refs
 from scenes.quiz import Question, Reveal, correct_choice
 from scenes.schema import Action, Checkpoint, Scene
 
+# What reading a figure raises when the engine has not got it (a fleet before it ran, a P/D figure of a colocated
+# fleet, a ratio over a zero): the text reads "nan" and the checkpoint that names it fails and says why.
+_MISSING = (KeyError, ValueError, ZeroDivisionError, InputError)
+
 
 def _default_engine(config: EngineConfig) -> Any:
     from engine.serving import Engine
@@ -83,7 +87,7 @@ class _Figures(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         try:
             v = self._d.value(key)
-        except (KeyError, ValueError, ZeroDivisionError, InputError):
+        except _MISSING:
             # A figure the engine has not got (a fleet before one ran, a P/D figure of a colocated fleet) reads
             # "nan" in the text; the checkpoint that names it fails and says why.
             return math.nan
@@ -286,7 +290,7 @@ class Director:
         what there is, and a later comparison with the missing figure fails its checkpoint instead of the play."""
         try:
             return METRICS[metric].fn(self)
-        except (KeyError, ValueError, ZeroDivisionError, InputError):
+        except _MISSING:
             return math.nan
 
     def _enter(self, i: int) -> None:
@@ -367,7 +371,7 @@ class Director:
             with self._pass():
                 try:
                     value = self.value(q.metric)
-                except (KeyError, ValueError, ZeroDivisionError, InputError):
+                except _MISSING:
                     value = None
             value = value if isinstance(value, str) or value is None else float(value)
         return Reveal(correct=correct_choice(q, value), value=value, explain=self.fill(q.explain.get(self.lang)))
@@ -392,7 +396,7 @@ class Director:
                     if not isinstance(actual, str):
                         actual = float(actual)
                     ok, err = check(cp, actual), ""
-                except (KeyError, ValueError, ZeroDivisionError, InputError) as e:
+                except _MISSING as e:
                     actual, ok, err = None, False, f"{type(e).__name__}: {e}"
                 out.append(CheckpointResult(step=self.index, claim=cp.claim, metric=cp.metric, expected=cp.expected,
                                             actual=actual, ok=ok, op=cp.op, tolerance=cp.tolerance_text(),
