@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.lang import bound_word
 from engine.numbers import dur, pct, si, sig
-from engine.serving.accounting import PARTS, Split
+from engine.serving.accounting import PARTS, Split, percentile_rows
 from engine.snapshot import Snapshot
 from engine.step import StepCost
 from engine.xray import SEGMENT_WORDS, step_xray
@@ -269,9 +269,7 @@ def _split_lines(lang: str, ids: np.ndarray, parts: np.ndarray) -> list[str]:
     mean = parts.mean(axis=0)
     out = [_t(lang, "split_mean", t=dur(float(mean.sum())), **{p: dur(float(v)) for p, v in zip(PARTS, mean,
                                                                                                   strict=True)})]
-    total = parts.sum(axis=1)
-    order = np.argsort(total, kind="stable")
-    i = int(order[int(round(0.99 * (len(order) - 1)))])
+    (i,) = percentile_rows(parts, (99,))  # the request run --json --explain calls the p99 one
     row = parts[i]
     out.append(_t(lang, "split_req", q="p99", id=int(ids[i]), t=dur(float(row.sum())),
                   **{p: dur(float(v)) for p, v in zip(PARTS, row, strict=True)}))

@@ -9,6 +9,7 @@ is the public `Engine.metrics()` / `tokensim run --json` shape.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any, NamedTuple, Protocol
@@ -665,16 +666,20 @@ def _named(parts: np.ndarray) -> dict[str, float]:
     return out
 
 
+def percentile_rows(parts: np.ndarray, qs: Iterable[float]) -> list[int]:
+    """For each percentile q of the latency (the sum of a request's parts), the row of the request of that rank in
+    sorted order: a real request, so its parts are its own. `parts` has at least one row."""
+    order = np.argsort(parts.sum(axis=1), kind="stable")
+    return [int(order[int(round(q / 100 * (len(order) - 1)))]) for q in qs]
+
+
 def split_summary(ids: np.ndarray, parts: np.ndarray) -> dict[str, Any]:
     """The mean split (its total is the mean latency) and the split of the request at each percentile of the
-    latency (the request of that rank in sorted order: a real request, so its parts are its own)."""
+    latency (percentile_rows)."""
     if not len(parts):
         return {"mean": None, **{f"p{q}": None for q in PERCENTILES}}
-    total = parts.sum(axis=1)
-    order = np.argsort(total, kind="stable")
     out: dict[str, Any] = {"mean": _named(parts.mean(axis=0))}
-    for q in PERCENTILES:
-        i = int(order[int(round(q / 100 * (len(order) - 1)))])
+    for q, i in zip(PERCENTILES, percentile_rows(parts, PERCENTILES), strict=True):
         out[f"p{q}"] = {"request": int(ids[i]), **_named(parts[i])}
     return out
 
