@@ -157,11 +157,12 @@ def _metric(snap: Snapshot, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
-def next_figure(current: str | None) -> str:
-    """The figure after `current` in FIGURES (the first when None), wrapping around: what `e` selects next."""
+def next_figure(current: str | None, step: int = 1) -> str:
+    """The figure `step` places after `current` in FIGURES (the first when None), wrapping around: what `e` (and
+    the explain screen's arrows) select next."""
     if current not in FIGURES:
         return FIGURES[0]
-    return FIGURES[(FIGURES.index(current) + 1) % len(FIGURES)]
+    return FIGURES[(FIGURES.index(current) + step) % len(FIGURES)]
 
 
 def explain_figure(name: str, snap: Snapshot, step: StepCost | None, lang: str = "en", split: Split | None = None,

@@ -19,12 +19,12 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engine.explain import FIGURES, Explanation, text
+from engine.explain import FIGURES, Explanation, next_figure, text
 from tui.render import metrics
 
-# The panel a click lands in -> the figure it explains (the metrics panel: the figure under the pointer; the
-# warehouse: its memory rows are the KV pool's fill, its last row the bandwidth use).
-PANEL_FIGURES = {"warehouse": "bw", "traffic": "step", "l2": "bw", "sm-grid": "mfu", "roofline": "bound",
+# The panel a click lands in -> the figure it explains (the metrics panel and the warehouse decide by the row
+# clicked, in figure_at_click).
+PANEL_FIGURES = {"traffic": "step", "l2": "bw", "sm-grid": "mfu", "roofline": "bound",
                  "xray": "step", "kvqueue": "kv"}
 WAREHOUSE_KV_ROWS = 2  # the warehouse's first two rows: the memory bar and its labels (weights, KV, reserve, free)
 
@@ -91,7 +91,7 @@ class ExplainScreen(ModalScreen[str]):
 
     def action_move(self, step: int) -> None:
         """e, tab, →: the next figure; shift+tab, ←: the previous one (wrapping)."""
-        self.figure = FIGURES[(FIGURES.index(self.figure) + step) % len(FIGURES)]
+        self.figure = next_figure(self.figure, step)
         self._show()
 
     def action_close(self) -> None:
