@@ -33,7 +33,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.serving.accounting import H, L, Percentiles, explain, rolling, run_metrics
+from engine.serving.accounting import H, Percentiles, explain, rolling, run_metrics
 from engine.serving.engine import Engine, prefix_keys
 from engine.serving.lane import Lane
 from engine.serving.tables import BLOCK, Rows, blocks_for
@@ -769,10 +769,10 @@ class Fleet:
         r = self.reps[i]
         return replace(r.eng.snapshot(), time_s=r.clock)
 
-    def latencies(self) -> tuple[np.ndarray, np.ndarray]:
-        """(TTFT, TPOT) of every answer the fleet finished (the last LATENCY_SAMPLES per replica)."""
-        lat = np.concatenate([r.latencies() for r in self.back])
-        return lat[:, L.TTFT], lat[:, L.TPOT]
+    def latencies(self) -> np.ndarray:
+        """Latency rows (columns accounting.L) of every answer the fleet finished, the last LATENCY_SAMPLES per
+        replica that writes answers: Engine.latencies() for a fleet."""
+        return np.concatenate([r.latencies() for r in self.back])
 
     def explain(self) -> dict[str, Any]:
         """Where the answers' TTFT and E2E went, over the replicas that write answers (`run --json --explain`)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd, scripted
+from engine.fleet import ROUTERS, FleetSpec, engine_for, parse_pd, scripted
 from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
 from engine.specs import load_hardware
@@ -171,11 +171,6 @@ def cost_per_hour(point: Point, base: EngineConfig) -> float:
     return price * point.gpus
 
 
-def alone(point: Point) -> bool:
-    """One replica doing both prefill and decode: the engine itself, no fleet around it."""
-    return point.replicas == 1 and point.pd is None
-
-
 def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None) -> str | None:
     """Why the point cannot run (weights, heads, one request's KV, the budget), or None if it can.
 
@@ -237,15 +232,11 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
     One replica runs on the engine itself (a fleet of one gives the same numbers; the engine also replays
     --workload files and --trace); more run as a fleet.
     """
-    spec = fleet_spec(point, base, kv_link_gbps)
-    dep: Engine | Fleet = Engine(spec.config) if alone(point) else Fleet(spec)
+    dep = engine_for(fleet_spec(point, base, kv_link_gbps))
     dep.run()
     m = dep.metrics()
-    if isinstance(dep, Fleet):
-        ttft, tpot = dep.latencies()
-    else:
-        lat = dep.latencies()
-        ttft, tpot = lat[:, L.TTFT], lat[:, L.TPOT]
+    lat = dep.latencies()
+    ttft, tpot = lat[:, L.TTFT], lat[:, L.TPOT]
     cost_h = cost_per_hour(point, base)
     q = slo.percentile
     sim = m["sim_time_s"]
