@@ -914,11 +914,7 @@ class Lane:
         t1 = self.clock + dt
         self.clock = t1
         if self.stats.preemptions:
-            rec = np.flatnonzero(~np.isnan(c.mark[:n]))  # every row emits: recomputes that end with this step
-            if rec.size:
-                r = c.pick(rec)
-                _spend(r, t1, r.rec, r.rec_v)
-                c.f[:, rec] = r.f
+            self._end_recomputes(~np.isnan(c.mark[:n]), t1)  # every row emits: recomputes that end with this step
         if n_run:
             dec += 1
             c.blocks[:n_run] += nb
@@ -1022,12 +1018,7 @@ class Lane:
         t1 = self.clock + dt
         self.clock = t1
         if self.stats.preemptions:
-            done_rec = emit & ~np.isnan(c.mark[:n])  # rows whose recompute ends with this step
-            if done_rec.any():
-                idx = np.flatnonzero(done_rec)
-                r = self.R.cols.pick(idx)
-                _spend(r, t1, r.rec, r.rec_v)
-                c.f[:, idx] = r.f
+            self._end_recomputes(emit & ~np.isnan(c.mark[:n]), t1)  # rows whose recompute ends with this step
         # Apply: caches grow, tokens come out, first-token times are stamped.
         gen = c.gen[:n]
         cached[:] = fresh_end
@@ -1052,6 +1043,16 @@ class Lane:
         completed = self._complete(done, t1) if done.any() else _EMPTY
         self._account(p, tokens, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
         return self._result(tick, dt, ids, _ones(n_emit), admitted, pre, completed) if want else None
+
+    def _end_recomputes(self, done: np.ndarray, t: float) -> None:
+        """Running rows (mask `done`) whose recompute after a preemption ends with the step ending at t: count the
+        time it took (_spend) and clear their mark."""
+        idx = np.flatnonzero(done)
+        if idx.size:
+            c = self.R.cols
+            r = c.pick(idx)
+            _spend(r, t, r.rec, r.rec_v)
+            c.f[:, idx] = r.f
 
     def _account(self, p: StepParts, tokens: int, n: int, n_emit: int, vis_tokens: int, in_new: int,
                  recomputed: int, share_in: float, t1: float, dt: float, share_cached: float = 0.0) -> None:
