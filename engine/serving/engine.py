@@ -240,8 +240,7 @@ class Engine:
         ln = self._lanes[0]
         ln.stats.accepted += len(rows)
         self._budget.accepted += len(rows)
-        if ln.caching and not ln.shared_content and (rows.group.any() or rows.body.any()):
-            ln.shared_content = True  # as the lane's own _create: blocks are keyed once content is shared
+        ln.note_content(rows)
         ln.Q.append(rows)
 
     def admit_copied(self, row: Rows) -> None:

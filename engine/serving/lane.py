@@ -322,9 +322,14 @@ class Lane:
             r.body[:] = content.body
             r.sess[:] = content.session
             r.stage[:] = content.stage
-            if self.caching and not self.shared_content and (r.group.any() or r.body.any()):
-                self.shared_content = True
+            self.note_content(r)
         st.accepted += k
+
+    def note_content(self, r: Rows) -> None:
+        """Requests joining this lane: once any shares content with another (a group prefix or a body), blocks
+        are keyed as they fill (with prefix caching on); until then nothing can be found in the cache."""
+        if self.caching and not self.shared_content and (r.group.any() or r.body.any()):
+            self.shared_content = True
 
     # ---- scheduling ---------------------------------------------------------------------------
     def _plan_running(self) -> tuple[np.ndarray | None, np.ndarray | None, int]:
