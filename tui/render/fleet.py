@@ -18,7 +18,7 @@ from tui.frame import FleetView, Frame
 from tui.i18n import t
 from tui.render import palette as pal
 from tui.render.fmt import clock, dur, fit, num, pct
-from tui.render.header import who
+from tui.render.header import status, who
 from tui.render.kvqueue import sparkline
 
 MAX_ROUTE_ROWS = 8  # the router's latest choices shown (newest first), as many as the fleet keeps
@@ -210,12 +210,7 @@ def header(frame: Frame, width: int) -> Text:
     # Fleet-wide figures come before the deployment's name, which the panel's title and --help repeat.
     full = t(lang, "f_figs", n=num(v.done), tok=num(v.tok_s_out), ttft=dur(v.ttft_p50), cost=f"{v.cost_per_hour:,.2f}")
     short = t(lang, "f_figs_short", n=num(v.done), tok=num(v.tok_s_out))
-    right = Text()
-    if frame.behind:
-        right.append(t(lang, "behind") + "  ", style=pal.COMPUTE)
-    right.append(t(lang, "sim", t=clock(frame.clock_s)) + "  ")
-    right.append(f"×{frame.speed:g}  ", style=pal.WEIGHTS)
-    right.append(t(lang, "playing" if frame.playing else "paused") + " ", style="bold")
+    right = status(frame, short=True)
     room = width - cell_len(right.plain) - cell_len(badge.plain)
     # Narrow: the short figures, then none; the deployment keeps at least 12 cells ("tokensim 4…").
     figs = Text(next((f + "  " for f in (full, short) if cell_len(f) + 14 <= room), ""))

@@ -38,6 +38,19 @@ def who(lang: str, rate: float, users: int) -> str:
     return t(lang, "users_1") if users == 1 else t(lang, "users_n", n=num(users))
 
 
+def status(frame: Frame, short: bool) -> Text:
+    """The bar's right side: behind (if the simulation cannot keep up), the sim clock, the speed (`short`: the bare
+    factor) and play state. One engine's bar and a fleet's end alike."""
+    lang = frame.lang
+    out = Text()
+    if frame.behind:
+        out.append(t(lang, "behind") + "  ", style=pal.COMPUTE)
+    out.append(t(lang, "sim", t=clock(frame.clock_s)) + "  ")
+    out.append((f"×{frame.speed:g}" if short else speed_label(lang, frame.speed)) + "  ", style=pal.WEIGHTS)
+    out.append(t(lang, "playing" if frame.playing else "paused") + " ", style="bold")
+    return out
+
+
 def render(frame: Frame, width: int) -> Text:
     """One row: left the configuration, right the clock, speed and play state."""
     s, lang = frame.snapshot, frame.lang
@@ -52,13 +65,7 @@ def render(frame: Frame, width: int) -> Text:
     for k in knobs(frame):
         left.append(" ")
         left.append(f" {k} ", style="bold reverse " + pal.COMPUTE)
-    right = Text()
-    if frame.behind:
-        right.append(t(lang, "behind") + "  ", style=pal.COMPUTE)
-    right.append(t(lang, "sim", t=clock(frame.clock_s)) + "  ")
-    # Narrow: the bare speed factor, so the left side keeps the user count.
-    right.append((speed_label(lang, frame.speed) if width >= 100 else f"×{frame.speed:g}") + "  ", style=pal.WEIGHTS)
-    right.append(t(lang, "playing" if frame.playing else "paused") + " ", style="bold")
+    right = status(frame, short=width < 100)  # narrow: the bare speed factor, so the left keeps the user count
     room = width - cell_len(right.plain)
     left.truncate(max(0, room), overflow="ellipsis", pad=True)
     left.append_text(right)
