@@ -276,9 +276,7 @@ class Fleet:
         open_loop = cfg.users == 0 and not any(st.users for st in self.src.stages)
         for r in self.reps:
             r.hint = open_loop
-        # Arrivals go to the replicas that read prompts; answers are written by those that decode.
-        self.front = [r for r in self.reps if r.role != "decode"]
-        self.back = [r for r in self.reps if r.role != "prefill"]
+        self._sort_roles()
         sm = self.reps[0].eng.step_model
         self.price_per_gpu_hour = cfg.price_per_hour if cfg.price_per_hour is not None else sm.hw.price_per_hour
         # P/D: each GPU of a tp group sends its own KV shard over its own link, one direction of it
@@ -449,6 +447,11 @@ class Fleet:
             self.now = max(self.now, t)
         return n
 
+    def _sort_roles(self) -> None:
+        """Arrivals go to the replicas that read prompts (front); answers are written by those that decode (back)."""
+        self.front = [r for r in self.reps if r.role != "decode"]
+        self.back = [r for r in self.reps if r.role != "prefill"]
+
     def _run_prerouted(self, max_ticks: int | None) -> int:
         """run() when every request's replica is known before it arrives (round-robin over open-loop arrivals):
         each replica then runs to its own next request, not to everyone's, so its quiet decode runs are
@@ -508,8 +511,7 @@ class Fleet:
         for rep, k in done:
             self.reps[rep.index] = rep
             n += k
-        self.front = [r for r in self.reps if r.role != "decode"]
-        self.back = [r for r in self.reps if r.role != "prefill"]
+        self._sort_roles()  # the replicas came back from the workers as new objects
         self.ticks += n
         self.ready = []
         self.queued = [False] * nrep
