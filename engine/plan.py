@@ -295,18 +295,17 @@ def _evaluate_job(job: Job) -> dict[str, Any]:
     return evaluate(*job)
 
 
-def serial_map(jobs: list[Job]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Evaluate jobs one after another in this process, yielding (index, result)."""
+def serial_map(jobs: list[Any], fn: Callable[[Any], Any] = _evaluate_job) -> Iterator[tuple[int, Any]]:
+    """Run `fn` (by default evaluate) on jobs one after another in this process, yielding (index, result)."""
     for i, job in enumerate(jobs):
-        yield i, _evaluate_job(job)
+        yield i, fn(job)
 
 
 def pool_map(jobs: list[Any], workers: int, fn: Callable[[Any], Any] = _evaluate_job) -> Iterator[tuple[int, Any]]:
     """Run `fn` (by default evaluate) on jobs in a local process pool, yielding (index, result) as they finish
     (any order); in this process when there is one worker or one job."""
     if workers <= 1 or len(jobs) <= 1:
-        for i, job in enumerate(jobs):
-            yield i, fn(job)
+        yield from serial_map(jobs, fn)
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
