@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.step import StepModel
-from engine.workload import Dist
+from engine.physics.step import StepModel
+from engine.traffic.workload import Dist
 
 MEMORY_LIMIT_BYTES = 2e9  # request and user tables a run may hold (the engine itself needs ~100 MB more)
 STEPS_LIMIT = 1e7  # simulated steps: about five minutes at the ~33k ticks/s of a small batch (measured)

@@ -49,9 +49,10 @@ class EngineConfig:
     # vLLM's knobs: the KV pool by its memory rule (with max_batched_tokens and max_batch), the served context
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
-    # automatic prefix caching (engine.prefix_cache); None: what the runtime does (on for vllm, sglang, trtllm)
+    # automatic prefix caching (engine.serving.prefix_cache); None: what the runtime does (on for vllm, sglang, trtllm)
     prefix_caching: bool | None = None
-    # a workload file (engine.workload_file) or a trace (engine.trace) instead of users/rate/prompt/output
+    # a workload file (engine.traffic.workload_file) or a trace (engine.traffic.trace)
+    # instead of users/rate/prompt/output
     workload: str | None = None
     trace: str | None = None
     trace_speed: float = 1.0

@@ -36,7 +36,7 @@ A scene file (scenes/data/NN-<id>.toml, played in NN order):
 Setup may also name a workload file of scenes/workloads (`workload = "shared-system-prompt"`), a bundled trace
 (`trace = "azure-conv-sample"`, `trace_speed`), prefix caching and speculative decoding (`spec_tokens`, ...).
 A fleet is an action: `{ run_fleet = { replicas = 4, router = "least-loaded", pd = "1:3" } }` serves the scene's
-open-loop traffic on engine.fleet to its end, headless, and its figures (fleet_*) read that run until the next.
+open-loop traffic on engine.fleet.fleet to its end, headless, and its figures (fleet_*) read that run until the next.
 
 Placeholders in narration name metrics ({metric:fmt}), a metric's value at a mark ({metric@mark}) or now
 over then ({metric/mark}); they are filled from the live engine, so the text always shows its figures.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine import validation as V
 from engine.config import SCHEDULERS
 from engine.errors import InputError
-from engine.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names
+from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names
 from scenes.checks import (
     MAX_PROBE_BATCH,
     MAX_RUN_SECONDS,
@@ -64,7 +64,7 @@ class Player(Protocol):
         ...
 
     def run_fleet(self, run: FleetRun) -> None:
-        """Serve the scene's traffic on a fleet (engine.fleet) to its end and keep its metrics for the figures."""
+        """Serve the scene's traffic on a fleet (engine.fleet.fleet) to its end and keep its metrics for the figures."""
         ...
 
 
@@ -86,7 +86,7 @@ class FleetRun:
 def _fleet_run(c: Ctx, where: str, v: Any) -> FleetRun:
     """A table { replicas = 4, router = "least-loaded", pd = "1:3" } (router and pd optional)."""
     from engine.errors import suggest
-    from engine.fleet import ROUTERS, parse_pd
+    from engine.fleet.fleet import ROUTERS, parse_pd
 
     if not isinstance(v, dict):
         raise c.fail(where, f'expected a table like {{ replicas = 4, router = "least-loaded", pd = "1:3" }}, got {v!r}')

@@ -79,7 +79,7 @@ def dist(c: Ctx, where: str, v: Any) -> str:
     """A length spec the workload parses ("200", "uniform:100,300"); the field name is the part after the dot."""
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         raise c.fail(where, f"expected a length spec like \"200\" or \"uniform:100,300\", got {v!r}")
-    from engine.workload import parse_dist
+    from engine.traffic.workload import parse_dist
 
     try:
         parse_dist(v, where.rsplit(".", 1)[-1])

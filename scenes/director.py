@@ -18,8 +18,8 @@ from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.lang import LANGS, bound_word
 from engine.numbers import json_safe
-from engine.snapshot import Snapshot
-from engine.step import StepModel
+from engine.physics.step import StepModel
+from engine.serving.snapshot import Snapshot
 from scenes.actions import ACTIONS, FleetRun
 from scenes.metrics import METRICS, Probe
 from scenes.placeholders import AT, OVER, Ref, parse_ref, refs
@@ -266,7 +266,7 @@ class Director:
     def run_fleet(self, run: FleetRun) -> None:
         """Serve the scene's traffic (its config: open loop with a request bound) on a fleet to its end, headless;
         the floor keeps showing the one engine. Its metrics feed the fleet_* figures until the next fleet."""
-        from engine.fleet import Fleet, FleetSpec
+        from engine.fleet.fleet import Fleet, FleetSpec
 
         self._sync()
         key = (self.config, run)

@@ -1,6 +1,6 @@
 """The metrics a scene's narration and checkpoints may name: each a pure function of the director's state.
 
-Nothing here re-derives physics: step-model metrics call engine.step.StepModel (and its helpers) on
+Nothing here re-derives physics: step-model metrics call engine.physics.step.StepModel (and its helpers) on
 the scene's current configuration and probe; live metrics read the Engine's Snapshot and metrics().
 A metric returns a float, or a str for the few whose unit is "text" (e.g. which roofline term wins).
 """
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
-    from engine.snapshot import Snapshot
-    from engine.step import StepCost, StepModel
+    from engine.physics.step import StepCost, StepModel
+    from engine.serving.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class Stage(Protocol):
         ...
 
     def fleet_metrics(self) -> dict[str, Any]:
-        """The metrics of the fleet the scene last ran (engine.fleet.Fleet.metrics()); KeyError before one ran."""
+        """The metrics of the fleet the scene last ran (engine.fleet.fleet.Fleet.metrics()); KeyError before one ran."""
         ...
 
 
@@ -76,7 +76,7 @@ def metric(name: str, unit: str, doc: str) -> Callable[[Callable[[Stage], Any]],
 
 
 def _reference() -> dict[str, Any]:
-    from engine.claim_rows import reference
+    from engine.evidence.claim_rows import reference
 
     return reference()
 
@@ -164,7 +164,7 @@ def _active_params_b(s: Stage) -> float:
 
 @metric("weight_bytes_each", "B", "bytes one weight takes at the current weight dtype")
 def _weight_bytes_each(s: Stage) -> float:
-    from engine.specs import DTYPE_BYTES
+    from engine.physics.specs import DTYPE_BYTES
 
     return DTYPE_BYTES[s.step_model().wdtype]
 
@@ -361,7 +361,7 @@ def _read_vs_write(s: Stage) -> float:
 
 @metric("crossover_batch", "sequences", "smallest decode batch (at the probe context) that turns compute-bound")
 def _crossover_batch(s: Stage) -> float:
-    from engine.step import crossover_batch
+    from engine.physics.step import crossover_batch
 
     return float(crossover_batch(s.step_model(), s.probe.context))
 
@@ -429,7 +429,7 @@ def _kv_heads(s: Stage) -> float:
 
 @metric("kv_dtype_bytes", "B", "bytes per cached key or value element at the KV dtype")
 def _kv_dtype_bytes(s: Stage) -> float:
-    from engine.specs import DTYPE_BYTES
+    from engine.physics.specs import DTYPE_BYTES
 
     return DTYPE_BYTES[s.config.kv_dtype]
 
@@ -466,7 +466,7 @@ def _rack_tb(s: Stage) -> float:
 
 @metric("context_wall_tokens", "tokens", "context at which one user's KV read equals their share of the weight read")
 def _context_wall(s: Stage) -> float:
-    from engine.step import context_wall
+    from engine.physics.step import context_wall
 
     return float(context_wall(s.step_model(), s.probe.batch))
 
@@ -720,7 +720,7 @@ def _cost_in_now(s: Stage) -> float:
 
 @metric("measured_e2e_s", "s", "Qwen's published A100 time for 2,048 tokens at batch 1 (this model, runtime, GPUs)")
 def _measured_e2e(s: Stage) -> float:
-    from engine.validate import qwen_case
+    from engine.evidence.validate import qwen_case
 
     c = s.config
     try:
@@ -761,7 +761,7 @@ def _fast_users(s: Stage) -> float:
 
 @metric("qwen72b_2gpu_measured_s", "s", "Qwen's published time for 2,048 tokens from Qwen2.5-72B on two A100s (vLLM)")
 def _q72_measured(s: Stage) -> float:
-    from engine.validate import qwen_case
+    from engine.evidence.validate import qwen_case
 
     c = qwen_case("qwen2.5-72b", 2)
     return c.osl / c.measured
@@ -769,7 +769,7 @@ def _q72_measured(s: Stage) -> float:
 
 @metric("qwen72b_2gpu_predicted_s", "s", "the step model's time for the same request (tokensim validate's row)")
 def _q72_predicted(s: Stage) -> float:
-    from engine.validate import predict, qwen_case
+    from engine.evidence.validate import predict, qwen_case
 
     c = qwen_case("qwen2.5-72b", 2)
     return c.osl / predict(c)
@@ -780,7 +780,7 @@ def _q72_predicted(s: Stage) -> float:
 def _training(s: Stage, calls: bool = False) -> Any:
     """C26's equal-spend figures for the scene's model and probe (batch, context) under the stated assumptions
     of reference.toml's [training] table; `calls` reads the lifetime volume as calls, not tokens."""
-    from engine.economics import assumptions, training_equivalence
+    from engine.physics.economics import assumptions, training_equivalence
 
     a = assumptions(_reference()["training"], calls=calls)
     return training_equivalence(s.step_model(), s.probe.batch, s.probe.context, a)
@@ -856,14 +856,14 @@ def _serve_vs_train(s: Stage) -> float:
 
 @metric("fit_batch", "sequences", "the probe batch, capped at what the KV pool holds at the probe context")
 def _fit_batch(s: Stage) -> float:
-    from engine.economics import batch_that_fits
+    from engine.physics.economics import batch_that_fits
 
     return float(max(1, min(s.probe.batch, batch_that_fits(s.step_model(), s.probe.context))))
 
 
 @metric("fit_gpu_ms_per_tok", "GPU-ms", "GPU-ms per output token at the probe context and the batch that fits")
 def _fit_gpu_ms(s: Stage) -> float:
-    from engine.economics import serving_cost
+    from engine.physics.economics import serving_cost
 
     return serving_cost(s.step_model(), int(_fit_batch(s)), s.probe.context)[1] * 1e3
 
@@ -896,7 +896,7 @@ def _prefix_hit(s: Stage) -> float:
 
 def _workload_prompt(s: Stage) -> Any:
     """The first stage's prompt spec of the scene's workload file (KeyError when the scene plays none)."""
-    from engine.workload_file import load_workload
+    from engine.traffic.workload_file import load_workload
 
     if s.config.workload is None:
         raise KeyError("the scene plays no workload file")
@@ -915,7 +915,7 @@ def _wl_shared(s: Stage) -> float:
 
 @metric("kv_block_tokens", "tokens", "tokens one KV block holds (the pool's and the prefix cache's unit)")
 def _kv_block_tokens(s: Stage) -> float:
-    from engine.snapshot import KV_BLOCK_TOKENS
+    from engine.serving.snapshot import KV_BLOCK_TOKENS
 
     return float(KV_BLOCK_TOKENS)
 
@@ -963,7 +963,7 @@ def _spec_accept(s: Stage) -> float:
 
 @metric("spec_expected_tokens", "tokens", "tokens a sequence should emit per verify step: (1 - A^(K+1)) / (1 - A)")
 def _spec_expected(s: Stage) -> float:
-    from engine.speculative import expected_tokens
+    from engine.physics.speculative import expected_tokens
 
     return expected_tokens(s.config.spec_tokens, s.config.spec_accept)
 
@@ -986,7 +986,7 @@ def _trace(s: Stage) -> Any:
 @lru_cache(maxsize=4)
 def _load_trace(name: str, speed: float) -> Any:
     """A trace loaded once per (name, speed): the narration asks for its figures on every refresh."""
-    from engine.trace import load_trace
+    from engine.traffic.trace import load_trace
 
     return load_trace(name, speed)
 
@@ -1042,7 +1042,7 @@ def _qd99(s: Stage) -> float:
     return _run(s, "queue_delay_s", "p99")
 
 
-# ---- a fleet (the scene's `run_fleet` action: engine.fleet on the scene's traffic) -------------
+# ---- a fleet (the scene's `run_fleet` action: engine.fleet.fleet on the scene's traffic) -------------
 
 def _fleet(s: Stage, key: str, pct: str | None = None) -> float:
     v = s.fleet_metrics()[key]
@@ -1126,13 +1126,13 @@ def _rate(s: Stage) -> float:
 
 @metric("prompt_mean_tokens", "tokens", "mean prompt length of the scene's traffic (--prompt)")
 def _prompt_mean(s: Stage) -> float:
-    from engine.workload import parse_dist
+    from engine.traffic.workload import parse_dist
 
     return parse_dist(s.config.prompt, "prompt", 1).mean
 
 
 @metric("output_mean_tokens", "tokens", "mean answer length of the scene's traffic (--output)")
 def _output_mean(s: Stage) -> float:
-    from engine.workload import parse_dist
+    from engine.traffic.workload import parse_dist
 
     return parse_dist(s.config.output, "output", 1).mean

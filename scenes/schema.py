@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from engine import validation as V
-from engine.claim_rows import CLAIM_IDS
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError, suggest
+from engine.evidence.claim_rows import CLAIM_IDS
 from engine.lang import LANGS
-from engine.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names, parse_toml
+from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names, parse_toml
 from scenes.actions import ACTIONS
 from scenes.checks import (
     MAX_PROBE_BATCH,
@@ -216,7 +216,7 @@ def _setup(c: Ctx, v: Any) -> Setup:
         elif k == "workload":
             kw[k] = workload_path(c, w, val)
         elif k == "trace":
-            from engine.trace import bundled
+            from engine.traffic.trace import bundled
 
             kw[k] = word(c, w, val, sorted(bundled()), "bundled trace")
         elif k == "spec_tokens":
@@ -224,7 +224,7 @@ def _setup(c: Ctx, v: Any) -> Setup:
         elif k == "spec_accept":
             kw[k] = share(c, w, val)
         elif k == "spec_draft":
-            from engine.speculative import DRAFT_KINDS
+            from engine.physics.speculative import DRAFT_KINDS
 
             kw[k] = word(c, w, val, [*DRAFT_KINDS, *model_names()], "drafter")
         elif k == "fast_share":
@@ -238,7 +238,7 @@ def _setup(c: Ctx, v: Any) -> Setup:
         elif k == "requests":
             kw[k] = whole(c, w, val, 1)
         elif k == "runtime":
-            from engine.calibration import runtimes
+            from engine.physics.calibration import runtimes
 
             kw[k] = word(c, w, val, sorted(runtimes()), "runtime")
         else:  # rate, duration, price_per_hour, slo_*, compute_mult, bandwidth_mult

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from engine.config import EngineConfig
+from engine.physics.step import StepModel
 from engine.serving import Engine
-from engine.step import StepModel
 from scenes.metrics import METRICS, Probe
 from tui.frame import build_frame
 from tui.render import roofline, traffic, warehouse

@@ -11,7 +11,7 @@ kvqueue, users, narration, keys, enlarge.
 
 A fleet (`fleet=FleetSpec(...)` with more than one replica, or P/D): #fleet shows a row per replica, and
 tab / 1-9 / a click show one replica's own floor (the same panels, fed from that replica's engine); 0 goes
-back to the overview. `apply_setup(spec)` rebuilds the app on an Engine or a Fleet (engine.fleet.engine_for).
+back to the overview. `apply_setup(spec)` rebuilds the app on an Engine or a Fleet (engine.fleet.fleet.engine_for).
 
 Hooks for the scenes engineer:
 - `narration: tuple[str, ...] | None` (reactive): lines shown in the bottom #narration panel; None hides it.
@@ -42,7 +42,7 @@ from textual.widgets import Static
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.fleet import Fleet, FleetSpec, engine_for
+from engine.fleet.fleet import Fleet, FleetSpec, engine_for
 from tui.defaults import default_config
 from tui.fleet_playback import FleetPlayback
 from tui.frame import Frame, build_frame
@@ -546,7 +546,7 @@ class TokensimApp(App[None]):
 
     def action_explain(self, figure: str | None = None) -> None:
         """e: the formula of a floor figure with its values (the last one explained; a click passes its own)."""
-        from engine.explain import explain_figure
+        from engine.evidence.explain import explain_figure
         from engine.numbers import sig
         from engine.serving.accounting import ROLLING_SAMPLES
 

@@ -12,8 +12,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from engine.fleet import Fleet
-from engine.snapshot import Snapshot
+from engine.fleet.fleet import Fleet
+from engine.serving.snapshot import Snapshot
 from tui.frame import FleetView
 from tui.playback import Playback
 

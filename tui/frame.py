@@ -15,9 +15,9 @@ from types import EllipsisType
 
 import numpy as np
 
-from engine.fleet import CopyState, ReplicaState, Route
-from engine.snapshot import Phase, Snapshot
-from engine.step import StepCost
+from engine.fleet.fleet import CopyState, ReplicaState, Route
+from engine.physics.step import StepCost
+from engine.serving.snapshot import Phase, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.snapshot import Phase, Snapshot
-from engine.step import StepCost
+from engine.physics.step import StepCost
+from engine.serving.snapshot import Phase, Snapshot
 from tui.frame import Batch, batch_of, match_rows, taken
 
 if TYPE_CHECKING:

@@ -13,9 +13,17 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.physics.specs import (
+    DTYPE_BYTES,
+    KV_DTYPES,
+    WEIGHT_DTYPES,
+    hardware_names,
+    load_hardware,
+    load_model,
+    model_names,
+)
+from engine.physics.step import StepModel, StepOptions
 from engine.serving import Engine
-from engine.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, hardware_names, load_hardware, load_model, model_names
-from engine.step import StepModel, StepOptions
 from tui.i18n import t
 
 # Tensor-parallel degrees a fix may propose: powers of two, as GPUs come in NVLink groups of 2, 4, 8

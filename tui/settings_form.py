@@ -22,7 +22,7 @@ from functools import cache
 from typing import Any
 
 from engine.errors import InputError
-from engine.fleet import FleetSpec, engine_for
+from engine.fleet.fleet import FleetSpec, engine_for
 from tui.commands import app_cmd, run_cmd
 from tui.defaults import default_config
 from tui.i18n import OPTION_HELP
@@ -199,7 +199,8 @@ def _setup(fields: tuple[Field, ...], values: Values) -> FleetSpec:
 
 def setup_of(fields: tuple[Field, ...], values: Values, lang: str = "en") -> FleetSpec:
     """The setup (one engine's config, or a fleet's) the fields describe, checked all the way: parse, cross-option
-    rules, then building it (engine.fleet.engine_for, the engine's own validation). A refusal is a FormError naming
+    rules, then building it (engine.fleet.fleet.engine_for, the engine's own validation). A refusal is a FormError
+    naming
     the field it belongs beside; a model or GPU that does not fit says why in the pickers' words."""
     try:
         spec = _setup(fields, values)

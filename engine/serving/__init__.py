@@ -16,7 +16,7 @@ from engine.errors import InputError
 from engine.serving.accounting import HISTORY_POINTS, LATENCY_SAMPLES, RECENT_DONE, ROLLING_SAMPLES
 from engine.serving.engine import SNAPSHOT_QUEUE_ROWS, Engine
 from engine.serving.lane import IDLE_TICK_S, TickResult
-from engine.snapshot import KV_BLOCK_TOKENS, Phase, RequestView, Snapshot
+from engine.serving.snapshot import KV_BLOCK_TOKENS, Phase, RequestView, Snapshot
 
 __all__ = [
     "HISTORY_POINTS", "IDLE_TICK_S", "KV_BLOCK_TOKENS", "LATENCY_SAMPLES", "RECENT_DONE", "ROLLING_SAMPLES",

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from engine.physics.step import StepCost
 from engine.serving.kvpool import KVPool
 from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, Ring, Rows, done_rows
-from engine.step import StepCost
 
 HISTORY_POINTS = 512  # per-tick UI history (kv_util, queue, tok/s, step time): the last 512 ticks
 LATENCY_SAMPLES = 65_536  # per-request latencies for percentiles: a ring of the last 65,536 completions
@@ -512,7 +512,7 @@ class RunMetrics:
 
 
 def stage_metrics(lanes: list[LaneLike], stages: tuple[Any, ...]) -> tuple[dict[str, Any], ...]:
-    """Per workload stage (engine.workload_file.Stage): its rate or users, length, and the latencies of the
+    """Per workload stage (engine.traffic.workload_file.Stage): its rate or users, length, and the latencies of the
     requests sent during it (completions exact, percentiles over the latency ring)."""
     st = [ln.stats for ln in lanes]
     lat = np.concatenate([s.lat.last() for s in st])

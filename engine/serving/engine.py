@@ -23,19 +23,19 @@ from engine import budget
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
+from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
+from engine.physics.speculative import Drafter
+from engine.physics.speculative import check as check_spec
+from engine.physics.step import StepModel, StepOptions
 from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
-from engine.serving.arrivals import Budget, PlanScript, Script, TraceScript
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
+from engine.serving.snapshot import Phase, RequestView, Snapshot
 from engine.serving.tables import BLOCK, SHIFT, Rows, done_view
-from engine.snapshot import Phase, RequestView, Snapshot
-from engine.specs import WEIGHT_DTYPES, load_hardware, load_model
-from engine.speculative import Drafter
-from engine.speculative import check as check_spec
-from engine.step import StepModel, StepOptions
-from engine.trace import load_trace
-from engine.workload import Dist, parse_dist, seeded_rngs
-from engine.workload_file import Plan, load_workload
+from engine.traffic.arrivals import Budget, PlanScript, Script, TraceScript
+from engine.traffic.trace import load_trace
+from engine.traffic.workload import Dist, parse_dist, seeded_rngs
+from engine.traffic.workload_file import Plan, load_workload
 
 SNAPSHOT_QUEUE_ROWS = 1024  # queued requests shown in a snapshot (the count is always exact)
 assert set(SCHEDULERS) == set(POLICIES), "config.SCHEDULERS and the scheduler classes name the same policies"
@@ -555,7 +555,7 @@ class Engine:
 
     @property
     def lanes(self) -> tuple[Lane, ...]:
-        """The lanes (the main one first, then the fast lane if any), for readers such as engine.trace_out."""
+        """The lanes (the main one first, then the fast lane if any), for readers such as engine.serving.trace_out."""
         return tuple(self._lanes)
 
     def explain(self) -> dict[str, Any]:

@@ -20,20 +20,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.prefix_cache import TAG_REQUEST, chain_keys, stream_id
+from engine.physics.speculative import Drafter, sample_accepted
+from engine.physics.step import StepCost, StepModel, StepParts
 from engine.serving.accounting import H, LaneStats, finished_times
-from engine.serving.arrivals import Arrivals, Budget, PlanScript, Script
 from engine.serving.kvpool import KVPool
+from engine.serving.prefix_cache import TAG_REQUEST, chain_keys, stream_id
 from engine.serving.scheduler import Scheduler
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for
-from engine.speculative import Drafter, sample_accepted
-from engine.step import StepCost, StepModel, StepParts
+from engine.traffic.arrivals import Arrivals, Budget, PlanScript, Script
+from engine.traffic.workload import Dist, Sampler
+from engine.traffic.workload_file import Requests
 from engine.validation import MAX_SECONDS
-from engine.workload import Dist, Sampler
-from engine.workload_file import Requests
 
 if TYPE_CHECKING:
-    from engine.trace_out import Recorder
+    from engine.serving.trace_out import Recorder
 
 IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
 
@@ -129,7 +129,7 @@ class LaneSpec:
     slo_ttft: float | None
     slo_tpot: float | None
     debug: bool
-    prefix_caching: bool = False  # full blocks keyed by content, shared and kept (engine.prefix_cache)
+    prefix_caching: bool = False  # full blocks keyed by content, shared and kept (engine.serving.prefix_cache)
     spec_tokens: int = 0  # speculative decoding: drafts per decode step (0: off)
     spec_accept: float = 0.0  # each draft's acceptance probability
     drafter: Drafter | None = None  # what drafting costs
@@ -176,7 +176,7 @@ class Lane:
         self._priced: Callable[[], StepCost] | None = None
         stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
         self.stats = self.new_stats(stages)
-        self.rec: Recorder | None = None  # engine.trace_out's recorder, when the run is traced
+        self.rec: Recorder | None = None  # engine.serving.trace_out's recorder, when the run is traced
         self.staged = self.stats.stages > 1
         self.on_done: Callable[[Rows], None] | None = None  # told of every finished request (a fleet's router)
         # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.

@@ -12,7 +12,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from engine.snapshot import KV_BLOCK_TOKENS
+from engine.serving.snapshot import KV_BLOCK_TOKENS
 
 
 class IntCol(IntEnum):
@@ -31,7 +31,7 @@ class IntCol(IntEnum):
     FAST = 10  # 1 in the fast lane
     PREEMPTS = 11  # times evicted
     INPUT = 12  # prompt tokens read at least once (re-reading after a preemption is recompute)
-    # Token content, for the prefix cache (engine.prefix_cache streams; 0: none / the request's own):
+    # Token content, for the prefix cache (engine.serving.prefix_cache streams; 0: none / the request's own):
     GROUP = 13  # stream of the shared prefix
     PREFIX = 14  # tokens of the shared prefix
     BODY = 15  # stream of the rest of the prompt

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.claims_loop import LOOP_CLAIMS, engine_crossover_batch
-from engine.specs import load_hardware
+from engine.evidence.claims_loop import LOOP_CLAIMS, engine_crossover_batch
+from engine.physics.specs import load_hardware
 
 IDS = ("C13", "C14", "C17", "C18", "C20", "C21", "C22", "C23", "C25")
 

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from engine.claims import compute, reference
-from engine.economics import Assumptions, replica, sensitivity, stated, training_equivalence
 from engine.errors import InputError
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions
+from engine.evidence.claims import compute, reference
+from engine.physics.economics import Assumptions, replica, sensitivity, stated, training_equivalence
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions
 
 
 def _ideal_14b() -> StepModel:

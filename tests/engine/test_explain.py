@@ -1,4 +1,4 @@
-"""The explain screen's content (engine.explain): every figure's formula carries the values the floor shows, in
+"""The explain screen's content (engine.evidence.explain): every figure's formula carries the values the floor shows, in
 both languages, and the arithmetic written on each line holds."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import re
 import pytest
 
 from engine.config import EngineConfig
-from engine.explain import FIGURES, TEXT, explain_figure, next_figure
+from engine.evidence.explain import FIGURES, TEXT, explain_figure, next_figure
 from engine.numbers import dur, pct, si
+from engine.physics.xray import step_xray
 from engine.serving import Engine
-from engine.snapshot import Snapshot
-from engine.xray import step_xray
+from engine.serving.snapshot import Snapshot
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from importlib import resources
 import numpy as np
 import pytest
 
-import engine.fit as fit
-from engine.calibration import runtimes
-from engine.validate import cases
+import engine.evidence.fit as fit
+from engine.evidence.validate import cases
+from engine.physics.calibration import runtimes
 
 
 def test_loss_weighs_one_large_miss_above_several_small_ones(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,9 +39,9 @@ def test_constants_round_to_three_figures_and_to_zero_below_the_last_step() -> N
 
 
 def test_the_fit_prints_both_kinds_of_record() -> None:
-    # `python -m engine.fit --profile vllm` crashed at its last line on the serving campaign's record
+    # `python -m engine.evidence.fit --profile vllm` crashed at its last line on the serving campaign's record
     # (per-mean errors, not per-split ones), after minutes of fitting.
-    from engine.fit import summary
+    from engine.evidence.fit import summary
 
     split = {"train": {"n": 3, "median": 4.0, "max": 9.0}}
     assert summary(split) == "train n=3 median 4.0% max 9.0%"
@@ -73,10 +73,10 @@ def test_new_serving_constants_are_written_only_when_every_median_holds() -> Non
 
 
 def test_the_vllm_record_is_what_validate_reproduces() -> None:
-    """runtimes.toml's vllm record (written by `python -m engine.fit --profile vllm --write`): its medians are those
+    """runtimes.toml's vllm record (written by `python -m engine.evidence.fit --profile vllm --write`): its medians are those
     of its per-experiment rows, and three experiments replayed as validate does (a TP4 dense one, the MoE
     Llama-4-Scout, a TP1 one) give the errors it records."""
-    from engine import replay
+    from engine.evidence import replay
 
     text = resources.files("engine").joinpath("presets", "runtimes.toml").read_text("utf-8")
     block = text.split("[vllm]")[1].split("\n[")[0]

@@ -10,7 +10,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
+from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
 from engine.serving import Engine
 from engine.serving.engine import prefix_keys
 from engine.serving.tables import Rows
@@ -297,7 +297,7 @@ def test_kv_aware_counts_the_queue_a_replica_already_has() -> None:
 def test_pre_dealt_replicas_in_a_process_pool_give_the_serial_run(monkeypatch: pytest.MonkeyPatch) -> None:
     # Round-robin over open-loop arrivals: each replica serves its dealt share alone in a worker process and
     # comes back whole; every figure of run --json must equal the serial loop's, to the last bit.
-    import engine.fleet as fleet
+    import engine.fleet.fleet as fleet
 
     monkeypatch.setattr(fleet, "PARALLEL_MIN_REQUESTS", 0)  # a small fleet, pooled anyway
     cfg = EngineConfig(rate=8, users=0, duration=60.0, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import EngineConfig
-from engine.fleet import Fleet, FleetSpec, engine_for
+from engine.fleet.fleet import Fleet, FleetSpec, engine_for
 from engine.serving import Engine
 from tests.engine.test_fleet import SHARED, _flat
 

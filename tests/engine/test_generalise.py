@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from engine import replay as R
 from engine.config import EngineConfig
+from engine.evidence import replay as R
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import _HOP_LATENCY_S, StepModel, StepOptions
 from engine.serving import Engine
-from engine.specs import load_hardware, load_model
-from engine.step import _HOP_LATENCY_S, StepModel, StepOptions
 
 
 def _sm(hw: str, model: str, tp: int = 1, **kw: Any) -> StepModel:

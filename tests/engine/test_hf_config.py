@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import hf_config
-from engine.specs import load_hardware, load_model, model_from_mapping
-from engine.step import StepModel, StepOptions
+from engine.physics import hf_config
+from engine.physics.specs import load_hardware, load_model, model_from_mapping
+from engine.physics.step import StepModel, StepOptions
 
 # Qwen/Qwen2-57B-A14B's config.json (as TensorRT-LLM's tests/unittest/_torch/modeling/test_modeling_qwen_moe.py
 # copies it; the figures the model card's name promises: 57B total, 14B active).
@@ -59,7 +59,7 @@ def test_an_unread_size_key_is_warned_about_once_by_name(capsys: pytest.CaptureF
 
 
 def test_every_shipped_preset_reads_without_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
-    from engine.specs import model_names
+    from engine.physics.specs import model_names
 
     for n in model_names():
         assert np.isfinite(load_model(n).counts["total"])

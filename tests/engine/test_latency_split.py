@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.fleet import KV_LINK_LATENCY_S, Fleet, FleetSpec
+from engine.fleet.fleet import KV_LINK_LATENCY_S, Fleet, FleetSpec
 from engine.serving import Engine
 from engine.serving.accounting import PARTS, L, lanes_split
 

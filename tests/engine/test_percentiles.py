@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.plan import _pct
+from engine.fleet.plan import _pct
 from engine.serving.accounting import Summary, _median, finite_percentiles
 
 

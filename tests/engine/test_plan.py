@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from engine import plan as pl
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.fleet import plan as pl
 
 BASE = EngineConfig(rate=4, users=0, requests=120, prompt="lognormal:800,0.6", output="lognormal:120,0.6")
 SLO = pl.Slo(ttft=0.5, tpot=0.04)
@@ -118,7 +118,7 @@ def test_ray_gives_the_same_plan_as_the_pool() -> None:
         if _ray_required():
             raise
         pytest.skip('ray is not installed (pip install -e ".[ray]"); CI installs it and runs this test')
-    from engine.plan_ray import ray_map
+    from engine.fleet.plan_ray import ray_map
 
     pts = _space(replicas=(1, 2), router=("round-robin", "kv-aware")).points()
     jobs = [(p, BASE, SLO, None) for p in pts]
@@ -131,7 +131,7 @@ def test_ray_gives_the_same_plan_as_the_pool() -> None:
 
 
 def test_a_ray_address_that_does_not_answer_fails_fast() -> None:
-    from engine.plan_ray import check_address
+    from engine.fleet.plan_ray import check_address
 
     with pytest.raises(InputError, match="no Ray cluster answers"):
         check_address("127.0.0.1:1")

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.prefix_cache import (
+from engine.serving.prefix_cache import (
     _M,
     _ROOT,
     TAG_GROUP,

@@ -1,13 +1,13 @@
-"""The vLLM v0.15 campaign's replay (engine.replay) and the CUDA-graph padding of the vllm profile."""
+"""The vLLM v0.15 campaign's replay (engine.evidence.replay) and the CUDA-graph padding of the vllm profile."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.replay import experiments, replay
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions, graph_sizes
+from engine.evidence.replay import experiments, replay
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions, graph_sizes
 
 
 def test_the_table_reads_as_13_experiments_with_their_stages_and_prefix_groups() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions, context_wall
 from engine.search import first_true
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions, context_wall
 
 
 @pytest.mark.parametrize(("lo", "hi"), [(0, 1), (1, 2), (1, 17), (0, 1000), (5, 6)])

@@ -11,7 +11,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.serving import HISTORY_POINTS, RECENT_DONE, Engine, TickResult
-from engine.snapshot import Phase
+from engine.serving.snapshot import Phase
 
 RUN_KEYS = ("requests_completed", "input_tokens", "output_tokens", "sim_time_s", "throughput_out_tok_s", "ttft_s",
             "tpot_s", "e2e_s", "queue_delay_s", "kv_capacity_bytes", "kv_peak_bytes", "preemptions", "mfu", "bw_util",
@@ -197,8 +197,8 @@ def test_open_loop_poisson_arrivals_match_the_rate() -> None:
 def test_poisson_times_computed_ahead_are_those_of_one_at_a_time_drawing(limit: int | None) -> None:
     """Arrivals computes Poisson times ahead in blocks: they must be the sequential sums of the gaps in the order
     drawn (bit for bit), handed out up to t, never more than the budget's room plus the one a draw stops on."""
-    from engine.serving.arrivals import Arrivals, Budget
-    from engine.workload import Dist, Sampler
+    from engine.traffic.arrivals import Arrivals, Budget
+    from engine.traffic.workload import Dist, Sampler
 
     rate = 3.7
     budget = Budget(limit, 0, None)

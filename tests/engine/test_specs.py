@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import InputError
-from engine.specs import count_params, hardware_names, load_hardware, load_model, model_names
+from engine.physics.specs import count_params, hardware_names, load_hardware, load_model, model_names
 
 # Parameter counts published in shared/data/models.json (params_total_computed, checked against model cards).
 PUBLISHED = {

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
-from engine.specs import load_hardware, load_model
-from engine.speculative import Drafter, check, expected_tokens, sample_accepted
-from engine.step import StepModel
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.speculative import Drafter, check, expected_tokens, sample_accepted
+from engine.physics.step import StepModel
 
 
 @pytest.mark.parametrize("k,a", [(1, 0.5), (3, 0.8), (4, 0.6), (5, 0.95), (2, 0.0), (3, 1.0)])

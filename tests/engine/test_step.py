@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.calibration import runtimes
 from engine.errors import InputError
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions, crossover_batch
+from engine.physics.calibration import runtimes
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions, crossover_batch
 
 
 def sm(model: str = "generic-14b", hw: str = "h100-sxm", **opts: object) -> StepModel:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
-from engine.prefix_cache import NO_GROUP
-from engine.trace import bundled, load_trace
+from engine.serving.prefix_cache import NO_GROUP
+from engine.traffic.trace import bundled, load_trace
 
 
 def test_the_bundled_azure_sample_loads_as_published() -> None:

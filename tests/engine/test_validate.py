@@ -16,11 +16,8 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from engine import validate
-from engine.calibration import runtimes
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions
-from engine.validate import (
+from engine.evidence import validate
+from engine.evidence.validate import (
     BENCH_KV_FRACTION,
     TABLE_FILES,
     _stored_elements,
@@ -38,6 +35,9 @@ from engine.validate import (
     subset_stats,
     trt_bench_limits,
 )
+from engine.physics.calibration import runtimes
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def rep() -> dict:
 
 
 def _csv_rows(name: str) -> list[dict[str, str]]:
-    """The shipped CSV's rows, read independently of engine.validate."""
+    """The shipped CSV's rows, read independently of engine.evidence.validate."""
     text = resources.files("engine").joinpath("presets", "measured", TABLE_FILES[name]).read_text("utf-8")
     return list(csv.DictReader(io.StringIO(text)))
 
@@ -332,12 +332,12 @@ def test_claim_c24() -> None:
 
 
 def test_engine_validate_imports_no_ui() -> None:
-    code = "import sys, engine.validate, engine.fit; assert 'rich' not in sys.modules and 'textual' not in sys.modules"
+    code = "import sys, engine.evidence.validate, engine.evidence.fit; assert 'rich' not in sys.modules and 'textual' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_qwen_case_is_the_batch1_bf16_one_token_prompt_row_on_the_fewest_gpus() -> None:
-    from engine.validate import qwen_case
+    from engine.evidence.validate import qwen_case
 
     big = qwen_case("qwen2.5-72b")
     assert (big.gpus, big.isl, big.osl, big.runtime, big.row["quant"], big.row["batch"]) == (2, 1, 2048, "vllm-0.6", "BF16", "1")

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from engine.errors import InputError
-from engine.specs import load_hardware, load_model
-from engine.step import RESERVE_FRACTION, StepModel, StepOptions
-from engine.vllm_memory import activation_peak_bytes, forward_peak_bytes
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import RESERVE_FRACTION, StepModel, StepOptions
+from engine.physics.vllm_memory import activation_peak_bytes, forward_peak_bytes
 
 GIB = 2**30
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
-from engine.workload import Sampler, parse_dist, seeded_rngs
+from engine.traffic.workload import Sampler, parse_dist, seeded_rngs
 
 
 def test_fixed_spec_is_a_constant() -> None:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
-from engine.prefix_cache import NO_GROUP
-from engine.workload_file import Plan, load_workload
+from engine.serving.prefix_cache import NO_GROUP
+from engine.traffic.workload_file import Plan, load_workload
 
 CONTRACT = """
 [[stage]]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions
-from engine.xray import step_xray
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions
+from engine.physics.xray import step_xray
 
 
 def _sm(ideal: bool, model: str = "generic-14b", **kw: object) -> StepModel:

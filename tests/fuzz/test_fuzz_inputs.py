@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.specs import _preset_dir, load_model
+from engine.physics.specs import _preset_dir, load_model
 from tests.fuzz.harness import assert_contract, call, examples, to_toml
 
 pytestmark = pytest.mark.usefixtures("small_budget")

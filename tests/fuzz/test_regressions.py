@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.specs import _preset_dir
+from engine.physics.specs import _preset_dir
 from tests.fuzz.harness import assert_contract, call
 
 MODEL = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,

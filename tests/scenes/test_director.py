@@ -128,7 +128,7 @@ SAME_FIGURE = [
 
 @pytest.mark.parametrize(("cid", "sid", "metric"), SAME_FIGURE)
 def test_scene_figures_match_the_claims_table(cid: str, sid: str, metric: str) -> None:
-    from engine.claims import compute
+    from engine.evidence.claims import compute
 
     row = compute([cid])[0]
     result = Director(_by_id(sid), "en").play_headless()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.claims import compute, reference
+from engine.evidence.claims import compute, reference
 from scenes.director import Director
 from scenes.schema import find_scene
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.snapshot import KV_BLOCK_TOKENS, Phase, RequestView, Snapshot
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions
+from engine.serving.snapshot import KV_BLOCK_TOKENS, Phase, RequestView, Snapshot
 
 
 def make_snapshot(users: int = 6, *, hardware: str = "h100-sxm", model: str = "generic-14b", tick: int = 100,

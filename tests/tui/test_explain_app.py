@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from textual.widgets import Static
 
-from engine.explain import FIGURES
-from engine.xray import step_xray
+from engine.evidence.explain import FIGURES
+from engine.physics.xray import step_xray
 from tui.app import TokensimApp
 from tui.defaults import default_config
 from tui.frame import build_frame

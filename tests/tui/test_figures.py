@@ -65,7 +65,7 @@ def test_the_calibrated_step_is_shown_as_its_floor_plus_overhead() -> None:
     """'16.0 ms = 8.48 ms floor + 7.53 ms overhead': the floor is the ideal step model's price of the same step."""
     from dataclasses import replace as dc_replace
 
-    from engine.step import StepModel, StepOptions
+    from engine.physics.step import StepModel, StepOptions
     from tui.render.fmt import dur
 
     eng = Engine(dc_replace(default_config(), users=1, prompt="1", output="4000", think_time="0"))

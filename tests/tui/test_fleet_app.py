@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine.fleet import Fleet, FleetSpec
+from engine.fleet.fleet import Fleet, FleetSpec
 from engine.serving import Engine
 from tests.tui.test_snapshots import ticks
 from tui.app import TokensimApp

@@ -8,7 +8,7 @@ import pytest
 from rich.cells import cell_len
 
 from engine.config import EngineConfig
-from engine.fleet import CopyState, ReplicaState, Route
+from engine.fleet.fleet import CopyState, ReplicaState, Route
 from engine.serving import Engine
 from tui.frame import FleetView, Frame, build_frame
 from tui.render import fleet

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.serving import Engine
-from engine.snapshot import Phase
+from engine.serving.snapshot import Phase
 from tests.tui.snapdata import make_snapshot
 from tui.defaults import default_config
 from tui.frame import Batch, batch_of, build_frame

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.serving import Engine
-from engine.snapshot import Phase
+from engine.serving.snapshot import Phase
 from tui.defaults import default_config
 from tui.playback import Playback
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.specs import model_names
+from engine.physics.specs import model_names
 from tui.defaults import default_config
 from tui.presets import FIX_TPS, explain_fit, fit_words, hardware_choices, model_choices, refusal
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from rich.cells import cell_len
 
-from engine.snapshot import Phase
-from engine.step import StepOptions
+from engine.physics.step import StepOptions
+from engine.serving.snapshot import Phase
 from tests.tui.snapdata import make_snapshot
 from tui.frame import Frame, build_frame, user_rows
 from tui.i18n import EN, ZH, default_lang, t

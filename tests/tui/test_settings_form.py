@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from engine.config import EngineConfig
-from engine.fleet import FleetSpec
+from engine.fleet.fleet import FleetSpec
 from tui import settings_form as form
 from tui.commands import app_cmd, run_cmd
 from tui.defaults import default_config

@@ -53,7 +53,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], capsys: pytest.Captur
 
 def test_the_vllm_campaign_prints_each_experiment_and_the_median_errors(capsys: pytest.CaptureFixture[str],
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.replay as replay
+    import engine.evidence.replay as replay
 
     monkeypatch.setattr(replay, "STAGE_REQUESTS", 12)  # a short replay: the shape, not the figures
     code, out, _ = run_cli(["validate", "--table", "vllm015", "--json"], capsys)

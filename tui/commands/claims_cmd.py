@@ -6,8 +6,8 @@ import argparse
 
 from rich.table import Table
 
-from engine.claims import CLAIM_IDS, compute
 from engine.errors import InputError, suggest
+from engine.evidence.claims import CLAIM_IDS, compute
 from tui.commands.options import console, print_json
 
 

@@ -11,9 +11,9 @@ import resource
 import time
 from typing import Any
 
-from engine import plan as pl
 from engine.config import EngineConfig
-from engine.fleet import Fleet, FleetSpec
+from engine.fleet import plan as pl
+from engine.fleet.fleet import Fleet, FleetSpec
 
 DAY_S = 86_400.0
 SERVICE_USERS = 10_000

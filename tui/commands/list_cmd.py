@@ -6,7 +6,7 @@ import argparse
 
 from rich.table import Table
 
-from engine.specs import hardware_names, load_hardware, load_model, model_names
+from engine.physics.specs import hardware_names, load_hardware, load_model, model_names
 from tui.commands.options import console, print_json
 
 

@@ -11,11 +11,11 @@ from typing import Any
 from rich.console import Console
 
 from engine import validation as V
-from engine.calibration import runtimes
 from engine.errors import InputError
 from engine.numbers import json_safe
-from engine.specs import KV_DTYPES, WEIGHT_DTYPES, load_hardware, load_model
-from engine.step import StepModel, StepOptions
+from engine.physics.calibration import runtimes
+from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions
 
 # argparse types: the same checks (and messages) as file fields and EngineConfig, from engine.validation.
 positive_int = V.option(V.whole, lo=1)

@@ -19,11 +19,11 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from engine import plan as pl
 from engine.errors import InputError
+from engine.fleet import plan as pl
 from engine.numbers import fixed
-from engine.specs import load_hardware, load_model
-from engine.workload import parse_dist
+from engine.physics.specs import load_hardware, load_model
+from engine.traffic.workload import parse_dist
 from tui.commands.options import add_model_options, console, positive_float, positive_int, print_json
 from tui.commands.run_cmd import add_engine_options, config_from_args, nonneg_float
 from tui.render.scatter import scatter
@@ -114,7 +114,7 @@ def base_from_args(args: argparse.Namespace, space: pl.Space) -> Any:
 def mapper_for(args: argparse.Namespace) -> tuple[Any, str]:
     """The grid mapper the flags ask for, and its name for the report."""
     if args.ray is not None:
-        from engine.plan_ray import check_address, ray_map
+        from engine.fleet.plan_ray import check_address, ray_map
 
         address = None if args.ray == "local" else args.ray
         if address is not None:

@@ -10,14 +10,13 @@ from typing import IO, Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from engine import trace_out
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
-from engine.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
+from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
 from engine.numbers import fixed, json_safe
-from engine.serving import Engine
-from engine.snapshot import KV_BLOCK_TOKENS
+from engine.serving import Engine, trace_out
+from engine.serving.snapshot import KV_BLOCK_TOKENS
 from tui.commands.options import (
     add_model_options,
     console,

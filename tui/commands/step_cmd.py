@@ -10,8 +10,8 @@ from rich.table import Table
 from engine import validation as V
 from engine.errors import InputError
 from engine.numbers import fixed, si
-from engine.step import StepCost, StepModel
-from engine.xray import step_xray
+from engine.physics.step import StepCost, StepModel
+from engine.physics.xray import step_xray
 from tui.commands.options import add_model_options, console, nonneg_int, positive_int, print_json, step_model_from_args
 
 MAX_BATCH = 10**6  # sequences priced at once: each is a row of the step's arrays
@@ -120,7 +120,7 @@ def _print(sm: StepModel, kind: str, args: argparse.Namespace, ideal: StepCost, 
 
 
 def _xray_rows(ideal: StepCost, calib: StepCost) -> list[tuple[str, str, str]]:
-    """The step time split by what it waited on (engine.xray), as share of the step, per column."""
+    """The step time split by what it waited on (engine.physics.xray), as share of the step, per column."""
     xi, xc = step_xray(ideal, True), step_xray(calib, False)
     rows = [("x-ray: the step waited on", "", "")]
     for (name, a), (_, b) in zip(xi.segments(), xc.segments(), strict=True):

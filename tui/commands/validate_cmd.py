@@ -7,11 +7,11 @@ from typing import Any
 
 from rich.table import Table
 
-from engine.calibration import load_runtime
+from engine.evidence.replay import TABLE as SERVING_TABLE
+from engine.evidence.replay import TABLE_TITLE as SERVING_TITLE
+from engine.evidence.validate import TABLE_FILES, TABLE_TITLES, report, subset_stats
 from engine.numbers import fixed
-from engine.replay import TABLE as SERVING_TABLE
-from engine.replay import TABLE_TITLE as SERVING_TITLE
-from engine.validate import TABLE_FILES, TABLE_TITLES, report, subset_stats
+from engine.physics.calibration import load_runtime
 from tui.commands.options import console, print_json
 
 # The fidelity targets (median / max absolute percent error), shown beside the figures.

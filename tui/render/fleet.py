@@ -13,7 +13,7 @@ from typing import NamedTuple
 from rich.cells import cell_len
 from rich.text import Text
 
-from engine.fleet import CopyState, ReplicaState, Route
+from engine.fleet.fleet import CopyState, ReplicaState, Route
 from tui.frame import FleetView, Frame
 from tui.i18n import t
 from tui.render import palette as pal

@@ -12,7 +12,7 @@ from functools import cache
 from rich.cells import cell_len
 from rich.text import Text
 
-from engine.snapshot import Phase
+from engine.serving.snapshot import Phase
 from tui.frame import PHASE_KEYS, Frame
 from tui.i18n import t
 from tui.render import palette as pal

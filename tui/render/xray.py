@@ -1,4 +1,4 @@
-"""The step x-ray: the shown step's time as one stacked bar of what it waited on (engine.xray's segments).
+"""The step x-ray: the shown step's time as one stacked bar of what it waited on (engine.physics.xray's segments).
 
 weights read, KV read, compute, communication and the fixed cost, each a share of the bar as of the step time,
 labelled inside where it has room (and a legend row when the panel has two rows). Pure: a Frame in, rows of cells out.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.cells import cell_len
 from rich.text import Text
 
-from engine.xray import SEGMENT_WORDS, SEGMENTS, XRay, step_xray
+from engine.physics.xray import SEGMENT_WORDS, SEGMENTS, XRay, step_xray
 from tui.frame import Frame
 from tui.render import palette as pal
 from tui.render.fmt import dur

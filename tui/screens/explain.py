@@ -1,4 +1,4 @@
-"""The explain screen: one floor figure's formula with the current values filled in (engine.explain).
+"""The explain screen: one floor figure's formula with the current values filled in (engine.evidence.explain).
 
 `e` on the floor opens it on the last figure explained (step time first); `e`, tab or → moves to the next
 figure, shift+tab or ← to the previous one (in a scene ← → keep turning the scene's pages), esc closes it.
@@ -19,7 +19,7 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engine.explain import FIGURES, Explanation, next_figure, text
+from engine.evidence.explain import FIGURES, Explanation, next_figure, text
 from tui.render import metrics
 
 # The panel a click lands in -> the figure it explains (the metrics panel and the warehouse decide by the row

@@ -17,7 +17,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from engine.fleet import FleetSpec
+from engine.fleet.fleet import FleetSpec
 from tui import settings_form as form
 from tui.i18n import EN, t
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError
-from engine.specs import Hardware, Model, load_hardware, load_model
-from engine.step import StepModel, StepOptions
+from engine.physics.specs import Hardware, Model, load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions
 
 # Training FLOPs per token per active parameter: forward 2N, backward 4N (Kaplan et al. 2020; Chinchilla's C = 6ND).
 TRAIN_FLOPS_PER_PARAM = 6.0

@@ -11,7 +11,7 @@ Two public tables ship in presets/measured (every source column kept):
 Each row becomes a condition of the step model (hardware, model, tp or ep, dtypes, lengths) and is priced
 with the table's own speed definition. A row the step model cannot represent is listed with the reason,
 never dropped. Rows are split train/test by a stable hash of their key: the runtime constants in
-presets/runtimes.toml were fitted on the train rows only (engine/fit.py); the test rows measure how well
+presets/runtimes.toml were fitted on the train rows only (engine/evidence/fit.py); the test rows measure how well
 the fit generalises.
 """
 
@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.calibration import Runtime
-from engine.claim_rows import row
 from engine.errors import InputError, suggest
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions
+from engine.evidence.claim_rows import row
+from engine.physics.calibration import Runtime
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions
 
 TABLE_FILES: dict[str, str] = {
     "qwen25": "measured_qwen25_speed_a100.csv",
@@ -531,8 +531,8 @@ def table_report(name: str, runtime: str | None = None) -> dict[str, Any]:
 
 def report(tables: list[str] | None = None, runtime: str | None = None) -> dict[str, Any]:
     """The whole validation: {"tables": [table_report, ...]} for the named tables (all by default); the vLLM
-    v0.15 serving campaign (engine.replay) is replayed through the serving engine."""
-    from engine import replay
+    v0.15 serving campaign (engine.evidence.replay) is replayed through the serving engine."""
+    from engine.evidence import replay
 
     known = [*TABLE_FILES, replay.TABLE]
     names = tables or known

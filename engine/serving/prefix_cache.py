@@ -24,7 +24,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from engine.snapshot import KV_BLOCK_TOKENS
+from engine.serving.snapshot import KV_BLOCK_TOKENS
 
 BLOCK = KV_BLOCK_TOKENS
 

@@ -15,11 +15,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from engine import vllm_memory
-from engine.calibration import Runtime, load_runtime
 from engine.errors import InputError
+from engine.physics import vllm_memory
+from engine.physics.calibration import Runtime, load_runtime
+from engine.physics.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
 from engine.search import first_true
-from engine.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
 
 # Activation traffic per token per layer, in elements: the residual stream in and out of attention
 # and MLP, q/k/v/o projections and the MLP's gate, up and down (fused kernels keep the rest on chip).
@@ -62,7 +62,7 @@ class StepOptions:
     head_dtype: str | None = None
     # The checkpoint's quantisation format ("gptq", "awq"; None: none): which kernel a runtime runs it with.
     quant_format: str | None = None
-    # When given, the KV pool follows vLLM's rule (engine.vllm_memory): this share of memory less weights,
+    # When given, the KV pool follows vLLM's rule (engine.physics.vllm_memory): this share of memory less weights,
     # the activation peak of a max_batched_tokens step sampling max_batch sequences, and non-torch memory.
     gpu_memory_utilization: float | None = None
     max_batched_tokens: int = 8192
@@ -466,7 +466,7 @@ class StepModel:
     def times_agg(self, tokens: np.ndarray, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray, attn_full: np.ndarray,
                   attn_win: np.ndarray, logits: np.ndarray, attn_decode: np.ndarray) -> np.ndarray:
         """Step times (s) of many steps at once, each given by cost_agg's aggregates: the same physics over
-        arrays, for replays that price thousands of steps (engine.validate's trtllm-bench runs)."""
+        arrays, for replays that price thousands of steps (engine.evidence.validate's trtllm-bench runs)."""
         p = self._agg(np.asarray(tokens, dtype=np.float64), np.asarray(logits), sum_ctx, sum_ctx_win, attn_full,
                       attn_win, attn_decode)
         return self._time(p)

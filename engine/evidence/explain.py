@@ -3,7 +3,7 @@
 Pure: a Snapshot (the roof, the pool, the rolling metrics), the step shown (a StepCost) and, for the latency
 figures, the finished requests' TTFT split (engine.serving.accounting) in; lines of text out. The app's explain
 screen (`e` or a click on a figure) shows them; the tests check that the arithmetic on each line holds.
-The roof is the step model's own (Snapshot.roof = StepModel.roof) and the step's split is engine.xray's, so
+The roof is the step model's own (Snapshot.roof = StepModel.roof) and the step's split is engine.physics.xray's, so
 the screen never re-derives a figure the floor shows.
 """
 
@@ -16,10 +16,10 @@ import numpy as np
 
 from engine.lang import bound_word
 from engine.numbers import dur, pct, si, sig
+from engine.physics.step import StepCost
+from engine.physics.xray import SEGMENT_WORDS, step_xray
 from engine.serving.accounting import PARTS, Split, percentile_rows
-from engine.snapshot import Snapshot
-from engine.step import StepCost
-from engine.xray import SEGMENT_WORDS, step_xray
+from engine.serving.snapshot import Snapshot
 
 # The figures `e` steps through, in the order the floor shows them.
 FIGURES = ("step", "bw", "mfu", "kv", "tok_s", "per_user", "ttft", "tpot", "cost_in", "cost_out", "batch", "queue",

@@ -7,8 +7,8 @@ from enum import IntEnum
 
 import numpy as np
 
-from engine.specs import Hardware, Model
-from engine.step import Roof, StepCost, StepOptions
+from engine.physics.specs import Hardware, Model
+from engine.physics.step import Roof, StepCost, StepOptions
 
 KV_BLOCK_TOKENS = 16
 

@@ -1,7 +1,7 @@
 """Hugging Face config.json: every size-bearing key read, the family-specific ones written in the step model's words.
 
 The step model prices layers by kind (dense or MoE), so a few families' layouts are rewritten into the keys
-engine.specs reads:
+engine.physics.specs reads:
 
 - Qwen2-MoE (model_type qwen2_moe): one shared expert per MoE layer, `shared_expert_intermediate_size` wide
   (20,480 in Qwen2-57B-A14B, eight times a routed expert's 2,560), gated by a one-unit `shared_expert_gate`;
@@ -21,7 +21,7 @@ import re
 import sys
 from typing import Any
 
-# Keys engine.specs reads (with this module's rewrites), and tokensim's own preset keys.
+# Keys engine.physics.specs reads (with this module's rewrites), and tokensim's own preset keys.
 READ = frozenset({
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
     "intermediate_size", "moe_intermediate_size", "num_local_experts", "n_routed_experts", "num_experts",
@@ -56,7 +56,7 @@ def _whole(v: Any, default: int) -> int:
 
 
 def normalise(d: dict[str, Any], where: str) -> dict[str, Any]:
-    """The config with its family's layout rewritten into the keys engine.specs reads; warns (once per key,
+    """The config with its family's layout rewritten into the keys engine.physics.specs reads; warns (once per key,
     on stderr) about size-looking keys nobody reads."""
     if "text_config" in d and "num_hidden_layers" not in d:
         d = {**d["text_config"], **{k: v for k, v in d.items() if k != "text_config"}}

@@ -33,12 +33,12 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.physics.step import StepModel
 from engine.serving.accounting import H, Percentiles, explain, rolling, run_metrics
 from engine.serving.engine import Engine, prefix_keys
 from engine.serving.lane import Lane
+from engine.serving.snapshot import Snapshot
 from engine.serving.tables import BLOCK, Rows, blocks_for
-from engine.snapshot import Snapshot
-from engine.step import StepModel
 
 ROUTERS = ("round-robin", "least-loaded", "kv-aware", "prefix-aware")
 MAX_REPLICAS = 4096
@@ -504,7 +504,7 @@ class Fleet:
         if len(rows) < PARALLEL_MIN_REQUESTS:
             done = [_serve_share(job) for job in shares]
         else:
-            from engine.plan import pool_map  # here: engine.plan imports this module
+            from engine.fleet.plan import pool_map  # here: engine.fleet.plan imports this module
 
             done = [r for _, r in sorted(pool_map(shares, self.workers, _serve_share), key=lambda x: x[0])]
         n = 0

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError
-from engine.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_PROMPT, stream_id
-from engine.workload import Dist, Sampler, parse_dist, seeded_rngs
+from engine.serving.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_PROMPT, stream_id
+from engine.traffic.workload import Dist, Sampler, parse_dist, seeded_rngs
 
 _STAGE_KEYS = ("rate", "users", "think_time", "duration", "prompt", "output")
 _PROMPT_KEYS = ("tokens", "shared_prefix", "groups", "users_per_group")
@@ -262,7 +262,7 @@ def _prompt_spec(rd: _Reader, sp: dict[str, Any], default: str, at: tuple[Any, .
 class Requests:
     """What k new requests send (struct of arrays): lengths and their token content, for the prefix cache.
 
-    group / body are stream ids (engine.prefix_cache): positions below prefix_len come from the group's
+    group / body are stream ids (engine.serving.prefix_cache): positions below prefix_len come from the group's
     stream (NO_GROUP: none), the rest of the prompt from the body's (NONE: this request's own tokens).
     Generated tokens are the request's own, except in a chat session (`session`), whose next turn reads
     them back: there they continue the body's stream.

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError, suggest
-from engine.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_SESSION, stream_id
-from engine.workload_file import Requests
+from engine.serving.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_SESSION, stream_id
+from engine.traffic.workload_file import Requests
 
 # Accepted column names (lower case) for each field; the first of each is the one the docs use.
 COLUMNS: dict[str, tuple[str, ...]] = {

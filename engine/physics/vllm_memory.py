@@ -13,7 +13,7 @@ NON_TORCH_BYTES is the same logs' non-torch memory (CUDA context, cuBLAS workspa
 
 from __future__ import annotations
 
-from engine.specs import Model
+from engine.physics.specs import Model
 
 SAMPLER_COPIES = 9.7
 NON_TORCH_BYTES = 0.13 * 2**30

@@ -1,8 +1,9 @@
 """The articles' claims (CLAIMS.md C01..C26), each recomputed by the engine and compared.
 
 Every claim is a function returning one row: the article's figure, the simulated figure, the unit,
-whether they agree, and a one-line note where the article simplifies (engine.claim_rows). Physics-only
-claims live here; claims that need the serving loop come from engine.claims_loop, C24 from engine.validate.
+whether they agree, and a one-line note where the article simplifies (engine.evidence.claim_rows). Physics-only
+claims live here; claims that need the serving loop come from engine.evidence.claims_loop, C24 from
+engine.evidence.validate.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine import economics
-from engine.claim_rows import CLAIM_IDS, TITLES, Row, pending, reference, row
-from engine.claims_loop import LOOP_CLAIMS
-from engine.specs import load_hardware, load_model
-from engine.step import StepModel, StepOptions, crossover_batch
-from engine.validate import claim_c24
+from engine.evidence.claim_rows import CLAIM_IDS, TITLES, Row, pending, reference, row
+from engine.evidence.claims_loop import LOOP_CLAIMS
+from engine.evidence.validate import claim_c24
+from engine.physics import economics
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepModel, StepOptions, crossover_batch
 
 __all__ = ["CLAIM_IDS", "TITLES", "Row", "compute", "registry", "reference", "row"]
 

@@ -1,12 +1,12 @@
 """Fit the runtime profiles' physical constants to the measured tables, on the train rows only.
 
-    python -m engine.fit            # fit and print train / held-out errors
-    python -m engine.fit --write    # ... and rewrite presets/runtimes.toml with the constants and their record
+    python -m engine.evidence.fit            # fit and print train / held-out errors
+    python -m engine.evidence.fit --write    # ... and rewrite presets/runtimes.toml with the constants and their record
 
 Method: for each profile, a deterministic pattern search (coordinate steps up and down, halved whenever no
 step improves) from four fixed starts, keeping the best, over its physical constants inside plausible bounds,
 minimising the root-mean-square log error, sqrt(mean ln(predicted / measured)^2), over that profile's train rows
-(the rows whose key hashes to 'train', see engine.validate.Case.split). The targets bound the worst row as well
+(the rows whose key hashes to 'train', see engine.evidence.validate.Case.split). The targets bound the worst row as well
 as the median, and a squared loss weighs one large miss more than several small ones, where a mean absolute
 loss would trade a worse worst row for a better median. The test rows never enter the fit; their error
 is the held-out figure. The same StepModel the rest of the engine uses prices every row.
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.calibration import Runtime, runtimes
-from engine.validate import Case, cases, err_pct, predict
+from engine.evidence.validate import Case, cases, err_pct, predict
+from engine.physics.calibration import Runtime, runtimes
 
 PARAMS = ("bw_eff", "flops_eff", "attn_bw_eff", "attn_flops_eff", "step_overhead_s", "layer_overhead_s")
 # The attention kernels' own sustained fractions of peak bandwidth and FLOP/s (see step.py).
@@ -71,7 +71,7 @@ START = {k: v[1] for k, v in _SEARCH.items()}
 FIRST_STEP = {k: v[2] for k, v in _SEARCH.items()}
 LAST_STEP = {k: v[3] for k, v in _SEARCH.items()}
 
-# Which rows fit which profile: the runtime each row of a table is mapped to (see engine.validate).
+# Which rows fit which profile: the runtime each row of a table is mapped to (see engine.evidence.validate).
 FITTED = {"vllm-0.6": "qwen25", "hf-eager": "qwen25", "trtllm": "trtllm", "vllm": "vllm015"}
 DESCRIPTIONS = {
     "vllm": "vLLM v0.15 (v1 engine: CUDA graphs FULL_AND_PIECEWISE, chunked prefill, prefix caching)",
@@ -155,7 +155,7 @@ def _pattern(loss_of: Callable[[np.ndarray], float], x: np.ndarray, names: tuple
     return x, best
 
 
-# ---- the vLLM v0.15 serving campaign (table vllm015, engine.replay) ------------------------------------------
+# ---- the vLLM v0.15 serving campaign (table vllm015, engine.evidence.replay) ----------------------------------
 # Its experiments fit the vllm profile's decode-side constants: the sustained bandwidth of the GEMMs, of the
 # paged-attention kernels and of the fused-MoE kernels (the routed experts), and the fixed cost of a step; the request
 # path's cost outside the GPU is solved for at each candidate. The table barely measures prefill compute (prompts hit
@@ -179,8 +179,8 @@ _SENSITIVE = 0.005
 def _serving_errors(rt: Runtime, requests: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Per experiment, predicted (TTFT without the request path, ITL, E2E without it) and measured (TTFT, ITL, E2E)
     in seconds: the request path's cost is then solved for, not replayed."""
-    from engine import replay as rp
-    from engine.replay import experiments, replay
+    from engine.evidence import replay as rp
+    from engine.evidence.replay import experiments, replay
 
     pred, meas = [], []
     for e in experiments()[0]:
@@ -230,7 +230,7 @@ def fit_serving(profile: str = "vllm", requests: int | None = SERVING_FIT_REQUES
 def serving_sensitivity(rt: Runtime, requests: int | None = SERVING_FIT_REQUESTS) -> dict[str, list[str]]:
     """Which experiments fit which constant: those whose mean TTFT, ITL or E2E moves by _SENSITIVE or more when the
     constant moves 5 % (request_overhead_s: every experiment's TTFT and E2E)."""
-    from engine.replay import experiments
+    from engine.evidence.replay import experiments
 
     ids = [e.exp_id for e in experiments()[0]]
     ref = _serving_errors(rt, requests)[0]
@@ -283,7 +283,8 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
         "# SLOW_QUANT). Calibrated steps price the attention kernels and the matmuls as two rooflines in sequence",
         "# (step.py roofline_time).",
         "#",
-        "# Fitted by engine/fit.py (python -m engine.fit --write): a deterministic pattern search inside physically",
+        "# Fitted by engine/evidence/fit.py (python -m engine.evidence.fit --write): "
+        "a deterministic pattern search inside physically",
         "# plausible bounds (fit.py _SEARCH) from four fixed starts, keeping the lowest loss: the root-mean-square",
         "# ln(predicted/measured) over the profile's TRAIN rows only (stable hash of the row key, about half); the",
         "# held-out (test) rows never enter the fit. Errors below are |predicted - measured| / measured of the",
@@ -344,8 +345,9 @@ def serving_record(err: dict[str, Any], date: str) -> list[str]:
     e = err.get("errors", {})
     lines = [
         "# Fitted on the vLLM v0.15.1 online-serving campaign's experiments (table vllm015, all of them: the",
-        "# campaign's held-out part is not shipped), each replayed through the serving engine (engine/replay.py),",
-        "# by `python -m engine.fit --profile vllm --write` (fit.py fit_serving): a pattern search of",
+        "# campaign's held-out part is not shipped), each replayed through the serving engine "
+        "(engine/evidence/replay.py),",
+        "# by `python -m engine.evidence.fit --profile vllm --write` (fit.py fit_serving): a pattern search of",
         "# " + ", ".join(SERVING_PARAMS) + "; the request path's cost solved for at each candidate.",
         "# Objective (robust, not RMS): per mean, the median over experiments of |ln(predicted/measured)| in units",
         "# of its target (TTFT 20 %, ITL 8 %, E2E 8 %), plus a tenth of the mean |ln err|. Carried, not fitted",
@@ -372,7 +374,7 @@ def serving_record(err: dict[str, Any], date: str) -> list[str]:
 def serving_errors(rt: Runtime) -> dict[str, Any]:
     """Median |err %| of mean TTFT, ITL and E2E over the campaign's experiments (validate's full replay), each
     experiment's signed errors and how many saturated."""
-    from engine.replay import table_report
+    from engine.evidence.replay import table_report
 
     t = table_report(rt)
     return {"errors": {k: t[f"{k}_median_abs_err_pct"] for k in ("ttft", "itl", "e2e")}, "saturated": t["saturated"],
@@ -420,7 +422,7 @@ def summary(err: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Fit, print, and with --write rewrite presets/runtimes.toml."""
-    ap = argparse.ArgumentParser(prog="python -m engine.fit", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m engine.evidence.fit", description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="rewrite engine/presets/runtimes.toml")
     ap.add_argument("--profile", default=None, choices=("vllm", "vllm-0.6", "hf-eager", "trtllm"),
                     help="fit this profile only; the others keep their constants (their errors are recomputed)")

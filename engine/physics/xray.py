@@ -1,6 +1,6 @@
 """Step x-ray: a priced step's wall time split into what it waited on, segments that add up to the step time.
 
-The step model's time is one roofline per kernel group plus fixed costs (engine.step.roofline_time): under
+The step model's time is one roofline per kernel group plus fixed costs (engine.physics.step.roofline_time): under
 --ideal one max(memory, compute) over the whole step; calibrated, the attention kernels' roofline plus the
 matmul kernels' (they run one after the other). Each roofline is paid at its winning term, so the step's time
 is exactly: the weights (and activations) read where the matmuls wait on memory, the KV read/write where the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from engine.step import StepCost
+from engine.physics.step import StepCost
 
 SEGMENTS = ("weights", "kv", "compute", "communication", "overhead")
 # The segments' names on screen (the app's x-ray bar, the explain screen), and the bar's own title.

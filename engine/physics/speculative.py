@@ -21,8 +21,8 @@ from dataclasses import replace
 import numpy as np
 
 from engine.errors import InputError
-from engine.specs import count_params, load_model
-from engine.step import StepModel
+from engine.physics.specs import count_params, load_model
+from engine.physics.step import StepModel
 
 DRAFT_KINDS = ("mtp", "ngram")
 

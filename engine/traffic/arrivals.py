@@ -12,9 +12,9 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.trace import Trace
-from engine.workload import Sampler
-from engine.workload_file import Plan, Requests
+from engine.traffic.trace import Trace
+from engine.traffic.workload import Sampler
+from engine.traffic.workload_file import Plan, Requests
 
 
 class Budget:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from engine.errors import InputError
-from engine.plan import Job, _evaluate_job
+from engine.fleet.plan import Job, _evaluate_job
 
 CONNECT_TIMEOUT_S = 3.0
 

@@ -3,7 +3,7 @@
 A plan is a pure function mapped over a grid: `evaluate(point, base, slo)` builds the deployment the
 point names on top of the base configuration (the workload, runtime and dtypes), serves the workload
 to the end and returns plain numbers. The same point, base and seed give the same numbers in any
-process, so a local process pool and Ray tasks (engine/plan_ray.py) return the same plan.
+process, so a local process pool and Ray tasks (engine/fleet/plan_ray.py) return the same plan.
 
 What cannot fit (weights over memory, heads that do not split over tp, one request whose KV cache
 overflows the pool, a price over the budget) is pruned before anything is simulated, with the reason.
@@ -21,11 +21,11 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.fleet import ROUTERS, FleetSpec, engine_for, parse_pd, scripted
+from engine.fleet.fleet import ROUTERS, FleetSpec, engine_for, parse_pd, scripted
+from engine.physics.specs import load_hardware
 from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
-from engine.specs import load_hardware
-from engine.workload import parse_dist
+from engine.traffic.workload import parse_dist
 
 MAX_POINTS = 100_000  # a grid larger than this is a typo (e.g. --replicas 1-100000), not a plan
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.calibration import Runtime
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.physics.calibration import Runtime
 
 TABLE = "vllm015"
 TABLE_FILE = "measured_vllm_v015_trainval.csv"
@@ -119,7 +119,7 @@ def _num(v: str) -> float | None:
 def model_preset(hf_id: str) -> str | None:
     """The model preset a checkpoint's Hugging Face id names: the table's own map, else its name less the endings
     of chat-tuned variants when a preset is spelt so; None when no preset has its architecture."""
-    from engine.specs import model_names
+    from engine.physics.specs import model_names
 
     if hf_id in _MODELS:
         return _MODELS[hf_id]
@@ -191,7 +191,7 @@ def stage_seconds(rate: float, duration: float, stage_requests: int | None = STA
 
 
 def workload_toml(e: Experiment, stage_requests: int | None = STAGE_REQUESTS) -> str:
-    """The experiment as a workload file (engine.workload_file): its stages, lengths and prefix groups."""
+    """The experiment as a workload file (engine.traffic.workload_file): its stages, lengths and prefix groups."""
     lines = []
     for rate, dur in e.stages:
         lines += ["[[stage]]", f"rate = {rate:g}", f"duration = {stage_seconds(rate, dur, stage_requests):g}", ""]

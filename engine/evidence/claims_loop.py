@@ -2,8 +2,8 @@
 
 Each function runs the Engine (or, for the context wall, sweeps the step model the engine prices with)
 until the crossover the claim is about, and returns one claims row: id, claim, article, simulated,
-unit, agrees, note (plus the display texts engine.claims uses). `LOOP_CLAIMS` maps id -> function;
-engine.claims merges it into `tokensim claims`. Each runs in well under 2 s of CPU.
+unit, agrees, note (plus the display texts engine.evidence.claims uses). `LOOP_CLAIMS` maps id -> function;
+engine.evidence.claims merges it into `tokensim claims`. Each runs in well under 2 s of CPU.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine.claim_rows import Row, row
 from engine.config import EngineConfig
+from engine.evidence.claim_rows import Row, row
+from engine.physics.specs import load_hardware, load_model
+from engine.physics.step import StepCost, StepModel, StepOptions, context_wall, crossover_batch
 from engine.search import first_true
 from engine.serving import Engine
-from engine.specs import load_hardware, load_model
-from engine.step import StepCost, StepModel, StepOptions, context_wall, crossover_batch
 
 
 def _cfg(**kw: Any) -> EngineConfig:

@@ -1,7 +1,8 @@
 """The claims' ids, titles and row shape (CLAIMS.md), shared by every module that computes a claim.
 
-engine.claims (physics), engine.claims_loop (the serving loop) and engine.validate (C24) each build rows with
-`row`; engine.claims gathers them. Scenes check their checkpoints' claim ids against CLAIM_IDS.
+engine.evidence.claims (physics), engine.evidence.claims_loop (the serving loop) and engine.evidence.validate (C24)
+each build rows with
+`row`; engine.evidence.claims gathers them. Scenes check their checkpoints' claim ids against CLAIM_IDS.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from engine import hf_config
 from engine import validation as V
 from engine.errors import InputError, suggest
+from engine.physics import hf_config
 
 # Bytes per stored weight or KV element. mxfp4 carries one 8-bit scale per 32 values: 4.25 bits.
 # Group-quantised checkpoints count their scales too: GPTQ/AWQ int8/int4 with one fp16 scale per 128 weights
