@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.serving import Engine  # noqa: E402
+from engine.serving.engine import Engine  # noqa: E402
 from tui.commands.bench_cmd import bench_config  # noqa: E402
 
 

@@ -37,7 +37,7 @@ tree, what, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.path.insert(0, tree)
 import engine
 assert engine.__file__.startswith(tree), engine.__file__
-from engine.serving import Engine
+from engine.serving.engine import Engine
 if what == "bench":
     # tokensim bench's engine row as each tree times it: its bench_config, its warm-up, then `n` ticks the way its
     # own bench runs them (run(max_ticks) where the tree has it, quiet ticks skipped; else step() by step()).

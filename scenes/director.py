@@ -32,7 +32,7 @@ _MISSING = (KeyError, ValueError, ZeroDivisionError, InputError)
 
 
 def _default_engine(config: EngineConfig) -> Any:
-    from engine.serving import Engine
+    from engine.serving.engine import Engine
 
     return Engine(config)
 

@@ -12,7 +12,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.physics.step import StepModel
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from scenes.metrics import METRICS, Probe
 from tui.frame import build_frame
 from tui.render import roofline, traffic, warehouse

@@ -68,7 +68,7 @@ from tui.widgets.warehouse import Warehouse
 from tui.widgets.xray_bar import XRayBar
 
 if TYPE_CHECKING:
-    from engine.serving import Engine
+    from engine.serving.engine import Engine
 
 # Simulated seconds per wall second: slow motion (a 8 ms step takes seconds to cross) to fast-forward.
 SPEEDS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0,

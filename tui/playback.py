@@ -21,7 +21,7 @@ from engine.serving.snapshot import Phase, Snapshot
 from tui.frame import Batch, batch_of, match_rows, taken
 
 if TYPE_CHECKING:
-    from engine.serving import Engine
+    from engine.serving.engine import Engine
 
 FF_TICKS = 64  # ticks per engine.advance() call in fast-forward, between looks at the wall-time budget
 # A replayed step crosses one layer in this many wall seconds: three frames at 30 fps, the least in which

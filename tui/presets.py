@@ -23,7 +23,7 @@ from engine.physics.specs import (
     model_names,
 )
 from engine.physics.step import StepModel, StepOptions
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from tui.i18n import t
 
 # Tensor-parallel degrees a fix may propose: powers of two, as GPUs come in NVLink groups of 2, 4, 8

@@ -16,7 +16,7 @@ from engine.evidence.claim_rows import Row, row
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepCost, StepModel, StepOptions, context_wall, crossover_batch
 from engine.search import first_true
-from engine.serving import Engine
+from engine.serving.engine import Engine
 
 
 def _cfg(**kw: Any) -> EngineConfig:

@@ -218,7 +218,7 @@ def replay(e: Experiment, runtime: str | Runtime = "vllm", stage_requests: int |
     engine with the prompts' shared prefixes cached; without, each stage runs on its own at its rate with
     every prompt computed in full, and the means are weighted by the requests each stage served.
     """
-    from engine.serving import Engine  # the serving package imports this module's neighbours: keep it lazy
+    from engine.serving.engine import Engine  # the serving package imports this module's neighbours: keep it lazy
 
     base = config(e, runtime)
     names = {f.name for f in fields(EngineConfig)}

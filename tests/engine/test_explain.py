@@ -11,7 +11,7 @@ from engine.config import EngineConfig
 from engine.evidence.explain import FIGURES, TEXT, explain_figure, next_figure
 from engine.numbers import dur, pct, si
 from engine.physics.xray import step_xray
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from engine.serving.snapshot import Snapshot
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import engine.serving.accounting as acc
 from engine.config import EngineConfig
-from engine.serving import Engine
+from engine.serving.engine import Engine
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "closed": dict(users=40, requests=300, output="uniform:5,120", slo_ttft=0.2, slo_tpot=0.02),

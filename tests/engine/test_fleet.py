@@ -11,8 +11,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, parse_pd
-from engine.serving import Engine
-from engine.serving.engine import prefix_keys
+from engine.serving.engine import Engine, prefix_keys
 from engine.serving.tables import Rows
 
 OPEN = EngineConfig(rate=8, users=0, requests=600, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")

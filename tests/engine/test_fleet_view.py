@@ -9,7 +9,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.fleet.fleet import Fleet, FleetSpec, engine_for
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from tests.engine.test_fleet import SHARED, _flat
 
 CLOSED = EngineConfig(users=12, think_time="exp:1", requests=150, prompt="uniform:500,3000", output="uniform:50,200")

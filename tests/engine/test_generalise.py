@@ -14,7 +14,7 @@ from engine.config import EngineConfig
 from engine.evidence import replay as R
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import _HOP_LATENCY_S, StepModel, StepOptions
-from engine.serving import Engine
+from engine.serving.engine import Engine
 
 
 def _sm(hw: str, model: str, tp: int = 1, **kw: Any) -> StepModel:

@@ -10,8 +10,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.fleet.fleet import KV_LINK_LATENCY_S, Fleet, FleetSpec
-from engine.serving import Engine
 from engine.serving.accounting import PARTS, L, lanes_split
+from engine.serving.engine import Engine
 
 PRESSED = EngineConfig(users=120, requests=400, prompt="uniform:300,2000", output="uniform:50,400",
                        think="uniform:0,150", kv_pool_blocks=1200, debug=True, seed=3)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.serving import Engine
 from engine.serving.accounting import H
+from engine.serving.engine import Engine
 from engine.serving.lane import Lane
 from engine.serving.scheduler import Chunked
 

@@ -10,7 +10,9 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.serving import HISTORY_POINTS, RECENT_DONE, Engine, TickResult
+from engine.serving.accounting import HISTORY_POINTS, RECENT_DONE
+from engine.serving.engine import Engine
+from engine.serving.lane import TickResult
 from engine.serving.snapshot import Phase
 
 RUN_KEYS = ("requests_completed", "input_tokens", "output_tokens", "sim_time_s", "throughput_out_tok_s", "ttft_s",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.serving import Engine
+from engine.serving.engine import Engine
 
 LENGTH = st.one_of(
     st.integers(1, 150).map(str),

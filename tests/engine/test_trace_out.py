@@ -13,7 +13,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.fleet.fleet import Fleet, FleetSpec
-from engine.serving import Engine, trace_out
+from engine.serving import trace_out
+from engine.serving.engine import Engine
 
 CFG = EngineConfig(users=64, requests=200, prompt="uniform:300,1500", output="uniform:20,200", think="uniform:0,40",
                    kv_pool_blocks=900, scheduler="chunked", seed=2)

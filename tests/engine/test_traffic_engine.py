@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.serving import Engine
+from engine.serving.engine import Engine
 
 CAMPAIGN = """
 [[stage]]

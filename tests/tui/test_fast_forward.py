@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from engine.serving.lane import Lane
 from tui.app import TokensimApp
 from tui.defaults import default_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import EngineConfig
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from tui.defaults import default_config
 from tui.frame import build_frame
 from tui.render import figures, metrics, roofline, sm_grid, traffic, warehouse

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine.fleet.fleet import Fleet, FleetSpec
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from tests.tui.test_snapshots import ticks
 from tui.app import TokensimApp
 from tui.cli import build_parser

@@ -9,7 +9,7 @@ from rich.cells import cell_len
 
 from engine.config import EngineConfig
 from engine.fleet.fleet import CopyState, ReplicaState, Route
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from tui.frame import FleetView, Frame, build_frame
 from tui.render import fleet
 

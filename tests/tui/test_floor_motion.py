@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from engine.serving.snapshot import Phase
 from tests.tui.snapdata import make_snapshot
 from tui.defaults import default_config

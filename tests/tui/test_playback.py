@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from engine.serving.snapshot import Phase
 from tui.defaults import default_config
 from tui.playback import Playback

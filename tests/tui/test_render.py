@@ -226,7 +226,7 @@ def test_answers_are_deterministic_and_fit() -> None:
 
 def _engine_frame(**cfg: object) -> Frame:
     from engine.config import EngineConfig
-    from engine.serving import Engine
+    from engine.serving.engine import Engine
 
     eng = Engine(EngineConfig(**cfg))  # type: ignore[arg-type]
     res = None

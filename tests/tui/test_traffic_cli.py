@@ -62,7 +62,7 @@ def test_the_app_takes_the_same_workload_file(tmp_path) -> None:
     """`tokensim --workload FILE` builds the floor's engine from the file: its stages set the users on screen."""
     import argparse
 
-    from engine.serving import Engine
+    from engine.serving.engine import Engine
     from tui.commands.app_cmd import add_arguments, config_from_args
 
     p = tmp_path / "w.toml"

@@ -21,7 +21,7 @@ from typing import Any
 from rich.table import Table
 
 from engine.config import EngineConfig
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from engine.validation import MAX_SECONDS
 from tui.commands.options import console, positive_float, positive_int, print_json
 

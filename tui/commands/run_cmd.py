@@ -15,7 +15,8 @@ from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
 from engine.numbers import fixed, json_safe
-from engine.serving import Engine, trace_out
+from engine.serving import trace_out
+from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
 from tui.commands.options import (
     add_model_options,

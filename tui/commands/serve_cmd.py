@@ -165,7 +165,7 @@ def make_server(command: str, host: str, port: int, fixed_url: str | None = None
 
 def run(args: argparse.Namespace) -> int:
     """Check the options (the engine is built once here, so a bad one fails now), then serve until Ctrl+C."""
-    from engine.serving import Engine
+    from engine.serving.engine import Engine
 
     Engine(app_cmd.config_from_args(args))  # a model that does not fit etc. is one line now, not per tab
     check_port_free(args.host, args.port)
