@@ -37,6 +37,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "deep.json": b"[" * 100_000, "deepobj.json": b'{"a":' * 100_000, "deep.toml": b"a = " + b"[" * 100_000,
         "bigint.json": b'{"num_hidden_layers": ' + b"9" * 5000 + b"}",
         "scene_bin.toml": bytes(range(256)) * 4,
+        # issue 30: a header line of spaces made the line finder's pattern backtrack cubically (3,000: 13 s)
+        "ws_header.toml": b"[" + b" " * 6000 + b"x\n",
     }
     for name, data in raw.items():
         (d / name).write_bytes(data)
@@ -103,6 +105,7 @@ REFUSED = [
     ("run --users 4 --duration 1e308", "--duration"),
     ("scene {f}/scene_ticks.toml --headless", "run_ticks"),
     ("run --rate 1e9 --duration 1", "would hold about"),
+    ("run --workload {f}/ws_header.toml --requests 5", "not valid TOML"),
     # 3. wrong answers
     ("run --output uniform:1,1e30 --requests 20", "--output"),
     ("run --output normal:100,1e300 --requests 20", "--output"),
