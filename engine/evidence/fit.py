@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine.evidence.validate import Case, cases, err_pct, predict
+from engine.files import write_text_atomic
 from engine.physics.calibration import Runtime, runtimes
 
 PARAMS = ("bw_eff", "flops_eff", "attn_bw_eff", "attn_flops_eff", "step_overhead_s", "layer_overhead_s")
@@ -434,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:9s} {consts}  {summary(err) or '(vllm constants, no table)'}")
     if args.write:
         path = Path(str(resources.files("engine").joinpath("presets", "runtimes.toml")))
-        path.write_text(toml_text(fits, _dt.date.today().isoformat()), encoding="utf-8")
+        write_text_atomic(path, toml_text(fits, _dt.date.today().isoformat()), "--write")
         runtimes.cache_clear()
         print(f"wrote {path}")
     return 0

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from typing import IO, Any
+from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -13,6 +14,7 @@ from rich.table import Table
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
+from engine.files import atomic_output
 from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
 from engine.numbers import fixed, json_safe
 from engine.serving import trace_out
@@ -283,15 +285,9 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     return json_safe(out)
 
 
-def open_trace(path: str) -> IO[str]:
-    """The --trace-out file, opened before the run so a bad path fails at once (one line, exit 2)."""
-    if os.path.isdir(path):
-        raise InputError(f"--trace-out {path} is a directory; give a file name such as run.json")
-    try:
-        return open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed by run())
-    except OSError as e:
-        raise InputError(f"--trace-out {path}: cannot write it ({e.strerror or e}); give a writable file path")\
-            from None
+def run_inputs(args: argparse.Namespace) -> list[str | None]:
+    """The files this run reads, which no output of it may overwrite."""
+    return [getattr(args, k, None) for k in ("trace", "workload", "model", "hardware", "runtime_file")]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -300,8 +296,9 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(engine, Fleet) and not args.trace_out:  # a trace records each replica's steps in this process
         engine.workers = args.workers or os.cpu_count() or 1
     check_pool(engine, args.kv_blocks, args.force)
-    f = open_trace(args.trace_out) if args.trace_out else None
-    try:
+    with contextlib.ExitStack() as stack:  # the trace is renamed into place only if the run ends well
+        f = stack.enter_context(atomic_output(args.trace_out, "--trace-out", run_inputs(args))) \
+            if args.trace_out else None
         rec = trace_out.record(engine) if f is not None else None
         run_engine(engine, show_progress=sys.stderr.isatty())
         out = report(engine)
@@ -309,9 +306,6 @@ def run(args: argparse.Namespace) -> int:
             out["explain"] = json_safe(engine.explain())
         if f is not None and rec is not None:
             trace_out.write(rec, f, {k: out[k] for k in ("hardware", "model", "tp", "scheduler", "seed")})
-    finally:
-        if f is not None:
-            f.close()
     if args.json:
         print_json(out)
         return 0
