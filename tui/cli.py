@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -72,19 +74,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     _tolerant_streams()
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
+    previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
     try:
         if args.command is None:
             from tui.commands import app_cmd
 
             return app_cmd.run(args)
-        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        code = int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers below, not at interpreter exit
+        return code
     except InputError as e:
         sys.stderr.write(f"tokensim: error: {e}\n")
         return 2
     except KeyboardInterrupt:
+        sys.stderr.write("tokensim: stopped (Ctrl+C); nothing more was written\n")
         return 130
-    except BrokenPipeError:
+    except Terminated:
+        sys.stderr.write("tokensim: stopped (SIGTERM); nothing more was written\n")
+        return 143
+    except BrokenPipeError:  # the reader stopped early (| head): quiet, and nothing left to flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is so that `finally` blocks (temporary files, workers) run on the way out;
+    a BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _main_thread() -> bool:
+    """Signal handlers can only be set from the main thread (tests call main() from others)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _tolerant_streams() -> None:

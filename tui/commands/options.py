@@ -90,10 +90,19 @@ def _jsonable(o: Any) -> Any:
     raise InputError(f"cannot serialise {type(o).__name__} to JSON")
 
 
+class _Console(Console):
+    """Rich's console, but a reader that stopped early (`tokensim step | head -1`) is not an error: Rich's own
+    handler exits 1; this one stops writing and lets the CLI's entry point end quietly with 0."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console(stderr: bool = False) -> Console:
     """A Rich console; when piped (no terminal) it is 140 columns wide so tables are not squeezed."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 140)
+    return _Console(stderr=stderr, width=None if stream.isatty() else 140)
 
 
 def require_terminal(headless_hint: str) -> None:
