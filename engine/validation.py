@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -161,6 +162,25 @@ def option(check: Callable[..., T], **kw: Any) -> Callable[[str], T]:
     return parse
 
 
+# ---- text from files, made safe to print ------------------------------------------------------------
+
+# C0 and C1 control characters (ESC starts every terminal escape sequence) and the bidirectional overrides and
+# isolates (U+202A-U+202E, U+2066-U+2069: they reorder what a terminal shows, as in "Trojan Source", CVE-2021-42574).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: Any) -> Any:
+    """`value` with every unsafe character in its strings (keys included, recursively) written as a visible escape
+    (ESC -> \\x1b), so a name read from a file can never drive the terminal it is printed on."""
+    if isinstance(value, str):
+        return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
+
+
 # ---- files -----------------------------------------------------------------------------------------
 
 def read_text(path: Path, what: str) -> str:
@@ -203,7 +223,7 @@ def parse_json(text_: str, where: str) -> Any:
         elif ch in "]}":
             cur -= 1
     try:
-        return json.loads(text_)
+        return printable(json.loads(text_))  # names and notes are printed: no terminal escapes in them
     except json.JSONDecodeError as e:
         raise InputError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except (ValueError, RecursionError) as e:  # e.g. an integer longer than Python's 4,300-digit limit

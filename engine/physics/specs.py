@@ -508,7 +508,7 @@ def read_toml(path: Path, what: str = "file") -> dict[str, Any]:
 def parse_toml(text: str, where: str) -> dict[str, Any]:
     """TOML text as a table; malformed, too deep or too long a number is one line."""
     try:
-        return tomllib.loads(text)
+        return V.printable(tomllib.loads(text))  # names and notes are printed: no terminal escapes in them
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{where}: malformed TOML: {e}") from None
     except (ValueError, RecursionError) as e:  # an integer over 4,300 digits, or arrays nested thousands deep
