@@ -9,7 +9,11 @@ predict a run's length to the percent.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
@@ -32,11 +36,17 @@ class Estimate:
     step_s: float  # the shortest step it can take (a decode of one sequence): what bounds the clock's pace
 
 
+def _shortest_step(sm: StepModel, d_prompt: Dist) -> float:
+    """The shortest step a run can take: a decode of one sequence at the mean prompt length."""
+    return sm.decode(1, int(min(d_prompt.mean, sm.model.max_context - 1))).time_s
+
+
 def estimate(cfg: EngineConfig, sm: StepModel, blocks: int, d_prompt: Dist, d_output: Dist, d_think: Dist,
-             d_think_time: Dist) -> Estimate:
-    """Memory and steps of the run `cfg` describes on step model `sm` with a pool of `blocks` blocks."""
+             d_think_time: Dist, step_s: float | None = None) -> Estimate:
+    """Memory and steps of the run `cfg` describes on step model `sm` with a pool of `blocks` blocks (`step_s`:
+    the shortest step, when the caller has priced it already)."""
     lanes = 2 if cfg.fast_share > 0 else 1
-    step_s = sm.decode(1, int(min(d_prompt.mean, sm.model.max_context - 1))).time_s
+    step_s = _shortest_step(sm, d_prompt) if step_s is None else step_s
     ctx = sm.model.max_context  # sampled lengths are clipped to the context, so no request needs more steps
     gen = max(1.0, min(d_output.mean + d_think.mean, ctx))  # decode steps one request needs
     # Requests the run will see: its --requests, or what arrives within --duration.
@@ -68,6 +78,66 @@ def estimate(cfg: EngineConfig, sm: StepModel, blocks: int, d_prompt: Dist, d_ou
     if cfg.requests is None and cfg.duration is None:
         steps = math.inf
     return Estimate(memory_bytes=memory, steps=steps, step_s=step_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """One stretch of a scripted run (a workload file's stage, or a whole trace) in the terms estimate() takes."""
+
+    duration: float
+    rate: float  # Poisson requests/s (a trace: its rows over its span)
+    users: int  # closed-loop users (0 for an open loop)
+    prompt: Dist
+    output: Dist
+    think: Dist
+    think_time: Dist
+    requests: float | None = None  # a trace's row count: it sends no more than that
+
+
+def stage_loads(stages: Sequence[Any]) -> list[Load]:
+    """A workload file's stages (engine.traffic.workload_file.Stage) as loads."""
+    return [Load(st.duration, st.rate, st.users, st.prompt.tokens, st.output, st.think, st.think_time)
+            for st in stages]
+
+
+def trace_load(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> Load:
+    """A trace's rows as one load: its row count over its span, at its mean lengths."""
+    n = int(arrival.size)
+    span = max(float(arrival[-1]) if n else 0.0, 1e-9)
+    zero = Dist("fixed", 0.0)
+    return Load(span, n / span, 0, _fixed_mean(prompt), _fixed_mean(output), zero, zero, requests=float(n))
+
+
+def _fixed_mean(a: np.ndarray) -> Dist:
+    """A fixed length at the mean of `a` (1 for none)."""
+    return Dist("fixed", float(a.mean()) if a.size else 1.0)
+
+
+def estimate_loads(cfg: EngineConfig, sm: StepModel, blocks: int, loads: Sequence[Load]) -> Estimate:
+    """What a run driven by a workload file or a trace will need: each stretch estimated as a run of its own (its
+    rate or users for its duration, as estimate() does for --rate/--users), the steps added up and the memory taken
+    at the largest stretch; --requests and --duration cut the run short as they do the run. The shortest step is
+    priced once per prompt length, so 100,000 stages cost 100,000 small sums, not 100,000 step pricings."""
+    memory, steps, step_min = 0.0, 0.0, math.inf
+    left_req = float(cfg.requests) if cfg.requests is not None else math.inf
+    left_s = cfg.duration if cfg.duration is not None else math.inf
+    priced: dict[float, float] = {}
+    for ld in loads:
+        if left_req <= 0 or left_s <= 0:
+            break
+        dur = min(ld.duration, left_s)
+        cap = min(left_req, ld.requests if ld.requests is not None else math.inf)
+        one = replace(cfg, users=ld.users, rate=ld.rate, duration=dur,
+                      requests=int(cap) if math.isfinite(cap) else None)
+        if ld.prompt.mean not in priced:
+            priced[ld.prompt.mean] = _shortest_step(sm, ld.prompt)
+        est = estimate(one, sm, blocks, ld.prompt, ld.output, ld.think, ld.think_time, priced[ld.prompt.mean])
+        if not ld.rate and not ld.users:  # a quiet stretch: the clock jumps over it
+            est = Estimate(est.memory_bytes, 1.0, est.step_s)
+        memory, steps, step_min = max(memory, est.memory_bytes), steps + est.steps, min(step_min, est.step_s)
+        left_s -= dur
+        left_req -= min(cap, ld.rate * dur) if not ld.users else 0.0  # closed loops: charged to the end
+    return Estimate(memory_bytes=memory, steps=steps, step_s=step_min if math.isfinite(step_min) else 0.0)
 
 
 def check(est: Estimate, bounded: bool, force: bool) -> None:
