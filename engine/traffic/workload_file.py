@@ -36,11 +36,14 @@ import numpy as np
 from engine.errors import InputError
 from engine.serving.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_PROMPT, stream_id
 from engine.traffic.workload import Dist, Sampler, parse_dist, seeded_rngs
+from engine.validation import MAX_COUNT, MAX_SECONDS, show
 
 _STAGE_KEYS = ("rate", "users", "think_time", "duration", "prompt", "output")
 _PROMPT_KEYS = ("tokens", "shared_prefix", "groups", "users_per_group")
 _OUTPUT_KEYS = ("tokens", "think")
 _TOP_KEYS = ("stage", "prompt", "output")
+MAX_RATE = 1e6  # requests/s of one stage: ~100x the largest fleets this simulates; more is a typo or an attack
+MAX_STAGES = 10_000  # a day in 10-second stages is 8,640
 _SPEC_SHIFT = 40  # prompt and group ids of the n-th distinct [prompt] table live at n << 40: never shared
 
 
@@ -169,17 +172,20 @@ class _Reader:
                 raise self.fail(f"unknown key (known: {', '.join(known)})", *at, k)
         return v
 
-    def number(self, v: Any, *at: Any, minimum: float = 0.0, strict: bool = False) -> float:
-        """A finite number >= minimum (> minimum when strict)."""
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or v < minimum or (strict and v == minimum):
-            raise self.fail(f"must be a finite number {'>' if strict else '>='} {minimum:g}, got {v!r}", *at)
+    def number(self, v: Any, *at: Any, minimum: float = 0.0, strict: bool = False,
+               maximum: float = MAX_SECONDS) -> float:
+        """A finite number >= minimum (> minimum when strict) and <= maximum (the validation layer's limits, so
+        every clock sum stays exact to the millisecond)."""
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not minimum <= v <= maximum \
+                or (strict and v == minimum):  # NaN fails the range test; a 5,000-digit int is compared exactly
+            raise self.fail(f"must be a finite number {'>' if strict else '>='} {minimum:g} and <= {maximum:g},"
+                            f" got {show(v)}", *at)
         return float(v)
 
-    def whole(self, v: Any, *at: Any, minimum: int = 0) -> int:
-        """A whole number >= minimum."""
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < minimum:
-            raise self.fail(f"must be a whole number >= {minimum}, got {v!r}", *at)
+    def whole(self, v: Any, *at: Any, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
+        """A whole number >= minimum and <= maximum (int64-safe, with room for sums)."""
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not minimum <= v <= maximum or v != int(v):
+            raise self.fail(f"must be a whole number >= {minimum} and <= {maximum:,}, got {show(v)}", *at)
         return int(v)
 
     def dist(self, v: Any, *at: Any, minimum: float) -> Dist:
@@ -228,7 +234,7 @@ def parse_workload(data: dict[str, Any], name: str, text: str = "", prompt: str 
         if has_rate == has_users:
             what = "both rate and users" if has_rate else "neither rate nor users"
             raise rd.fail(f"has {what}: give rate = R (Poisson requests/s) or users = N (closed loop)", "stage", i)
-        rate = rd.number(s["rate"], "stage", i, "rate") if has_rate else 0.0
+        rate = rd.number(s["rate"], "stage", i, "rate", maximum=MAX_RATE) if has_rate else 0.0
         users = rd.whole(s["users"], "stage", i, "users") if has_users else 0
         if "think_time" in s and not has_users:
             raise rd.fail("applies to closed-loop users; Poisson arrivals do not think", "stage", i, "think_time")
@@ -242,6 +248,11 @@ def parse_workload(data: dict[str, Any], name: str, text: str = "", prompt: str 
         oat = ("stage", i, "output") if "output" in s else ("output",)
         out = rd.dist(so.get("tokens", output), *oat, "tokens", minimum=1)
         thk = rd.dist(so.get("think", think), *oat, "think", minimum=0)
+        if t + dur > MAX_SECONDS:
+            raise rd.fail(f"the stages run past {MAX_SECONDS:g} s of simulated time, where a step of a few"
+                          " milliseconds can no longer be told apart on the clock", "stage", i, "duration")
+        if i >= MAX_STAGES:
+            raise rd.fail(f"more than {MAX_STAGES:,} stages; join stages that share a rate", "stage", i)
         stages.append(Stage(i, t, dur, rate, users, tt, pspec, out, thk))
         t += dur
     return Workload(name, tuple(stages))

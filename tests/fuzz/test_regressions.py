@@ -64,6 +64,15 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "nonascii.toml": hw.replace('display = "H100-SXM5-80GB"', 'display = "H100-显卡-é"'),
         "scene_ticks.toml": scene.replace("actions = [{ run_ticks = 2 }]", "actions = [{ run_ticks = 1000000000000 }]"),
         "scene_users.toml": scene.replace("users = 1\n", "users = 10000000000\n", 1),
+        # issue 30, class 5: workload files' numbers bounded by the validation layer's limits
+        "wl_users.toml": "[[stage]]\nusers = 10000000000000000000\nduration = 5\n",
+        "wl_upg.toml": "[[stage]]\nrate = 5\nduration = 10\n[stage.prompt]\nusers_per_group = 1e19\n",
+        "wl_bigint.toml": "[[stage]]\nrate = 5\nduration = 10\n[stage.prompt]\ngroups = " + "9" * 4000 + "\n",
+        "wl_dur.toml": "[[stage]]\nrate = 5\nduration = 1e308\n",
+        "wl_durs.toml": "[[stage]]\nrate = 5\nduration = 9e8\n[[stage]]\nrate = 5\nduration = 9e8\n",
+        "wl_rate.toml": "[[stage]]\nrate = 1e12\nduration = 1\n",
+        "wl_nan.toml": "[[stage]]\nrate = nan\nduration = 1\n",
+        "wl_stages.toml": "[[stage]]\nrate = 5\nduration = 1\n" * 10_001,
     }
     for name, t in text.items():
         (d / name).write_text(t, encoding="utf-8")
@@ -106,6 +115,14 @@ REFUSED = [
     ("scene {f}/scene_ticks.toml --headless", "run_ticks"),
     ("run --rate 1e9 --duration 1", "would hold about"),
     ("run --workload {f}/ws_header.toml --requests 5", "not valid TOML"),
+    ("run --workload {f}/wl_users.toml --requests 5", "stage[1].users: must be a whole number"),
+    ("run --workload {f}/wl_upg.toml --requests 5", "users_per_group: must be a whole number"),
+    ("run --workload {f}/wl_bigint.toml --requests 5", "groups: must be a whole number"),
+    ("run --workload {f}/wl_dur.toml --requests 5", "stage[1].duration: must be a finite number > 0 and <= 1e+09"),
+    ("run --workload {f}/wl_durs.toml --requests 5", "stages run past 1e+09 s"),
+    ("run --workload {f}/wl_rate.toml --requests 5", "stage[1].rate: must be a finite number"),
+    ("run --workload {f}/wl_nan.toml --requests 5", "stage[1].rate: must be a finite number"),
+    ("run --workload {f}/wl_stages.toml --requests 5", "more than 10,000 stages"),
     # 3. wrong answers
     ("run --output uniform:1,1e30 --requests 20", "--output"),
     ("run --output normal:100,1e300 --requests 20", "--output"),
