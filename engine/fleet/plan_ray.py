@@ -1,14 +1,16 @@
 """Run a plan's grid as Ray tasks: the same evaluate() as the local pool, so the same answer.
 
 Ray is an optional extra (`pip install -e ".[ray]"`); nothing else in tokensim imports it. Without an
-address a local Ray instance is started (and shut down after); with one (`HOST:6379` for a cluster's
-head node, or `ray://HOST:10001` for Ray Client) the tasks run on that cluster, which needs tokensim's
-engine importable on its workers: the engine package is shipped with the job (runtime_env py_modules).
+address a private local Ray instance is started, bound to 127.0.0.1 (and shut down after); with one
+(`HOST:6379` for a cluster's head node, or `ray://HOST:10001` for Ray Client) the tasks run on that cluster,
+which needs tokensim's engine importable on its workers: the engine package is shipped with the job
+(runtime_env py_modules).
 An address that does not answer is one InputError, raised before anything is submitted.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +38,26 @@ def check_address(address: str) -> None:
                          " `ray start --head` or leave out the address for a local instance") from None
 
 
+_QUIET: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+# Ray's switch for a one-machine instance: with clusters disabled its node address is the loopback one, so every
+# service it starts (GCS, raylet, workers) listens on 127.0.0.1 only. Read when Ray is imported; set here first.
+_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def start_local(num_cpus: int | None = None) -> None:
+    """Start a private Ray instance on this machine, bound to 127.0.0.1.
+
+    `address="local"` always starts a new instance: an address Ray finds on its own (RAY_ADDRESS, or the
+    `ray_current_cluster` record an earlier head left behind, even a killed one) is never waited on. Nothing listens
+    beyond loopback: the node address is the loopback one (see _LOOPBACK_ENV)."""
+    os.environ[_LOOPBACK_ENV] = "0"
+    import ray
+    from ray._private import ray_constants  # already imported with Ray: its switch was read before we set it
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    ray.init(address="local", num_cpus=num_cpus, **_QUIET)
+
+
 def ray_map(jobs: list[Job], address: str | None = None, num_cpus: int | None = None) -> Iterator[tuple[int, Any]]:
     """Evaluate jobs as Ray tasks, yielding (index, result) as they finish; shuts down what it started."""
     try:
@@ -48,14 +70,11 @@ def ray_map(jobs: list[Job], address: str | None = None, num_cpus: int | None = 
 
     started = not ray.is_initialized()
     if started:
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-        if address is None or address == "local":
-            kwargs["num_cpus"] = num_cpus
-        else:
-            kwargs["address"] = address
-            kwargs["runtime_env"] = {"py_modules": [engine]}
         try:
-            ray.init(**kwargs)
+            if address is None or address == "local":
+                start_local(num_cpus)
+            else:
+                ray.init(address=address, runtime_env={"py_modules": [engine]}, **_QUIET)
         except (ConnectionError, TimeoutError, RuntimeError) as e:
             raise InputError(f"--ray {address or 'local'}: could not connect ({str(e).splitlines()[0]})") from None
     try:

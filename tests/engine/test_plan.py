@@ -118,12 +118,13 @@ def test_ray_gives_the_same_plan_as_the_pool() -> None:
         if _ray_required():
             raise
         pytest.skip('ray is not installed (pip install -e ".[ray]"); CI installs it and runs this test')
-    from engine.fleet.plan_ray import ray_map
+    from engine.fleet.plan_ray import ray_map, start_local
 
     pts = _space(replicas=(1, 2), router=("round-robin", "kv-aware")).points()
     jobs = [(p, BASE, SLO, None) for p in pts]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local(num_cpus=2)
     try:
+        assert ray.util.get_node_ip_address() == "127.0.0.1"  # nothing of it listens beyond loopback
         on_ray = pl.run_grid(jobs, lambda js: ray_map(js))
     finally:
         ray.shutdown()
