@@ -16,7 +16,6 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.lang import LANGS, bound_word
 from engine.numbers import json_safe
 from engine.physics.step import StepModel
 from engine.serving.snapshot import Snapshot
@@ -25,6 +24,7 @@ from scenes.metrics import METRICS, Probe
 from scenes.placeholders import AT, OVER, Ref, parse_ref, refs
 from scenes.quiz import Question, Reveal, correct_choice
 from scenes.schema import Action, Checkpoint, Scene
+from scenes.words import LANGS, bound_word
 
 # What reading a figure raises when the engine has not got it (a fleet before it ran, a P/D figure of a colocated
 # fleet, a ratio over a zero): the text reads "nan" and the checkpoint that names it fails and says why.
