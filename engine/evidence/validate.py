@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError, suggest
+from engine.evidence import replay
 from engine.evidence.claim_rows import row
 from engine.numbers import err_pct
 from engine.physics.calibration import Runtime
@@ -538,8 +539,6 @@ def table_report(name: str, runtime: str | None = None) -> dict[str, Any]:
 def report(tables: list[str] | None = None, runtime: str | None = None) -> dict[str, Any]:
     """The whole validation: {"tables": [table_report, ...]} for the named tables (all by default); the vLLM
     v0.15 serving campaign (engine.evidence.replay) is replayed through the serving engine."""
-    from engine.evidence import replay
-
     known = [*TABLE_FILES, replay.TABLE]
     names = tables or known
     for n in names:
