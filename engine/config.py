@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHEDULERS = ("static", "continuous", "chunked")
+# Tokens one step may prefill and decode together: vLLM's default for `vllm serve` on a GPU of 70 GiB or more
+# other than an A100 (vllm/engine/arg_utils.py, EngineArgs._set_default_args: OPENAI_API_SERVER -> 8192).
+MAX_BATCHED_TOKENS = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +30,7 @@ class EngineConfig:
     # scheduling
     scheduler: str = "continuous"
     max_batch: int = 256
-    max_batched_tokens: int = 8192
+    max_batched_tokens: int = MAX_BATCHED_TOKENS
     fast_share: float = 0.0  # fraction of users in the priority "fast lane"
     fast_max_batch: int = 4  # batch cap the fast lane runs at
     # workload: closed loop (users > 0) or open loop (rate > 0, Poisson arrivals per second)

@@ -56,6 +56,11 @@ def pct(f: float | None) -> str:
     return f"{p:.1f} %" if p < 10 else f"{p:.0f} %"
 
 
+def err_pct(predicted: float, measured: float) -> float:
+    """Signed percent error of a prediction against the measurement (validate's, replay's and fit's one figure)."""
+    return 100.0 * (predicted - measured) / measured
+
+
 def json_safe(o: Any) -> Any:
     """`o` with every NaN or infinity (which JSON cannot write) replaced by None, through dicts, lists and tuples."""
     if isinstance(o, dict):

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine import validation as V
 from engine.config import SCHEDULERS
-from engine.errors import InputError
+from engine.errors import InputError, suggest
+from engine.fleet.fleet import ROUTERS, parse_pd
 from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names
 from scenes.checks import (
     MAX_PROBE_BATCH,
@@ -85,9 +86,6 @@ class FleetRun:
 
 def _fleet_run(c: Ctx, where: str, v: Any) -> FleetRun:
     """A table { replicas = 4, router = "least-loaded", pd = "1:3" } (router and pd optional)."""
-    from engine.errors import suggest
-    from engine.fleet.fleet import ROUTERS, parse_pd
-
     if not isinstance(v, dict):
         raise c.fail(where, f'expected a table like {{ replicas = 4, router = "least-loaded", pd = "1:3" }}, got {v!r}')
     for k in v:

@@ -13,6 +13,7 @@ from typing import Any
 
 from engine import validation as V
 from engine.errors import InputError, suggest
+from engine.traffic.workload import parse_dist
 
 
 class Ctx:
@@ -79,8 +80,6 @@ def dist(c: Ctx, where: str, v: Any) -> str:
     """A length spec the workload parses ("200", "uniform:100,300"); the field name is the part after the dot."""
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         raise c.fail(where, f"expected a length spec like \"200\" or \"uniform:100,300\", got {v!r}")
-    from engine.traffic.workload import parse_dist
-
     try:
         parse_dist(v, where.rsplit(".", 1)[-1])
     except InputError as e:

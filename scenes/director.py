@@ -16,15 +16,17 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.lang import LANGS, bound_word
+from engine.fleet.fleet import Fleet, FleetSpec
 from engine.numbers import json_safe
 from engine.physics.step import StepModel
+from engine.serving.engine import Engine
 from engine.serving.snapshot import Snapshot
 from scenes.actions import ACTIONS, FleetRun
 from scenes.metrics import METRICS, Probe
 from scenes.placeholders import AT, OVER, Ref, parse_ref, refs
 from scenes.quiz import Question, Reveal, correct_choice
 from scenes.schema import Action, Checkpoint, Scene
+from scenes.words import LANGS, bound_word
 
 # What reading a figure raises when the engine has not got it (a fleet before it ran, a P/D figure of a colocated
 # fleet, a ratio over a zero): the text reads "nan" and the checkpoint that names it fails and says why.
@@ -32,8 +34,7 @@ _MISSING = (KeyError, ValueError, ZeroDivisionError, InputError)
 
 
 def _default_engine(config: EngineConfig) -> Any:
-    from engine.serving.engine import Engine
-
+    """The engine a scene plays on unless the app hands it one."""
     return Engine(config)
 
 
@@ -266,8 +267,6 @@ class Director:
     def run_fleet(self, run: FleetRun) -> None:
         """Serve the scene's traffic (its config: open loop with a request bound) on a fleet to its end, headless;
         the floor keeps showing the one engine. Its metrics feed the fleet_* figures until the next fleet."""
-        from engine.fleet.fleet import Fleet, FleetSpec
-
         self._sync()
         key = (self.config, run)
         if key not in self._fleets:

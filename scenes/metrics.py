@@ -3,14 +3,32 @@
 Nothing here re-derives physics: step-model metrics call engine.physics.step.StepModel (and its helpers) on
 the scene's current configuration and probe; live metrics read the Engine's Snapshot and metrics().
 A metric returns a float, or a str for the few whose unit is "text" (e.g. which roofline term wins).
+
+Most metrics are one attribute of one object, scaled: they are rows of FIGURES, grouped by the object they read
+(SOURCES). Metrics that divide one metric by another are rows of RATIOS; the rest, each a short formula, are
+rows of FORMULAS. All three tables register into METRICS, the one registry the director and the schema read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from engine.evidence.claim_rows import reference
+from engine.evidence.validate import predict, qwen_case
+from engine.physics.economics import assumptions, batch_that_fits, serving_cost, training_equivalence
+from engine.physics.specs import DTYPE_BYTES
+from engine.physics.speculative import expected_tokens
+from engine.physics.step import context_wall, crossover_batch
+from engine.serving.snapshot import KV_BLOCK_TOKENS
+from engine.traffic.trace import load_trace
+from engine.traffic.workload import parse_dist
+from engine.traffic.workload_file import load_workload
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -54,6 +72,9 @@ class Stage(Protocol):
         ...
 
 
+Fn = Callable[["Stage"], Any]
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     """A named, documented figure; `unit` 'text' marks a string-valued metric."""
@@ -67,18 +88,19 @@ class Metric:
 METRICS: dict[str, Metric] = {}
 
 
-def metric(name: str, unit: str, doc: str) -> Callable[[Callable[[Stage], Any]], Callable[[Stage], Any]]:
-    """Register a metric function under `name`."""
-    def deco(fn: Callable[[Stage], Any]) -> Callable[[Stage], Any]:
+def metric(name: str, unit: str, doc: str) -> Callable[[Fn], Fn]:
+    """Register a metric function under `name` (a decorator); a name registered twice is a mistake."""
+    def deco(fn: Fn) -> Fn:
+        if name in METRICS:
+            raise ValueError(f"metric {name!r} registered twice")
         METRICS[name] = Metric(name, unit, doc, fn)
         return fn
     return deco
 
 
-def _reference() -> dict[str, Any]:
-    from engine.evidence.claim_rows import reference
-
-    return reference()
+def value(s: Stage, name: str) -> float:
+    """Metric `name`'s value at `s`: how a formula or a ratio names another figure."""
+    return METRICS[name].fn(s)  # type: ignore[return-value]
 
 
 def _decode(s: Stage, ideal: bool | None = None) -> StepCost:
@@ -89,891 +111,12 @@ def _prefill(s: Stage, ideal: bool | None = None) -> StepCost:
     return s.step_model(ideal).prefill(s.probe.prompt)
 
 
-# ---- hardware and memory --------------------------------------------------------------------
-
-@metric("hbm_gb", "GB", "HBM (warehouse) size of one GPU")
-def _hbm_gb(s: Stage) -> float:
-    return s.step_model().hw.memory_gb
-
-
-@metric("hbm_gbps", "GB/s", "HBM bandwidth (the conveyor) with the bandwidth knob applied")
-def _hbm_gbps(s: Stage) -> float:
-    return s.step_model().roof.bandwidth / 1e9
-
-
-@metric("ssd_gbps", "GB/s", "a fast NVMe SSD's read speed (engine reference figure)")
-def _ssd_gbps(s: Stage) -> float:
-    return float(_reference()["ssd"]["read_gbps"])
-
-
-@metric("hbm_vs_ssd", "x", "how many times faster the HBM conveyor is than a fast SSD")
-def _hbm_vs_ssd(s: Stage) -> float:
-    return _hbm_gbps(s) / _ssd_gbps(s)
-
-
-@metric("tflops", "TFLOP/s", "dense tensor-core peak at the dtype the matmuls run in, compute knob applied")
-def _tflops(s: Stage) -> float:
-    return s.step_model().roof.peak_flops / 1e12
-
-
-@metric("l2_mb", "MB", "L2 cache (the shelf) size")
-def _l2_mb(s: Stage) -> float:
-    return s.step_model().hw.l2_mb
-
-
-@metric("sm_count", "SMs", "streaming multiprocessors (workstations)")
-def _sm_count(s: Stage) -> float:
-    return float(s.step_model().hw.sm_count)
-
-
-@metric("tray_kb", "KB", "L1/shared memory per SM (one workstation's tray)")
-def _tray_kb(s: Stage) -> float:
-    return s.step_model().hw.smem_per_sm_kb
-
-
-@metric("trays_total_mb", "MB", "all trays together: SMs x tray size")
-def _trays_total_mb(s: Stage) -> float:
-    hw = s.step_model().hw
-    return hw.sm_count * hw.smem_per_sm_kb / 1e3
-
-
-@metric("gpus", "GPUs", "tensor-parallel GPUs the model is spread over")
-def _gpus(s: Stage) -> float:
-    return float(s.config.tp)
-
-
-@metric("weights_gb", "GB", "weight bytes per GPU at the current weight dtype")
-def _weights_gb(s: Stage) -> float:
-    return s.step_model().weight_bytes_per_gpu / 1e9
-
-
-@metric("params_b", "billion", "total parameters of the current model")
-def _params_b(s: Stage) -> float:
-    return s.step_model().model.params_total / 1e9
-
-
-@metric("params_yi", "亿", "total parameters in units of 1e8 (亿), for the Chinese narration")
-def _params_yi(s: Stage) -> float:
-    return s.step_model().model.params_total / 1e8
-
-
-@metric("active_params_b", "billion", "parameters one token actually multiplies (MoE: routed experts only)")
-def _active_params_b(s: Stage) -> float:
-    return s.step_model().model.params_active / 1e9
-
-
-@metric("weight_bytes_each", "B", "bytes one weight takes at the current weight dtype")
-def _weight_bytes_each(s: Stage) -> float:
-    from engine.physics.specs import DTYPE_BYTES
-
-    return DTYPE_BYTES[s.step_model().wdtype]
-
-
-@metric("ssd_step_ms", "ms", "time to read the weights once from a fast SSD instead of HBM")
-def _ssd_step_ms(s: Stage) -> float:
-    return s.step_model().weight_bytes_per_gpu / (_ssd_gbps(s) * 1e9) * 1e3
-
-
-@metric("l2_share_pct", "%", "share of the weights the L2 shelf can hold at once")
-def _l2_share_pct(s: Stage) -> float:
-    sm = s.step_model()
-    return sm.hw.l2_bytes / sm.weight_bytes_per_gpu * 100
-
-
-@metric("free_after_weights_gb", "GB", "HBM left once the weights are in: memory minus weights")
-def _free_after_weights_gb(s: Stage) -> float:
-    sm = s.step_model()
-    return (sm.hw.memory_bytes - sm.weight_bytes_per_gpu) / 1e9
-
-
-@metric("reserve_gb", "GB", "HBM held back for activations and scratch")
-def _reserve_gb(s: Stage) -> float:
-    return s.step_model().reserve_bytes / 1e9
-
-
-@metric("reserve_pct", "%", "share of HBM held back for activations and scratch")
-def _reserve_pct(s: Stage) -> float:
-    sm = s.step_model()
-    return sm.reserve_bytes / sm.hw.memory_bytes * 100
-
-
-@metric("kv_pool_gb", "GB", "KV pool: memory minus weights minus the reserve")
-def _kv_pool_gb(s: Stage) -> float:
-    return s.step_model().kv_capacity_bytes / 1e9
-
-
-@metric("ridge", "FLOP/B", "the hardware constant: peak FLOP/s / bytes/s at the weights' dtype")
-def _ridge(s: Stage) -> float:
-    return s.step_model().roof.ridge
-
-
-@metric("ridge_bf16", "FLOP/B", "peak bf16 FLOP/s / HBM bytes/s of the current GPU (no knobs)")
-def _ridge_bf16(s: Stage) -> float:
-    return s.step_model().hw.ridge("bf16")
-
-
-@metric("drain_ms", "ms", "time to read the whole HBM once at peak bandwidth ('a train every N ms')")
-def _drain_ms(s: Stage) -> float:
-    sm = s.step_model()
-    return sm.hw.memory_bytes / sm.roof.bandwidth * 1e3
-
-
-@metric("drain_ms_calibrated", "ms", "the same at the runtime's calibrated bandwidth efficiency")
-def _drain_ms_cal(s: Stage) -> float:
-    sm = s.step_model(False)
-    return _drain_ms(s) / sm.runtime.bw_eff
-
-
-# ---- the probe step (probe_batch sequences on probe_context tokens; a probe_prompt prefill) -----
-
-@metric("probe_batch", "sequences", "sequences in the probe decode step")
-def _probe_batch(s: Stage) -> float:
-    return float(s.probe.batch)
-
-
-@metric("probe_context", "tokens", "tokens each probe sequence already holds in its KV cache")
-def _probe_context(s: Stage) -> float:
-    return float(s.probe.context)
-
-
-@metric("probe_prompt", "tokens", "length of the probe prefill's prompt")
-def _probe_prompt(s: Stage) -> float:
-    return float(s.probe.prompt)
-
-
-@metric("step_ms_ideal", "ms", "decode step time of the probe at peak bandwidth and FLOP/s, no overhead")
-def _step_ms_ideal(s: Stage) -> float:
-    return _decode(s, True).time_s * 1e3
-
-
-@metric("step_ms_calibrated", "ms", "decode step time of the probe with the calibrated runtime")
-def _step_ms_cal(s: Stage) -> float:
-    return _decode(s, False).time_s * 1e3
-
-
-@metric("step_ms", "ms", "decode step time of the probe as configured (ideal or calibrated)")
-def _step_ms(s: Stage) -> float:
-    return _decode(s).time_s * 1e3
-
-
-@metric("tok_s_ideal", "tok/s", "one user's ideal decode speed: 1 / ideal step time")
-def _tok_s_ideal(s: Stage) -> float:
-    return 1e3 / _step_ms_ideal(s)
-
-
-@metric("tok_s_calibrated", "tok/s", "one user's calibrated decode speed")
-def _tok_s_cal(s: Stage) -> float:
-    return 1e3 / _step_ms_cal(s)
-
-
-@metric("batch_tok_s_ideal", "tok/s", "the whole probe batch's ideal decode output per second")
-def _batch_tok_s_ideal(s: Stage) -> float:
-    return s.probe.batch * _tok_s_ideal(s)
-
-
-@metric("reading_pace_chars_s", "chars/s", "a comfortable reading pace (engine reference figure)")
-def _reading_pace(s: Stage) -> float:
-    return float(_reference()["reading"]["chars_per_s"])
-
-
-@metric("reading_pace_x", "x", "ideal decode speed over a comfortable reading pace")
-def _reading_pace_x(s: Stage) -> float:
-    return _tok_s_ideal(s) / _reading_pace(s)
-
-
-@metric("decode_bound", "text", "which roofline term sets the probe decode step's pace: memory or compute")
-def _decode_bound(s: Stage) -> str:
-    return _decode(s).bound
-
-
-@metric("decode_ai", "FLOP/B", "arithmetic intensity of the probe decode step")
-def _decode_ai(s: Stage) -> float:
-    return _decode(s).arithmetic_intensity
-
-
-@metric("decode_gb", "GB", "HBM bytes one probe decode step moves")
-def _decode_gb(s: Stage) -> float:
-    return _decode(s).bytes_total / 1e9
-
-
-@metric("decode_weights_gb", "GB", "weight bytes one probe decode step reads")
-def _decode_weights_gb(s: Stage) -> float:
-    return _decode(s).bytes["weights"] / 1e9
-
-
-@metric("decode_kv_gb", "GB", "KV-cache bytes one probe decode step reads")
-def _decode_kv_gb(s: Stage) -> float:
-    return _decode(s).bytes["kv_read"] / 1e9
-
-
-@metric("l2_refills", "refills", "times the L2 shelf is filled and emptied in one probe decode step")
-def _l2_refills(s: Stage) -> float:
-    return _decode(s).l2_refills
-
-
-@metric("sm_busy_pct", "%", "share of the probe decode step the SMs spend computing")
-def _sm_busy_pct(s: Stage) -> float:
-    return _decode(s).sm_busy * 100
-
-
-@metric("sm_idle_pct", "%", "share of the probe decode step the SMs wait")
-def _sm_idle_pct(s: Stage) -> float:
-    return 100 - _sm_busy_pct(s)
-
-
-@metric("sm_idle_pct_ideal", "%", "the same at peak figures, no overhead")
-def _sm_idle_pct_ideal(s: Stage) -> float:
-    return 100 - _decode(s, True).sm_busy * 100
-
-
-@metric("hbm_tb_100_tokens", "TB", "HBM bytes the probe batch moves writing 100 tokens (step model)")
-def _hbm_tb_100(s: Stage) -> float:
-    sm, p = s.step_model(), s.probe
-    return sum(sm.decode(p.batch, p.context + i).bytes_total for i in range(100)) / 1e12
-
-
-@metric("prefill_ms", "ms", "time to prefill the probe prompt as configured")
-def _prefill_ms(s: Stage) -> float:
-    return _prefill(s).time_s * 1e3
-
-
-@metric("prefill_bound", "text", "which roofline term sets the probe prefill's pace")
-def _prefill_bound(s: Stage) -> str:
-    return _prefill(s).bound
-
-
-@metric("prefill_ai", "FLOP/B", "arithmetic intensity of the probe prefill")
-def _prefill_ai(s: Stage) -> float:
-    return _prefill(s).arithmetic_intensity
-
-
-@metric("prefill_tok_s", "tok/s", "prompt tokens read per second in the probe prefill")
-def _prefill_tok_s(s: Stage) -> float:
-    return s.probe.prompt / _prefill(s).time_s
-
-
-@metric("read_vs_write_x", "x", "prompt tokens read per second over tokens written per second (probe)")
-def _read_vs_write(s: Stage) -> float:
-    return _prefill_tok_s(s) / (s.probe.batch / _decode(s).time_s)
-
-
-# ---- batching -------------------------------------------------------------------------------
-
-@metric("crossover_batch", "sequences", "smallest decode batch (at the probe context) that turns compute-bound")
-def _crossover_batch(s: Stage) -> float:
-    from engine.physics.step import crossover_batch
-
-    return float(crossover_batch(s.step_model(), s.probe.context))
-
-
-@metric("moe_formula_batch", "sequences", "the article's MoE estimate: ridge x total / active params")
-def _moe_formula_batch(s: Stage) -> float:
-    m = s.step_model().model
-    return _ridge(s) * m.params_total / m.params_active
-
-
-@metric("moe_vs_dense_batch_x", "x", "crossover batch of the current model over the ridge (dense ~1)")
-def _moe_vs_dense(s: Stage) -> float:
-    return _crossover_batch(s) / _ridge(s)
-
-
-@metric("moe_crossover_vs_formula", "x", "the engine's crossover batch over the article's MoE formula (1 = agree)")
-def _moe_cross_vs_formula(s: Stage) -> float:
-    return _crossover_batch(s) / _moe_formula_batch(s)
-
-
-@metric("experts_per_token", "experts", "routed experts each token visits per layer")
-def _experts_per_token(s: Stage) -> float:
-    return float(s.step_model().model.experts_per_token)
-
-
-@metric("experts_touched", "experts", "routed experts per layer the probe decode step reads (expected)")
-def _experts_touched(s: Stage) -> float:
-    return _decode(s).experts_touched
-
-
-@metric("experts_total", "experts", "routed experts per layer")
-def _experts_total(s: Stage) -> float:
-    return float(s.step_model().model.experts)
-
-
-@metric("cost_per_token_batch1_x", "x", "cost per output token at batch 1 over that at the probe batch")
-def _cost_b1_x(s: Stage) -> float:
-    sm, p = s.step_model(), s.probe
-    one = sm.decode(1, p.context).time_s
-    many = sm.decode(p.batch, p.context).time_s / p.batch
-    return one / many
-
-
-# ---- KV cache -------------------------------------------------------------------------------
-
-@metric("kv_bytes_token_layer", "B", "KV bytes one token adds per layer (K and V, all KV heads, KV dtype)")
-def _kv_b_tl(s: Stage) -> float:
-    return s.step_model().model.kv_bytes_per_token_layer(s.config.kv_dtype)
-
-
-@metric("kv_kb_token", "KB", "KV bytes one token adds across all layers")
-def _kv_kb_t(s: Stage) -> float:
-    return s.step_model().model.kv_bytes_per_token(s.config.kv_dtype) / 1e3
-
-
-@metric("head_dim", "dims", "width of one attention head")
-def _head_dim(s: Stage) -> float:
-    return float(s.step_model().model.head_dim)
-
-
-@metric("kv_heads", "heads", "key/value heads per layer (grouped-query attention)")
-def _kv_heads(s: Stage) -> float:
-    return float(s.step_model().model.kv_heads)
-
-
-@metric("kv_dtype_bytes", "B", "bytes per cached key or value element at the KV dtype")
-def _kv_dtype_bytes(s: Stage) -> float:
-    from engine.physics.specs import DTYPE_BYTES
-
-    return DTYPE_BYTES[s.config.kv_dtype]
-
-
-@metric("layers", "layers", "transformer layers of the current model")
-def _layers(s: Stage) -> float:
-    return float(s.step_model().model.layers)
-
-
-@metric("kv_conv_mb_layer", "MB", "one probe-context conversation's KV, one layer only (the article's figure)")
-def _kv_conv_mb_layer(s: Stage) -> float:
-    return _kv_b_tl(s) * s.probe.context / 1e6
-
-
-@metric("kv_conv_gb", "GB", "one probe-context conversation's KV across all layers")
-def _kv_conv_gb(s: Stage) -> float:
-    return _kv_kb_t(s) * 1e3 * s.probe.context / 1e9
-
-
-@metric("kv_batch_gb_layer", "GB", "probe-batch users x probe context, one layer only (the article's figure)")
-def _kv_batch_gb_layer(s: Stage) -> float:
-    return _kv_conv_mb_layer(s) * s.probe.batch / 1e3
-
-
-@metric("kv_batch_tb", "TB", "probe-batch users x probe context, all layers")
-def _kv_batch_tb(s: Stage) -> float:
-    return _kv_conv_gb(s) * s.probe.batch / 1e3
-
-
-@metric("rack_tb", "TB", "HBM of a whole GB200 NVL72 rack (engine reference figure)")
-def _rack_tb(s: Stage) -> float:
-    return float(_reference()["nvl72"]["memory_gb"]) / 1e3
-
-
-@metric("context_wall_tokens", "tokens", "context at which one user's KV read equals their share of the weight read")
-def _context_wall(s: Stage) -> float:
-    from engine.physics.step import context_wall
-
-    return float(context_wall(s.step_model(), s.probe.batch))
-
-
-@metric("context_wall_article", "tokens", "the article's wall: weight bytes / (ridge x per-layer KV bytes per token)")
-def _context_wall_article(s: Stage) -> float:
-    return s.step_model().weight_bytes_per_gpu / (_ridge(s) * _kv_b_tl(s))
-
-
-@metric("kv_share_pct", "%", "share of the probe decode step's bytes that are KV-cache reads")
-def _kv_share(s: Stage) -> float:
-    c = _decode(s)
-    return c.bytes["kv_read"] / c.bytes_total * 100
-
-
-# ---- live engine (Snapshot and Engine.metrics()) ----------------------------------------------
-
-@metric("sim_time_s", "s", "simulated time on the engine's clock")
-def _sim_time(s: Stage) -> float:
-    return s.snapshot().time_s
-
-
-@metric("live_step_ms", "ms", "time of the step the engine just ran")
-def _live_step_ms(s: Stage) -> float:
-    st = s.snapshot().last_step
-    return st.time_s * 1e3 if st is not None else 0.0
-
-
-@metric("live_bound", "text", "which roofline term set the pace of the step the engine just ran")
-def _live_bound(s: Stage) -> str:
-    st = s.snapshot().last_step
-    return st.bound if st is not None else "idle"
-
-
-@metric("live_sm_busy_pct", "%", "SM busy share of the step the engine just ran")
-def _live_sm_busy(s: Stage) -> float:
-    st = s.snapshot().last_step
-    return st.sm_busy * 100 if st is not None else 0.0
-
-
-@metric("live_l2_refills", "refills", "L2 refills in the step the engine just ran")
-def _live_l2(s: Stage) -> float:
-    st = s.snapshot().last_step
-    return st.l2_refills if st is not None else 0.0
-
-
-@metric("batch_size", "sequences", "sequences in the step the engine just ran")
-def _batch_size(s: Stage) -> float:
-    return float(s.snapshot().batch_size)
-
-
-@metric("users", "users", "closed-loop users in the workload")
-def _users(s: Stage) -> float:
-    return float(s.snapshot().users)
-
-
-@metric("hbm_tb_moved", "TB", "HBM bytes the engine has moved since the start")
-def _hbm_tb_moved(s: Stage) -> float:
-    return s.snapshot().bytes_moved.get("hbm", 0.0) / 1e12
-
-
-@metric("queue_len", "requests", "requests waiting (queued or preempted)")
-def _queue_len(s: Stage) -> float:
-    snap = s.snapshot()
-    return float(snap.queued + snap.preempted)
-
-
-@metric("running", "requests", "requests running (prefill, thinking or decoding)")
-def _running(s: Stage) -> float:
-    return float(s.snapshot().running)
-
-
-@metric("done", "requests", "requests finished")
-def _done(s: Stage) -> float:
-    return float(s.snapshot().done)
-
-
-@metric("preemptions", "preemptions", "requests evicted under KV pressure since the start")
-def _preemptions(s: Stage) -> float:
-    return float(s.snapshot().preemptions_total)
-
-
-@metric("kv_util_pct", "%", "share of the KV pool's blocks in use")
-def _kv_util(s: Stage) -> float:
-    snap = s.snapshot()
-    return 100.0 * snap.kv_blocks_used / snap.kv_blocks_total if snap.kv_blocks_total else 0.0
-
-
-@metric("kv_used_gb", "GB", "KV bytes held by running requests")
-def _kv_used_gb(s: Stage) -> float:
-    snap = s.snapshot()
-    return snap.kv_capacity_bytes * snap.kv_blocks_used / snap.kv_blocks_total / 1e9 if snap.kv_blocks_total else 0.0
-
-
-@metric("kv_gb_per_running", "GB", "KV bytes held per running request")
-def _kv_per_running(s: Stage) -> float:
-    snap = s.snapshot()
-    return _kv_used_gb(s) / snap.running if snap.running else 0.0
-
-
-@metric("weights_gb_per_running", "GB", "weight bytes per step shared out over the running requests")
-def _weights_per_running(s: Stage) -> float:
-    snap = s.snapshot()
-    return snap.weights_bytes / 1e9 / snap.running if snap.running else 0.0
-
-
-def _num(v: Any) -> float:
-    """A metric value as a float (None, i.e. not measured yet, becomes NaN)."""
-    return float("nan") if v is None else float(v)
-
-
-def _run(s: Stage, key: str, pct: str | None = None) -> float:
-    v = s.engine_metrics()[key]
-    return _num(v[pct] if pct else v)
-
-
-@metric("tok_s_out", "tok/s", "output tokens per second over the recent ticks (all users)")
-def _tok_s_out(s: Stage) -> float:
-    return _num(s.snapshot().metrics.get("tok_s_out"))
-
-
-@metric("tok_s_per_user", "tok/s", "one decoding user's speed over the recent ticks")
-def _tok_s_per_user(s: Stage) -> float:
-    return _num(s.snapshot().metrics.get("tok_s_per_user"))
-
-
-@metric("bw_util_pct", "%", "share of peak HBM bandwidth used over the recent ticks")
-def _bw_util(s: Stage) -> float:
-    return 100 * _num(s.snapshot().metrics.get("bw_util"))
-
-
-@metric("mfu_pct", "%", "model FLOPs utilisation over the recent ticks")
-def _mfu(s: Stage) -> float:
-    return 100 * _num(s.snapshot().metrics.get("mfu"))
-
-
-@metric("requests_completed", "requests", "answers finished since the start")
-def _completed(s: Stage) -> float:
-    return _run(s, "requests_completed")
-
-
-@metric("output_tokens", "tokens", "tokens generated since the start (hidden thinking included)")
-def _output_tokens(s: Stage) -> float:
-    return _run(s, "output_tokens")
-
-
-@metric("ttft_p50_s", "s", "median time to the first visible token")
-def _ttft(s: Stage) -> float:
-    return _run(s, "ttft_s", "p50")
-
-
-@metric("ttft_raw_p50_s", "s", "median time to the first generated token, hidden or not")
-def _ttft_raw(s: Stage) -> float:
-    return _run(s, "ttft_raw_s", "p50")
-
-
-@metric("ttft_visible_minus_raw_s", "s", "how much later the first visible token comes than the first token")
-def _ttft_gap(s: Stage) -> float:
-    return _ttft(s) - _ttft_raw(s)
-
-
-@metric("tpot_ms", "ms", "median time per output token")
-def _tpot(s: Stage) -> float:
-    return _run(s, "tpot_s", "p50") * 1e3
-
-
-@metric("e2e_p50_s", "s", "median end-to-end latency of an answer")
-def _e2e(s: Stage) -> float:
-    return _run(s, "e2e_s", "p50")
-
-
-@metric("queue_delay_p50_s", "s", "median time a request waited before admission")
-def _qd50(s: Stage) -> float:
-    return _run(s, "queue_delay_s", "p50")
-
-
-@metric("queue_delay_p90_s", "s", "90th-percentile time a request waited before admission")
-def _qd90(s: Stage) -> float:
-    return _run(s, "queue_delay_s", "p90")
-
-
-@metric("cost_in_per_mtok", "$/Mtok", "cost of a million input tokens (prefill time charged to input)")
-def _cost_in(s: Stage) -> float:
-    return _run(s, "cost_per_mtok_in")
-
-
-@metric("cost_out_per_mtok", "$/Mtok", "cost of a million output tokens (decode time charged to output)")
-def _cost_out(s: Stage) -> float:
-    return _run(s, "cost_per_mtok_out")
-
-
-@metric("cost_ratio_out_in", "x", "output over input cost per token")
-def _cost_ratio(s: Stage) -> float:
-    return _cost_out(s) / _cost_in(s)
-
-
-@metric("price_per_hour", "$/h", "GPU rental price per hour the costs use")
-def _price(s: Stage) -> float:
-    return _run(s, "price_per_hour")
-
-
-@metric("fast_tok_s_per_user", "tok/s", "a fast-lane user's speed")
-def _fast_speed(s: Stage) -> float:
-    return _num(s.lane_metrics(True)["tok_s_per_user"])
-
-
-@metric("normal_tok_s_per_user", "tok/s", "a normal-lane user's speed")
-def _normal_speed(s: Stage) -> float:
-    return _num(s.lane_metrics(False)["tok_s_per_user"])
-
-
-@metric("fast_speedup_x", "x", "fast-lane speed over normal-lane speed per user")
-def _fast_speedup(s: Stage) -> float:
-    return _fast_speed(s) / _normal_speed(s)
-
-
-@metric("fast_cost_out_per_mtok", "$/Mtok", "fast lane's cost per million output tokens")
-def _fast_cost(s: Stage) -> float:
-    return _num(s.lane_metrics(True)["cost_per_mtok_out"])
-
-
-@metric("normal_cost_out_per_mtok", "$/Mtok", "normal lane's cost per million output tokens")
-def _normal_cost(s: Stage) -> float:
-    return _num(s.lane_metrics(False)["cost_per_mtok_out"])
-
-
-@metric("fast_price_x", "x", "fast lane's cost per output token over the normal lane's")
-def _fast_price(s: Stage) -> float:
-    return _fast_cost(s) / _normal_cost(s)
-
-
-@metric("fast_batch", "sequences", "mean batch the fast lane runs at")
-def _fast_batch(s: Stage) -> float:
-    return _num(s.lane_metrics(True)["batch"])
-
-
-@metric("normal_batch", "sequences", "mean batch the normal lane runs at")
-def _normal_batch(s: Stage) -> float:
-    return _num(s.lane_metrics(False)["batch"])
-
-
-@metric("cost_out_now_per_mtok", "$/Mtok", "cost of a million output tokens over the recent ticks")
-def _cost_out_now(s: Stage) -> float:
-    return _num(s.snapshot().metrics.get("cost_per_mtok_out"))
-
-
-@metric("cost_in_now_per_mtok", "$/Mtok", "cost of a million input tokens over the recent ticks")
-def _cost_in_now(s: Stage) -> float:
-    return _num(s.snapshot().metrics.get("cost_per_mtok_in"))
-
-
-@metric("measured_e2e_s", "s", "Qwen's published A100 time for 2,048 tokens at batch 1 (this model, runtime, GPUs)")
-def _measured_e2e(s: Stage) -> float:
-    from engine.evidence.validate import qwen_case
-
-    c = s.config
-    try:
-        case = qwen_case(c.model, c.tp, c.runtime)
-    except KeyError:
-        return float("nan")
-    return case.osl / case.measured
-
-
-@metric("e2e_vs_measured", "x", "the engine's median answer time over the published one")
-def _e2e_vs_measured(s: Stage) -> float:
-    return _e2e(s) / _measured_e2e(s)
-
-
-@metric("cost_ratio_now", "x", "output over input cost per token over the recent ticks")
-def _cost_ratio_now(s: Stage) -> float:
-    return _cost_out_now(s) / _cost_in_now(s)
-
-
-@metric("hidden_share_pct", "%", "share of generated tokens that were hidden thinking")
-def _hidden_share(s: Stage) -> float:
-    out = _run(s, "output_tokens")
-    return 100 * (1 - _run(s, "visible_tokens") / out) if out else 0.0
-
-
-@metric("fast_max_batch", "sequences", "batch cap of the fast lane")
-def _fast_max_batch(s: Stage) -> float:
-    return float(s.config.fast_max_batch)
-
-
-@metric("fast_users", "users", "users in the fast lane")
-def _fast_users(s: Stage) -> float:
-    snap = s.snapshot()
-    r = snap.requests
-    live = r.phase != 4  # Phase.DONE
-    return float(len(set(r.user[live & r.fast].tolist())))
-
-
-@metric("qwen72b_2gpu_measured_s", "s", "Qwen's published time for 2,048 tokens from Qwen2.5-72B on two A100s (vLLM)")
-def _q72_measured(s: Stage) -> float:
-    from engine.evidence.validate import qwen_case
-
-    c = qwen_case("qwen2.5-72b", 2)
-    return c.osl / c.measured
-
-
-@metric("qwen72b_2gpu_predicted_s", "s", "the step model's time for the same request (tokensim validate's row)")
-def _q72_predicted(s: Stage) -> float:
-    from engine.evidence.validate import predict, qwen_case
-
-    c = qwen_case("qwen2.5-72b", 2)
-    return c.osl / predict(c)
-
-
-# ---- token economics (C26) ------------------------------------------------------------------
-
 def _training(s: Stage, calls: bool = False) -> Any:
     """C26's equal-spend figures for the scene's model and probe (batch, context) under the stated assumptions
     of reference.toml's [training] table; `calls` reads the lifetime volume as calls, not tokens."""
-    from engine.physics.economics import assumptions, training_equivalence
-
-    a = assumptions(_reference()["training"], calls=calls)
+    a = assumptions(reference()["training"], calls=calls)
     return training_equivalence(s.step_model(), s.probe.batch, s.probe.context, a)
 
-
-@metric("serve_gpu_ms_per_tok", "GPU-ms", "GPU-milliseconds one served token costs: decode step x GPUs / batch")
-def _serve_gpu_ms(s: Stage) -> float:
-    return _training(s).serve_gpu_s_per_token * 1e3
-
-
-@metric("serve_mfu_pct", "%", "the probe decode step's model FLOPs utilisation")
-def _serve_mfu(s: Stage) -> float:
-    return _training(s).serve_mfu * 100
-
-
-@metric("train_gpu_ms_per_tok", "GPU-ms", "GPU-milliseconds one training token costs: 6 x active params / (peak x MFU)")
-def _train_gpu_ms(s: Stage) -> float:
-    return _training(s).train_gpu_s_per_token * 1e3
-
-
-@metric("train_mfu_pct", "%", "the stated training MFU (reference.toml [training])")
-def _train_mfu(s: Stage) -> float:
-    return float(_reference()["training"]["train_mfu"]) * 100
-
-
-@metric("lifetime_tokens_t", "trillion", "the stated lifetime served tokens, in trillions")
-def _lifetime(s: Stage) -> float:
-    return float(_reference()["training"]["served"]) / 1e12
-
-
-@metric("tokens_per_call", "tokens", "output tokens per call in the 'calls' reading of the lifetime volume")
-def _per_call(s: Stage) -> float:
-    return float(_reference()["training"]["tokens_per_call"])
-
-
-@metric("train_tokens_t", "trillion", "training tokens that cost as much as the lifetime of serving, in trillions")
-def _train_tokens(s: Stage) -> float:
-    return _training(s).train_tokens / 1e12
-
-
-@metric("train_tokens_per_param", "tokens", "those training tokens per active parameter")
-def _train_per_param(s: Stage) -> float:
-    return _training(s).tokens_per_param
-
-
-@metric("chinchilla_x", "x", "training tokens per active parameter over Chinchilla's ~20")
-def _chinchilla_x(s: Stage) -> float:
-    return _training(s).chinchilla_x
-
-
-@metric("chinchilla_x_calls", "x", "the same, reading the lifetime volume as calls x tokens per call")
-def _chinchilla_x_calls(s: Stage) -> float:
-    return _training(s, calls=True).chinchilla_x
-
-
-@metric("chinchilla_x_total", "x", "training tokens per total parameter over Chinchilla's ~20")
-def _chinchilla_x_total(s: Stage) -> float:
-    return _training(s).chinchilla_x_total
-
-
-@metric("kv_fit_batch", "sequences", "the largest batch whose KV cache fits the pool at the probe context")
-def _kv_fit_batch(s: Stage) -> float:
-    return float(_training(s).max_batch_fits)
-
-
-@metric("serve_vs_train_x", "x", "GPU-seconds per served token over GPU-seconds per training token")
-def _serve_vs_train(s: Stage) -> float:
-    t = _training(s)
-    return t.serve_gpu_s_per_token / t.train_gpu_s_per_token
-
-
-# ---- what a price list says (the closing scene) ----------------------------------------------
-
-@metric("fit_batch", "sequences", "the probe batch, capped at what the KV pool holds at the probe context")
-def _fit_batch(s: Stage) -> float:
-    from engine.physics.economics import batch_that_fits
-
-    return float(max(1, min(s.probe.batch, batch_that_fits(s.step_model(), s.probe.context))))
-
-
-@metric("fit_gpu_ms_per_tok", "GPU-ms", "GPU-ms per output token at the probe context and the batch that fits")
-def _fit_gpu_ms(s: Stage) -> float:
-    from engine.physics.economics import serving_cost
-
-    return serving_cost(s.step_model(), int(_fit_batch(s)), s.probe.context)[1] * 1e3
-
-
-@metric("prefill_gpu_ms_per_tok", "GPU-ms", "GPU-milliseconds per prompt token of the probe prompt's prefill")
-def _prefill_gpu_ms(s: Stage) -> float:
-    sm = s.step_model()
-    return _prefill(s).time_s * sm.opts.tp / s.probe.prompt * 1e3
-
-
-# ---- the floor's own figures (issue 17: one truth per figure) ---------------------------------
-
-@metric("live_mfu_pct", "%", "the step the engine just ran: its FLOPs over the peak's in its time (the SM grid's MFU)")
-def _live_mfu(s: Stage) -> float:
-    snap = s.snapshot()
-    return 100 * snap.roof.mfu(snap.last_step)  # the SM grid's own figure (tui.render.figures.mfu)
-
-
-@metric("live_unused_pct", "%", "the share of the peak FLOPs the step the engine just ran left unused")
-def _live_unused(s: Stage) -> float:
-    return 100 - _live_mfu(s)
-
-
-# ---- prefix caching --------------------------------------------------------------------------
-
-@metric("prefix_hit_pct", "%", "prompt tokens read from the prefix cache over all prompt tokens")
-def _prefix_hit(s: Stage) -> float:
-    return 100 * _run(s, "prefix_cache_hit_rate")
-
-
-def _workload_prompt(s: Stage) -> Any:
-    """The first stage's prompt spec of the scene's workload file (KeyError when the scene plays none)."""
-    from engine.traffic.workload_file import load_workload
-
-    if s.config.workload is None:
-        raise KeyError("the scene plays no workload file")
-    return load_workload(s.config.workload).stages[0].prompt
-
-
-@metric("workload_prompt_tokens", "tokens", "mean prompt length of the scene's workload file (first stage)")
-def _wl_prompt(s: Stage) -> float:
-    return float(_workload_prompt(s).tokens.mean)
-
-
-@metric("shared_prefix_tokens", "tokens", "of it, the leading tokens every request of a group shares (first stage)")
-def _wl_shared(s: Stage) -> float:
-    return float(_workload_prompt(s).shared_prefix)
-
-
-@metric("kv_block_tokens", "tokens", "tokens one KV block holds (the pool's and the prefix cache's unit)")
-def _kv_block_tokens(s: Stage) -> float:
-    from engine.serving.snapshot import KV_BLOCK_TOKENS
-
-    return float(KV_BLOCK_TOKENS)
-
-
-@metric("input_tokens", "tokens", "prompt tokens served since the start (cached ones included)")
-def _input_tokens(s: Stage) -> float:
-    return _run(s, "input_tokens")
-
-
-@metric("cost_cached_in_per_mtok", "$/Mtok", "cost of a million prompt tokens read from the prefix cache")
-def _cost_cached_in(s: Stage) -> float:
-    return _run(s, "cost_per_mtok_cached_in")
-
-
-@metric("cached_vs_fresh_in_x", "x", "cost of a cached prompt token over a computed one")
-def _cached_vs_fresh(s: Stage) -> float:
-    return _cost_cached_in(s) / _cost_in(s)
-
-
-@metric("cost_in_all_per_mtok", "$/Mtok", "cost of a million prompt tokens, computed and cached together")
-def _cost_in_all(s: Stage) -> float:
-    m = s.engine_metrics()
-    inp = _num(m["input_tokens"])
-    cached = _num(m["cached_input_tokens"])
-    fresh = _num(m["cost_per_mtok_in"]) * (inp - cached) if inp > cached else 0.0
-    return (fresh + (_num(m["cost_per_mtok_cached_in"]) * cached if cached else 0.0)) / inp if inp else float("nan")
-
-
-@metric("ttft_p50_ms", "ms", "median time to the first visible token, in milliseconds")
-def _ttft_ms(s: Stage) -> float:
-    return _ttft(s) * 1e3
-
-
-# ---- speculative decoding --------------------------------------------------------------------
-
-@metric("spec_tokens", "tokens", "draft tokens proposed per step (0: speculative decoding off)")
-def _spec_tokens(s: Stage) -> float:
-    return float(s.config.spec_tokens)
-
-
-@metric("spec_accept_pct", "%", "chance each draft token is accepted")
-def _spec_accept(s: Stage) -> float:
-    return 100 * s.config.spec_accept
-
-
-@metric("spec_expected_tokens", "tokens", "tokens a sequence should emit per verify step: (1 - A^(K+1)) / (1 - A)")
-def _spec_expected(s: Stage) -> float:
-    from engine.physics.speculative import expected_tokens
-
-    return expected_tokens(s.config.spec_tokens, s.config.spec_accept)
-
-
-@metric("spec_tokens_per_step", "tokens", "tokens each running sequence emitted per step, as the engine ran them")
-def _spec_per_step(s: Stage) -> float:
-    return _run(s, "spec_tokens_per_step")
-
-
-# ---- a real trace ----------------------------------------------------------------------------
 
 def _trace(s: Stage) -> Any:
     """The trace the scene replays, at its replay speed (KeyError when the scene replays none)."""
@@ -986,153 +129,497 @@ def _trace(s: Stage) -> Any:
 @lru_cache(maxsize=4)
 def _load_trace(name: str, speed: float) -> Any:
     """A trace loaded once per (name, speed): the narration asks for its figures on every refresh."""
-    from engine.traffic.trace import load_trace
-
     return load_trace(name, speed)
 
 
-@metric("trace_requests", "requests", "requests in the replayed trace")
-def _trace_requests(s: Stage) -> float:
-    return float(len(_trace(s)))
+def _workload_prompt(s: Stage) -> Any:
+    """The first stage's prompt spec of the scene's workload file (KeyError when the scene plays none)."""
+    if s.config.workload is None:
+        raise KeyError("the scene plays no workload file")
+    return load_workload(s.config.workload).stages[0].prompt
 
 
-@metric("trace_minutes", "min", "minutes from the trace's first arrival to its last, at the replay speed")
-def _trace_minutes(s: Stage) -> float:
-    return _trace(s).duration / 60
+# ---- figures: one attribute of one object, scaled ----------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The object a family of figures reads, and what a figure reads when it has none (None) yet."""
+
+    root: Callable[[Stage], Any]
+    missing: float = math.nan
+    missing_text: str = ""
+    lenient: bool = False  # a key the mapping lacks reads as missing (the rolling window before it has one)
 
 
-@metric("trace_rate", "req/s", "the trace's mean arrival rate at the replay speed")
-def _trace_rate(s: Stage) -> float:
-    tr = _trace(s)
-    return len(tr) / tr.duration if tr.duration else float("nan")
+# The objects figures read. `run`, `fast`, `normal`, `fleet` and `rolling` are metric dicts, whose None means
+# "not measured yet" (NaN); `last` is the step the engine just ran, None (0, "idle") before the first.
+SOURCES: dict[str, Source] = {
+    "model": Source(lambda s: s.step_model()),
+    "config": Source(lambda s: s.config),
+    "probe": Source(lambda s: s.probe),
+    "decode": Source(_decode),
+    "decode_ideal": Source(lambda s: _decode(s, True)),
+    "decode_calibrated": Source(lambda s: _decode(s, False)),
+    "prefill": Source(_prefill),
+    "snapshot": Source(lambda s: s.snapshot()),
+    "last": Source(lambda s: s.snapshot().last_step, missing=0.0, missing_text="idle"),
+    "rolling": Source(lambda s: s.snapshot().metrics, lenient=True),
+    "run": Source(lambda s: s.engine_metrics()),
+    "fast": Source(lambda s: s.lane_metrics(True)),
+    "normal": Source(lambda s: s.lane_metrics(False)),
+    "fleet": Source(lambda s: s.fleet_metrics()),
+    "reference": Source(lambda s: reference()),
+    "training": Source(_training),
+    "training_calls": Source(lambda s: _training(s, calls=True)),
+    "trace": Source(_trace),
+}
+
+# (name, unit, source, dotted path in it, scale, doc). A path step reads a key of a mapping, else an attribute;
+# scale is '' (as read), '*k' or '/k'. A text metric comes back as read; every other one as a float.
+FIGURES: tuple[tuple[str, str, str, str, str, str], ...] = (
+    # hardware and memory
+    ("hbm_gb", "GB", "model", "hw.memory_gb", "", "HBM (warehouse) size of one GPU"),
+    ("hbm_gbps", "GB/s", "model", "roof.bandwidth", "/1e9",
+     "HBM bandwidth (the conveyor) with the bandwidth knob applied"),
+    ("ssd_gbps", "GB/s", "reference", "ssd.read_gbps", "", "a fast NVMe SSD's read speed (engine reference figure)"),
+    ("tflops", "TFLOP/s", "model", "roof.peak_flops", "/1e12",
+     "dense tensor-core peak at the dtype the matmuls run in, compute knob applied"),
+    ("l2_mb", "MB", "model", "hw.l2_mb", "", "L2 cache (the shelf) size"),
+    ("sm_count", "SMs", "model", "hw.sm_count", "", "streaming multiprocessors (workstations)"),
+    ("tray_kb", "KB", "model", "hw.smem_per_sm_kb", "", "L1/shared memory per SM (one workstation's tray)"),
+    ("gpus", "GPUs", "config", "tp", "", "tensor-parallel GPUs the model is spread over"),
+    ("weights_gb", "GB", "model", "weight_bytes_per_gpu", "/1e9", "weight bytes per GPU at the current weight dtype"),
+    ("params_b", "billion", "model", "model.params_total", "/1e9", "total parameters of the current model"),
+    ("params_yi", "亿", "model", "model.params_total", "/1e8",
+     "total parameters in units of 1e8 (亿), for the Chinese narration"),
+    ("active_params_b", "billion", "model", "model.params_active", "/1e9",
+     "parameters one token actually multiplies (MoE: routed experts only)"),
+    ("reserve_gb", "GB", "model", "reserve_bytes", "/1e9", "HBM held back for activations and scratch"),
+    ("kv_pool_gb", "GB", "model", "kv_capacity_bytes", "/1e9", "KV pool: memory minus weights minus the reserve"),
+    ("ridge", "FLOP/B", "model", "roof.ridge", "",
+     "the hardware constant: peak FLOP/s / bytes/s at the weights' dtype"),
+    # the probe step (probe_batch sequences on probe_context tokens; a probe_prompt prefill)
+    ("probe_batch", "sequences", "probe", "batch", "", "sequences in the probe decode step"),
+    ("probe_context", "tokens", "probe", "context", "", "tokens each probe sequence already holds in its KV cache"),
+    ("probe_prompt", "tokens", "probe", "prompt", "", "length of the probe prefill's prompt"),
+    ("step_ms_ideal", "ms", "decode_ideal", "time_s", "*1e3",
+     "decode step time of the probe at peak bandwidth and FLOP/s, no overhead"),
+    ("step_ms_calibrated", "ms", "decode_calibrated", "time_s", "*1e3",
+     "decode step time of the probe with the calibrated runtime"),
+    ("step_ms", "ms", "decode", "time_s", "*1e3", "decode step time of the probe as configured (ideal or calibrated)"),
+    ("reading_pace_chars_s", "chars/s", "reference", "reading.chars_per_s", "",
+     "a comfortable reading pace (engine reference figure)"),
+    ("decode_bound", "text", "decode", "bound", "",
+     "which roofline term sets the probe decode step's pace: memory or compute"),
+    ("decode_ai", "FLOP/B", "decode", "arithmetic_intensity", "", "arithmetic intensity of the probe decode step"),
+    ("decode_gb", "GB", "decode", "bytes_total", "/1e9", "HBM bytes one probe decode step moves"),
+    ("decode_weights_gb", "GB", "decode", "bytes.weights", "/1e9", "weight bytes one probe decode step reads"),
+    ("decode_kv_gb", "GB", "decode", "bytes.kv_read", "/1e9", "KV-cache bytes one probe decode step reads"),
+    ("l2_refills", "refills", "decode", "l2_refills", "",
+     "times the L2 shelf is filled and emptied in one probe decode step"),
+    ("sm_busy_pct", "%", "decode", "sm_busy", "*100", "share of the probe decode step the SMs spend computing"),
+    ("prefill_ms", "ms", "prefill", "time_s", "*1e3", "time to prefill the probe prompt as configured"),
+    ("prefill_bound", "text", "prefill", "bound", "", "which roofline term sets the probe prefill's pace"),
+    ("prefill_ai", "FLOP/B", "prefill", "arithmetic_intensity", "", "arithmetic intensity of the probe prefill"),
+    # batching, MoE, KV cache
+    ("experts_per_token", "experts", "model", "model.experts_per_token", "",
+     "routed experts each token visits per layer"),
+    ("experts_touched", "experts", "decode", "experts_touched", "",
+     "routed experts per layer the probe decode step reads (expected)"),
+    ("experts_total", "experts", "model", "model.experts", "", "routed experts per layer"),
+    ("head_dim", "dims", "model", "model.head_dim", "", "width of one attention head"),
+    ("kv_heads", "heads", "model", "model.kv_heads", "", "key/value heads per layer (grouped-query attention)"),
+    ("layers", "layers", "model", "model.layers", "", "transformer layers of the current model"),
+    ("rack_tb", "TB", "reference", "nvl72.memory_gb", "/1e3",
+     "HBM of a whole GB200 NVL72 rack (engine reference figure)"),
+    # live engine: the snapshot, the step it just ran, its rolling window
+    ("sim_time_s", "s", "snapshot", "time_s", "", "simulated time on the engine's clock"),
+    ("live_step_ms", "ms", "last", "time_s", "*1e3", "time of the step the engine just ran"),
+    ("live_bound", "text", "last", "bound", "", "which roofline term set the pace of the step the engine just ran"),
+    ("live_sm_busy_pct", "%", "last", "sm_busy", "*100", "SM busy share of the step the engine just ran"),
+    ("live_l2_refills", "refills", "last", "l2_refills", "", "L2 refills in the step the engine just ran"),
+    ("batch_size", "sequences", "snapshot", "batch_size", "", "sequences in the step the engine just ran"),
+    ("users", "users", "snapshot", "users", "", "closed-loop users in the workload"),
+    ("running", "requests", "snapshot", "running", "", "requests running (prefill, thinking or decoding)"),
+    ("done", "requests", "snapshot", "done", "", "requests finished"),
+    ("preemptions", "preemptions", "snapshot", "preemptions_total", "",
+     "requests evicted under KV pressure since the start"),
+    ("tok_s_out", "tok/s", "rolling", "tok_s_out", "", "output tokens per second over the recent ticks (all users)"),
+    ("tok_s_per_user", "tok/s", "rolling", "tok_s_per_user", "", "one decoding user's speed over the recent ticks"),
+    ("bw_util_pct", "%", "rolling", "bw_util", "*100", "share of peak HBM bandwidth used over the recent ticks"),
+    ("mfu_pct", "%", "rolling", "mfu", "*100", "model FLOPs utilisation over the recent ticks"),
+    ("cost_out_now_per_mtok", "$/Mtok", "rolling", "cost_per_mtok_out", "",
+     "cost of a million output tokens over the recent ticks"),
+    ("cost_in_now_per_mtok", "$/Mtok", "rolling", "cost_per_mtok_in", "",
+     "cost of a million input tokens over the recent ticks"),
+    # the run so far (Engine.metrics())
+    ("requests_completed", "requests", "run", "requests_completed", "", "answers finished since the start"),
+    ("output_tokens", "tokens", "run", "output_tokens", "",
+     "tokens generated since the start (hidden thinking included)"),
+    ("ttft_p50_s", "s", "run", "ttft_s.p50", "", "median time to the first visible token"),
+    ("ttft_p50_ms", "ms", "run", "ttft_s.p50", "*1e3", "median time to the first visible token, in milliseconds"),
+    ("ttft_p99_s", "s", "run", "ttft_s.p99", "", "99th-percentile time to the first visible token"),
+    ("ttft_raw_p50_s", "s", "run", "ttft_raw_s.p50", "", "median time to the first generated token, hidden or not"),
+    ("tpot_ms", "ms", "run", "tpot_s.p50", "*1e3", "median time per output token"),
+    ("e2e_p50_s", "s", "run", "e2e_s.p50", "", "median end-to-end latency of an answer"),
+    ("queue_delay_p50_s", "s", "run", "queue_delay_s.p50", "", "median time a request waited before admission"),
+    ("queue_delay_p90_s", "s", "run", "queue_delay_s.p90", "",
+     "90th-percentile time a request waited before admission"),
+    ("queue_delay_p99_s", "s", "run", "queue_delay_s.p99", "",
+     "99th-percentile time a request waited before admission"),
+    ("cost_in_per_mtok", "$/Mtok", "run", "cost_per_mtok_in", "",
+     "cost of a million input tokens (prefill time charged to input)"),
+    ("cost_out_per_mtok", "$/Mtok", "run", "cost_per_mtok_out", "",
+     "cost of a million output tokens (decode time charged to output)"),
+    ("price_per_hour", "$/h", "run", "price_per_hour", "", "GPU rental price per hour the costs use"),
+    ("prefix_hit_pct", "%", "run", "prefix_cache_hit_rate", "*100",
+     "prompt tokens read from the prefix cache over all prompt tokens"),
+    ("input_tokens", "tokens", "run", "input_tokens", "",
+     "prompt tokens served since the start (cached ones included)"),
+    ("cost_cached_in_per_mtok", "$/Mtok", "run", "cost_per_mtok_cached_in", "",
+     "cost of a million prompt tokens read from the prefix cache"),
+    ("spec_tokens_per_step", "tokens", "run", "spec_tokens_per_step", "",
+     "tokens each running sequence emitted per step, as the engine ran them"),
+    ("kv_peak_pct", "%", "run", "kv_util_peak", "*100",
+     "the KV pool's fullest moment since the start, as a share of its blocks"),
+    # the fast lane and the normal lane
+    ("fast_tok_s_per_user", "tok/s", "fast", "tok_s_per_user", "", "a fast-lane user's speed"),
+    ("normal_tok_s_per_user", "tok/s", "normal", "tok_s_per_user", "", "a normal-lane user's speed"),
+    ("fast_cost_out_per_mtok", "$/Mtok", "fast", "cost_per_mtok_out", "", "fast lane's cost per million output tokens"),
+    ("normal_cost_out_per_mtok", "$/Mtok", "normal", "cost_per_mtok_out", "",
+     "normal lane's cost per million output tokens"),
+    ("fast_batch", "sequences", "fast", "batch", "", "mean batch the fast lane runs at"),
+    ("normal_batch", "sequences", "normal", "batch", "", "mean batch the normal lane runs at"),
+    ("fast_max_batch", "sequences", "config", "fast_max_batch", "", "batch cap of the fast lane"),
+    # token economics (C26)
+    ("serve_gpu_ms_per_tok", "GPU-ms", "training", "serve_gpu_s_per_token", "*1e3",
+     "GPU-milliseconds one served token costs: decode step x GPUs / batch"),
+    ("serve_mfu_pct", "%", "training", "serve_mfu", "*100", "the probe decode step's model FLOPs utilisation"),
+    ("train_gpu_ms_per_tok", "GPU-ms", "training", "train_gpu_s_per_token", "*1e3",
+     "GPU-milliseconds one training token costs: 6 x active params / (peak x MFU)"),
+    ("train_mfu_pct", "%", "reference", "training.train_mfu", "*100",
+     "the stated training MFU (reference.toml [training])"),
+    ("lifetime_tokens_t", "trillion", "reference", "training.served", "/1e12",
+     "the stated lifetime served tokens, in trillions"),
+    ("tokens_per_call", "tokens", "reference", "training.tokens_per_call", "",
+     "output tokens per call in the 'calls' reading of the lifetime volume"),
+    ("train_tokens_t", "trillion", "training", "train_tokens", "/1e12",
+     "training tokens that cost as much as the lifetime of serving, in trillions"),
+    ("train_tokens_per_param", "tokens", "training", "tokens_per_param", "",
+     "those training tokens per active parameter"),
+    ("chinchilla_x", "x", "training", "chinchilla_x", "", "training tokens per active parameter over Chinchilla's ~20"),
+    ("chinchilla_x_calls", "x", "training_calls", "chinchilla_x", "",
+     "the same, reading the lifetime volume as calls x tokens per call"),
+    ("chinchilla_x_total", "x", "training", "chinchilla_x_total", "",
+     "training tokens per total parameter over Chinchilla's ~20"),
+    ("kv_fit_batch", "sequences", "training", "max_batch_fits", "",
+     "the largest batch whose KV cache fits the pool at the probe context"),
+    # speculative decoding, a trace, the scene's traffic
+    ("spec_tokens", "tokens", "config", "spec_tokens", "",
+     "draft tokens proposed per step (0: speculative decoding off)"),
+    ("spec_accept_pct", "%", "config", "spec_accept", "*100", "chance each draft token is accepted"),
+    ("trace_minutes", "min", "trace", "duration", "/60",
+     "minutes from the trace's first arrival to its last, at the replay speed"),
+    ("trace_speed", "x", "config", "trace_speed", "", "how many times faster than recorded the trace is replayed"),
+    ("rate_req_s", "req/s", "config", "rate", "", "open-loop arrival rate of the scene's traffic (Poisson)"),
+    # a fleet (the scene's `run_fleet` action: engine.fleet.fleet on the scene's traffic)
+    ("fleet_requests", "requests", "fleet", "requests_completed", "", "answers the fleet finished"),
+    ("fleet_ttft_p50_s", "s", "fleet", "ttft_s.p50", "", "the fleet's median time to the first visible token"),
+    ("fleet_ttft_p90_s", "s", "fleet", "ttft_s.p90", "", "the fleet's 90th-percentile time to the first visible token"),
+    ("fleet_ttft_p99_s", "s", "fleet", "ttft_s.p99", "", "the fleet's 99th-percentile time to the first visible token"),
+    ("fleet_tpot_p50_ms", "ms", "fleet", "tpot_s.p50", "*1e3", "the fleet's median time per output token"),
+    ("fleet_tpot_p99_ms", "ms", "fleet", "tpot_s.p99", "*1e3", "the fleet's 99th-percentile time per output token"),
+    ("fleet_queue_delay_p90_s", "s", "fleet", "queue_delay_s.p90", "",
+     "the fleet's 90th-percentile wait before admission"),
+    ("fleet_preemptions", "preemptions", "fleet", "preemptions", "",
+     "requests evicted under KV pressure, every replica"),
+)
 
 
-@metric("trace_peak_rate", "req/s", "arrivals in the trace's busiest 5-second window (at the replay speed), per second")
+def dig(obj: Any, path: str, lenient: bool = False) -> Any:
+    """`obj` followed along a dotted path: a mapping's key (KeyError when absent, None when `lenient`), else an
+    attribute; None once a step reads None."""
+    for part in path.split("."):
+        if obj is None:
+            return None
+        if isinstance(obj, Mapping):
+            obj = obj.get(part) if lenient else obj[part]
+        else:
+            obj = getattr(obj, part)
+    return obj
+
+
+def scaler(scale: str) -> Callable[[float], float]:
+    """'' -> as read; '*1e3' -> times 1e3; '/1e9' -> over 1e9 (the order of operations of the figure it names)."""
+    if not scale:
+        return lambda v: v
+    k = float(scale[1:])
+    if scale[0] == "*":
+        return lambda v: v * k
+    if scale[0] == "/":
+        return lambda v: v / k
+    raise ValueError(f"scale {scale!r}: '', '*k' or '/k'")
+
+
+def figure(source: str, path: str, scale: str = "", text: bool = False) -> Fn:
+    """A metric function reading `path` from SOURCES[source], scaled (a float), or as read when `text`."""
+    src, sc = SOURCES[source], scaler(scale)
+
+    def fn(s: Stage) -> float | str:
+        v = dig(src.root(s), path, src.lenient)
+        if v is None:
+            return src.missing_text if text else src.missing
+        return v if text else sc(float(v))
+    return fn
+
+
+for _name, _unit, _src, _path, _scale, _doc in FIGURES:
+    metric(_name, _unit, _doc)(figure(_src, _path, _scale, text=_unit == "text"))
+
+
+# ---- ratios: one metric over another ----------------------------------------------------------------------
+
+RATIOS: tuple[tuple[str, str, str, str], ...] = (  # (name, numerator, denominator, doc); unit 'x'
+    ("hbm_vs_ssd", "hbm_gbps", "ssd_gbps", "how many times faster the HBM conveyor is than a fast SSD"),
+    ("reading_pace_x", "tok_s_ideal", "reading_pace_chars_s", "ideal decode speed over a comfortable reading pace"),
+    ("moe_vs_dense_batch_x", "crossover_batch", "ridge",
+     "crossover batch of the current model over the ridge (dense ~1)"),
+    ("moe_crossover_vs_formula", "crossover_batch", "moe_formula_batch",
+     "the engine's crossover batch over the article's MoE formula (1 = agree)"),
+    ("cost_ratio_out_in", "cost_out_per_mtok", "cost_in_per_mtok", "output over input cost per token"),
+    ("fast_speedup_x", "fast_tok_s_per_user", "normal_tok_s_per_user",
+     "fast-lane speed over normal-lane speed per user"),
+    ("fast_price_x", "fast_cost_out_per_mtok", "normal_cost_out_per_mtok",
+     "fast lane's cost per output token over the normal lane's"),
+    ("e2e_vs_measured", "e2e_p50_s", "measured_e2e_s", "the engine's median answer time over the published one"),
+    ("cost_ratio_now", "cost_out_now_per_mtok", "cost_in_now_per_mtok",
+     "output over input cost per token over the recent ticks"),
+    ("cached_vs_fresh_in_x", "cost_cached_in_per_mtok", "cost_in_per_mtok",
+     "cost of a cached prompt token over a computed one"),
+    ("trace_burst_x", "trace_peak_rate", "trace_rate",
+     "the busiest 5 seconds' arrival rate over the trace's mean rate"),
+)
+
+
+def ratio(num: str, den: str) -> Fn:
+    """A metric function: metric `num` over metric `den`."""
+    return lambda s: value(s, num) / value(s, den)
+
+
+for _name, _num_name, _den_name, _doc in RATIOS:
+    metric(_name, "x", _doc)(ratio(_num_name, _den_name))
+
+
+# ---- formulas: figures that combine several reads -----------------------------------------------------------
+
+def _measured_e2e(s: Stage) -> float:
+    """Qwen's published A100 time for 2,048 tokens at batch 1 for the scene's model, runtime and GPUs (NaN when
+    the table has no such row)."""
+    c = s.config
+    try:
+        case = qwen_case(c.model, c.tp, c.runtime)
+    except KeyError:
+        return float("nan")
+    return case.osl / case.measured
+
+
+def _fast_users(s: Stage) -> float:
+    """Distinct users with a live (not done) request in the fast lane."""
+    r = s.snapshot().requests
+    live = r.phase != 4  # Phase.DONE
+    return float(len(set(r.user[live & r.fast].tolist())))
+
+
+def _cost_in_all(s: Stage) -> float:
+    """$/Mtok over every prompt token: computed ones at the input price, cached ones at the cached price."""
+    m = s.engine_metrics()
+    inp = _num(m["input_tokens"])
+    cached = _num(m["cached_input_tokens"])
+    fresh = _num(m["cost_per_mtok_in"]) * (inp - cached) if inp > cached else 0.0
+    return (fresh + (_num(m["cost_per_mtok_cached_in"]) * cached if cached else 0.0)) / inp if inp else float("nan")
+
+
 def _trace_peak_rate(s: Stage) -> float:
-    import numpy as np
-
+    """Arrivals in the trace's busiest 5-second window, per second."""
     tr = _trace(s)
     # For each arrival, how many arrive in the 5 s from it: the busiest window starts at an arrival.
     ends = np.searchsorted(tr.arrival, tr.arrival + 5.0, side="left")
     return float((ends - np.arange(len(tr))).max()) / 5.0
 
 
-@metric("trace_burst_x", "x", "the busiest 5 seconds' arrival rate over the trace's mean rate")
-def _trace_burst(s: Stage) -> float:
-    return _trace_peak_rate(s) / _trace_rate(s)
+def _fleet_pd(s: Stage, key: str, what: str) -> float:
+    """A P/D-only fleet figure (KeyError naming `what` when the fleet ran colocated)."""
+    m = s.fleet_metrics()
+    if key not in m:
+        raise KeyError(f"the fleet ran without P/D: no {what}")
+    return _num(m[key]["p50"]) * 1e3 if what == "KV copies" else _num(m[key])
 
 
-@metric("trace_speed", "x", "how many times faster than recorded the trace is replayed")
-def _trace_speed(s: Stage) -> float:
-    return float(s.config.trace_speed)
+def _num(v: Any) -> float:
+    """A metric value as a float (None, i.e. not measured yet, becomes NaN)."""
+    return float("nan") if v is None else float(v)
 
 
-@metric("kv_peak_pct", "%", "the KV pool's fullest moment since the start, as a share of its blocks")
-def _kv_peak(s: Stage) -> float:
-    return 100 * _run(s, "kv_util_peak")
+def _per(part: float, whole: float) -> float:
+    """part / whole, 0 when there is no whole (an empty pool, nothing running)."""
+    return part / whole if whole else 0.0
 
 
-@metric("ttft_p99_s", "s", "99th-percentile time to the first visible token")
-def _ttft99(s: Stage) -> float:
-    return _run(s, "ttft_s", "p99")
+def _sm(s: Stage) -> StepModel:
+    return s.step_model()
 
 
-@metric("queue_delay_p99_s", "s", "99th-percentile time a request waited before admission")
-def _qd99(s: Stage) -> float:
-    return _run(s, "queue_delay_s", "p99")
+def _snap(s: Stage) -> Snapshot:
+    return s.snapshot()
 
 
-# ---- a fleet (the scene's `run_fleet` action: engine.fleet.fleet on the scene's traffic) -------------
-
-def _fleet(s: Stage, key: str, pct: str | None = None) -> float:
-    v = s.fleet_metrics()[key]
-    return _num(v[pct] if pct else v)
+def _replicas(s: Stage) -> list[dict[str, Any]]:
+    return s.fleet_metrics()["replicas"]
 
 
-@metric("fleet_replicas", "replicas", "replicas in the fleet the scene last ran")
-def _fleet_replicas(s: Stage) -> float:
-    return float(len(s.fleet_metrics()["replicas"]))
+_Q72 = ("qwen2.5-72b", 2)  # Qwen's published row for Qwen2.5-72B on two A100s (vLLM)
 
-
-@metric("fleet_prefill_replicas", "replicas", "of them, replicas that only read prompts (P/D; 0 when colocated)")
-def _fleet_prefill(s: Stage) -> float:
-    return float(sum(r["role"] == "prefill" for r in s.fleet_metrics()["replicas"]))
-
-
-@metric("fleet_decode_replicas", "replicas", "of them, replicas that write answers (all of them when colocated)")
-def _fleet_decode(s: Stage) -> float:
-    return float(sum(r["role"] != "prefill" for r in s.fleet_metrics()["replicas"]))
-
-
-# The fleet's run figures read straight from its metrics: (name, unit, key, percentile, scale, doc).
-_FLEET_FIGURES = (
-    ("fleet_requests", "requests", "requests_completed", None, 1.0, "answers the fleet finished"),
-    ("fleet_ttft_p50_s", "s", "ttft_s", "p50", 1.0, "the fleet's median time to the first visible token"),
-    ("fleet_ttft_p90_s", "s", "ttft_s", "p90", 1.0, "the fleet's 90th-percentile time to the first visible token"),
-    ("fleet_ttft_p99_s", "s", "ttft_s", "p99", 1.0, "the fleet's 99th-percentile time to the first visible token"),
-    ("fleet_tpot_p50_ms", "ms", "tpot_s", "p50", 1e3, "the fleet's median time per output token"),
-    ("fleet_tpot_p99_ms", "ms", "tpot_s", "p99", 1e3, "the fleet's 99th-percentile time per output token"),
-    ("fleet_queue_delay_p90_s", "s", "queue_delay_s", "p90", 1.0, "the fleet's 90th-percentile wait before admission"),
-    ("fleet_preemptions", "preemptions", "preemptions", None, 1.0, "requests evicted under KV pressure, every replica"),
+# (name, unit, doc, formula). A formula names other metrics through `value`.
+FORMULAS: tuple[tuple[str, str, str, Fn], ...] = (
+    # hardware and memory
+    ("trays_total_mb", "MB", "all trays together: SMs x tray size",
+     lambda s: _sm(s).hw.sm_count * _sm(s).hw.smem_per_sm_kb / 1e3),
+    ("weight_bytes_each", "B", "bytes one weight takes at the current weight dtype",
+     lambda s: DTYPE_BYTES[_sm(s).wdtype]),
+    ("ssd_step_ms", "ms", "time to read the weights once from a fast SSD instead of HBM",
+     lambda s: _sm(s).weight_bytes_per_gpu / (value(s, "ssd_gbps") * 1e9) * 1e3),
+    ("l2_share_pct", "%", "share of the weights the L2 shelf can hold at once",
+     lambda s: _sm(s).hw.l2_bytes / _sm(s).weight_bytes_per_gpu * 100),
+    ("free_after_weights_gb", "GB", "HBM left once the weights are in: memory minus weights",
+     lambda s: (_sm(s).hw.memory_bytes - _sm(s).weight_bytes_per_gpu) / 1e9),
+    ("reserve_pct", "%", "share of HBM held back for activations and scratch",
+     lambda s: _sm(s).reserve_bytes / _sm(s).hw.memory_bytes * 100),
+    ("ridge_bf16", "FLOP/B", "peak bf16 FLOP/s / HBM bytes/s of the current GPU (no knobs)",
+     lambda s: _sm(s).hw.ridge("bf16")),
+    ("drain_ms", "ms", "time to read the whole HBM once at peak bandwidth ('a train every N ms')",
+     lambda s: _sm(s).hw.memory_bytes / _sm(s).roof.bandwidth * 1e3),
+    ("drain_ms_calibrated", "ms", "the same at the runtime's calibrated bandwidth efficiency",
+     lambda s: value(s, "drain_ms") / s.step_model(False).runtime.bw_eff),
+    # the probe step
+    ("tok_s_ideal", "tok/s", "one user's ideal decode speed: 1 / ideal step time",
+     lambda s: 1e3 / value(s, "step_ms_ideal")),
+    ("tok_s_calibrated", "tok/s", "one user's calibrated decode speed", lambda s: 1e3 / value(s, "step_ms_calibrated")),
+    ("batch_tok_s_ideal", "tok/s", "the whole probe batch's ideal decode output per second",
+     lambda s: s.probe.batch * value(s, "tok_s_ideal")),
+    ("sm_idle_pct", "%", "share of the probe decode step the SMs wait", lambda s: 100 - value(s, "sm_busy_pct")),
+    ("sm_idle_pct_ideal", "%", "the same at peak figures, no overhead", lambda s: 100 - _decode(s, True).sm_busy * 100),
+    ("hbm_tb_100_tokens", "TB", "HBM bytes the probe batch moves writing 100 tokens (step model)",
+     lambda s: sum(_sm(s).decode(s.probe.batch, s.probe.context + i).bytes_total for i in range(100)) / 1e12),
+    ("prefill_tok_s", "tok/s", "prompt tokens read per second in the probe prefill",
+     lambda s: s.probe.prompt / _prefill(s).time_s),
+    ("read_vs_write_x", "x", "prompt tokens read per second over tokens written per second (probe)",
+     lambda s: value(s, "prefill_tok_s") / (s.probe.batch / _decode(s).time_s)),
+    # batching
+    ("crossover_batch", "sequences", "smallest decode batch (at the probe context) that turns compute-bound",
+     lambda s: float(crossover_batch(_sm(s), s.probe.context))),
+    ("moe_formula_batch", "sequences", "the article's MoE estimate: ridge x total / active params",
+     lambda s: value(s, "ridge") * _sm(s).model.params_total / _sm(s).model.params_active),
+    ("cost_per_token_batch1_x", "x", "cost per output token at batch 1 over that at the probe batch",
+     lambda s: _sm(s).decode(1, s.probe.context).time_s
+     / (_sm(s).decode(s.probe.batch, s.probe.context).time_s / s.probe.batch)),
+    # KV cache
+    ("kv_bytes_token_layer", "B", "KV bytes one token adds per layer (K and V, all KV heads, KV dtype)",
+     lambda s: _sm(s).model.kv_bytes_per_token_layer(s.config.kv_dtype)),
+    ("kv_kb_token", "KB", "KV bytes one token adds across all layers",
+     lambda s: _sm(s).model.kv_bytes_per_token(s.config.kv_dtype) / 1e3),
+    ("kv_dtype_bytes", "B", "bytes per cached key or value element at the KV dtype",
+     lambda s: DTYPE_BYTES[s.config.kv_dtype]),
+    ("kv_conv_mb_layer", "MB", "one probe-context conversation's KV, one layer only (the article's figure)",
+     lambda s: value(s, "kv_bytes_token_layer") * s.probe.context / 1e6),
+    ("kv_conv_gb", "GB", "one probe-context conversation's KV across all layers",
+     lambda s: value(s, "kv_kb_token") * 1e3 * s.probe.context / 1e9),
+    ("kv_batch_gb_layer", "GB", "probe-batch users x probe context, one layer only (the article's figure)",
+     lambda s: value(s, "kv_conv_mb_layer") * s.probe.batch / 1e3),
+    ("kv_batch_tb", "TB", "probe-batch users x probe context, all layers",
+     lambda s: value(s, "kv_conv_gb") * s.probe.batch / 1e3),
+    ("context_wall_tokens", "tokens", "context at which one user's KV read equals their share of the weight read",
+     lambda s: float(context_wall(_sm(s), s.probe.batch))),
+    ("context_wall_article", "tokens", "the article's wall: weight bytes / (ridge x per-layer KV bytes per token)",
+     lambda s: _sm(s).weight_bytes_per_gpu / (value(s, "ridge") * value(s, "kv_bytes_token_layer"))),
+    ("kv_share_pct", "%", "share of the probe decode step's bytes that are KV-cache reads",
+     lambda s: _decode(s).bytes["kv_read"] / _decode(s).bytes_total * 100),
+    # live engine
+    ("hbm_tb_moved", "TB", "HBM bytes the engine has moved since the start",
+     lambda s: _snap(s).bytes_moved.get("hbm", 0.0) / 1e12),
+    ("queue_len", "requests", "requests waiting (queued or preempted)",
+     lambda s: float(_snap(s).queued + _snap(s).preempted)),
+    ("kv_util_pct", "%", "share of the KV pool's blocks in use",
+     lambda s: _per(100.0 * _snap(s).kv_blocks_used, _snap(s).kv_blocks_total)),
+    ("kv_used_gb", "GB", "KV bytes held by running requests",
+     lambda s: _per(_snap(s).kv_capacity_bytes * _snap(s).kv_blocks_used, _snap(s).kv_blocks_total) / 1e9),
+    ("kv_gb_per_running", "GB", "KV bytes held per running request",
+     lambda s: _per(value(s, "kv_used_gb"), _snap(s).running)),
+    ("weights_gb_per_running", "GB", "weight bytes per step shared out over the running requests",
+     lambda s: _per(_snap(s).weights_bytes / 1e9, _snap(s).running)),
+    ("ttft_visible_minus_raw_s", "s", "how much later the first visible token comes than the first token",
+     lambda s: value(s, "ttft_p50_s") - value(s, "ttft_raw_p50_s")),
+    ("measured_e2e_s", "s", "Qwen's published A100 time for 2,048 tokens at batch 1 (this model, runtime, GPUs)",
+     _measured_e2e),
+    ("hidden_share_pct", "%", "share of generated tokens that were hidden thinking",
+     lambda s: 100 * (1 - _num(s.engine_metrics()["visible_tokens"]) / value(s, "output_tokens"))
+     if value(s, "output_tokens") else 0.0),
+    ("fast_users", "users", "users in the fast lane", _fast_users),
+    ("qwen72b_2gpu_measured_s", "s", "Qwen's published time for 2,048 tokens from Qwen2.5-72B on two A100s (vLLM)",
+     lambda s: qwen_case(*_Q72).osl / qwen_case(*_Q72).measured),
+    ("qwen72b_2gpu_predicted_s", "s", "the step model's time for the same request (tokensim validate's row)",
+     lambda s: qwen_case(*_Q72).osl / predict(qwen_case(*_Q72))),
+    # token economics (C26) and what a price list says
+    ("serve_vs_train_x", "x", "GPU-seconds per served token over GPU-seconds per training token",
+     lambda s: _training(s).serve_gpu_s_per_token / _training(s).train_gpu_s_per_token),
+    ("fit_batch", "sequences", "the probe batch, capped at what the KV pool holds at the probe context",
+     lambda s: float(max(1, min(s.probe.batch, batch_that_fits(_sm(s), s.probe.context))))),
+    ("fit_gpu_ms_per_tok", "GPU-ms", "GPU-ms per output token at the probe context and the batch that fits",
+     lambda s: serving_cost(_sm(s), int(value(s, "fit_batch")), s.probe.context)[1] * 1e3),
+    ("prefill_gpu_ms_per_tok", "GPU-ms", "GPU-milliseconds per prompt token of the probe prompt's prefill",
+     lambda s: _prefill(s).time_s * _sm(s).opts.tp / s.probe.prompt * 1e3),
+    # the floor's own figures (issue 17: one truth per figure): the SM grid's MFU (tui.render.figures.mfu)
+    ("live_mfu_pct", "%", "the step the engine just ran: its FLOPs over the peak's in its time (the SM grid's MFU)",
+     lambda s: 100 * _snap(s).roof.mfu(_snap(s).last_step)),
+    ("live_unused_pct", "%", "the share of the peak FLOPs the step the engine just ran left unused",
+     lambda s: 100 - value(s, "live_mfu_pct")),
+    # prefix caching
+    ("workload_prompt_tokens", "tokens", "mean prompt length of the scene's workload file (first stage)",
+     lambda s: float(_workload_prompt(s).tokens.mean)),
+    ("shared_prefix_tokens", "tokens", "of it, the leading tokens every request of a group shares (first stage)",
+     lambda s: float(_workload_prompt(s).shared_prefix)),
+    ("kv_block_tokens", "tokens", "tokens one KV block holds (the pool's and the prefix cache's unit)",
+     lambda s: float(KV_BLOCK_TOKENS)),
+    ("cost_in_all_per_mtok", "$/Mtok", "cost of a million prompt tokens, computed and cached together", _cost_in_all),
+    # speculative decoding, a trace
+    ("spec_expected_tokens", "tokens", "tokens a sequence should emit per verify step: (1 - A^(K+1)) / (1 - A)",
+     lambda s: expected_tokens(s.config.spec_tokens, s.config.spec_accept)),
+    ("trace_requests", "requests", "requests in the replayed trace", lambda s: float(len(_trace(s)))),
+    ("trace_rate", "req/s", "the trace's mean arrival rate at the replay speed",
+     lambda s: len(_trace(s)) / _trace(s).duration if _trace(s).duration else float("nan")),
+    ("trace_peak_rate", "req/s",
+     "arrivals in the trace's busiest 5-second window (at the replay speed), per second", _trace_peak_rate),
+    # a fleet
+    ("fleet_replicas", "replicas", "replicas in the fleet the scene last ran", lambda s: float(len(_replicas(s)))),
+    ("fleet_prefill_replicas", "replicas", "of them, replicas that only read prompts (P/D; 0 when colocated)",
+     lambda s: float(sum(r["role"] == "prefill" for r in _replicas(s)))),
+    ("fleet_decode_replicas", "replicas", "of them, replicas that write answers (all of them when colocated)",
+     lambda s: float(sum(r["role"] != "prefill" for r in _replicas(s)))),
+    ("fleet_tpot_spread_x", "x", "the fleet's p99 time per output token over its median: 1 is perfectly steady",
+     lambda s: _num(s.fleet_metrics()["tpot_s"]["p99"]) / _num(s.fleet_metrics()["tpot_s"]["p50"])),
+    ("fleet_queue_peak_max", "requests", "the longest queue any replica had",
+     lambda s: float(max(r["queue_peak"] for r in _replicas(s)))),
+    ("fleet_queue_peak_min", "requests", "the longest queue of the replica whose queue stayed shortest",
+     lambda s: float(min(r["queue_peak"] for r in _replicas(s)))),
+    ("fleet_kv_copy_ms", "ms", "P/D: median time to copy a prompt's KV from a prefill to a decode replica",
+     lambda s: _fleet_pd(s, "kv_transfer_s", "KV copies")),
+    ("fleet_kv_link_gbps", "GB/s", "P/D: the link each prefill replica copies KV over",
+     lambda s: _fleet_pd(s, "kv_link_gbps", "KV link")),
+    # the scene's traffic
+    ("prompt_mean_tokens", "tokens", "mean prompt length of the scene's traffic (--prompt)",
+     lambda s: parse_dist(s.config.prompt, "prompt", 1).mean),
+    ("output_mean_tokens", "tokens", "mean answer length of the scene's traffic (--output)",
+     lambda s: parse_dist(s.config.output, "output", 1).mean),
 )
 
-
-def _fleet_figure(key: str, pct: str | None, scale: float) -> Callable[[Stage], float]:
-    """A metric function reading one of the fleet's figures."""
-    return lambda s: _fleet(s, key, pct) * scale
-
-
-for _name, _unit, _key, _pct, _scale, _doc in _FLEET_FIGURES:
-    metric(_name, _unit, _doc)(_fleet_figure(_key, _pct, _scale))
-
-
-@metric("fleet_tpot_spread_x", "x", "the fleet's p99 time per output token over its median: 1 is perfectly steady")
-def _fleet_tpot_spread(s: Stage) -> float:
-    return _fleet(s, "tpot_s", "p99") / _fleet(s, "tpot_s", "p50")
-
-
-@metric("fleet_queue_peak_max", "requests", "the longest queue any replica had")
-def _fleet_qmax(s: Stage) -> float:
-    return float(max(r["queue_peak"] for r in s.fleet_metrics()["replicas"]))
-
-
-@metric("fleet_queue_peak_min", "requests", "the longest queue of the replica whose queue stayed shortest")
-def _fleet_qmin(s: Stage) -> float:
-    return float(min(r["queue_peak"] for r in s.fleet_metrics()["replicas"]))
-
-
-@metric("fleet_kv_copy_ms", "ms", "P/D: median time to copy a prompt's KV from a prefill to a decode replica")
-def _fleet_copy(s: Stage) -> float:
-    m = s.fleet_metrics()
-    if "kv_transfer_s" not in m:
-        raise KeyError("the fleet ran without P/D: no KV copies")
-    return _num(m["kv_transfer_s"]["p50"]) * 1e3
-
-
-@metric("fleet_kv_link_gbps", "GB/s", "P/D: the link each prefill replica copies KV over")
-def _fleet_link(s: Stage) -> float:
-    m = s.fleet_metrics()
-    if "kv_link_gbps" not in m:
-        raise KeyError("the fleet ran without P/D: no KV link")
-    return _num(m["kv_link_gbps"])
-
-
-# ---- the scene's traffic -----------------------------------------------------------------------
-
-@metric("rate_req_s", "req/s", "open-loop arrival rate of the scene's traffic (Poisson)")
-def _rate(s: Stage) -> float:
-    return float(s.config.rate)
-
-
-@metric("prompt_mean_tokens", "tokens", "mean prompt length of the scene's traffic (--prompt)")
-def _prompt_mean(s: Stage) -> float:
-    from engine.traffic.workload import parse_dist
-
-    return parse_dist(s.config.prompt, "prompt", 1).mean
-
-
-@metric("output_mean_tokens", "tokens", "mean answer length of the scene's traffic (--output)")
-def _output_mean(s: Stage) -> float:
-    from engine.traffic.workload import parse_dist
-
-    return parse_dist(s.config.output, "output", 1).mean
+for _name, _unit, _doc, _fn in FORMULAS:
+    metric(_name, _unit, _doc)(_fn)

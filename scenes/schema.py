@@ -18,7 +18,6 @@ from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError, suggest
 from engine.evidence.claim_rows import CLAIM_IDS
-from engine.lang import LANGS
 from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names, parse_toml
 from scenes.actions import ACTIONS
 from scenes.checks import (
@@ -38,6 +37,7 @@ from scenes.checks import (
 from scenes.metrics import METRICS, Probe
 from scenes.placeholders import OVER, parse_ref, placeholders
 from scenes.quiz import Question, parse_question
+from scenes.words import LANGS
 
 # The parts of the factory floor a step may point at (the app outlines the one a step talks about): the HBM
 # warehouse, the HBM -> L2 -> SM traffic, the L2 shelf, the SM grid, the users, the KV pool and queue, the

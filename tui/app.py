@@ -549,13 +549,14 @@ class TokensimApp(App[None]):
         from engine.evidence.explain import explain_figure
         from engine.numbers import sig
         from engine.serving.accounting import ROLLING_SAMPLES
+        from scenes.words import render
 
         def explain(name: str) -> tuple[Any, str]:
             """The figure's explanation from the latest frame, and the sim clock it shows."""
             f = self.frame
             split = getattr(self.engine, "latency_split", None)
-            x = explain_figure(name, f.snapshot, f.step, self.lang, split(ROLLING_SAMPLES) if split else None,
-                               self.config.price_per_hour)
+            x = render(explain_figure(name, f.snapshot, f.step, split(ROLLING_SAMPLES) if split else None,
+                                      self.config.price_per_hour), self.lang)
             return x, f"{sig(f.clock_s, 4)} s"
 
         def closed(last: str | None) -> None:

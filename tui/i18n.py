@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from engine.lang import BOUND_WORDS, LANGS
+from scenes.words import BOUND_WORDS, LANGS
 
 __all__ = ["LANGS", "EN", "ZH", "TABLES", "ZH_OPTION_HELP", "OPTION_HELP", "t", "default_lang"]
 

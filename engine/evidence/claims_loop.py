@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine.config import EngineConfig
+from engine.config import MAX_BATCHED_TOKENS, EngineConfig
 from engine.evidence.claim_rows import Row, row
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepCost, StepModel, StepOptions, context_wall, crossover_batch
@@ -36,7 +36,7 @@ def _served(**kw: Any) -> Engine:
 def _full_decode_step(batch: int, context: int = 1, **kw: Any) -> StepCost:
     """Run `batch` users with `context`-token prompts until the engine takes a decode step at full batch."""
     e = Engine(_cfg(users=batch, max_batch=batch, prompt=str(context), output="4", requests=batch,
-                    max_batched_tokens=max(8192, batch * context), **kw))
+                    max_batched_tokens=max(MAX_BATCHED_TOKENS, batch * context), **kw))
     while True:
         r = e.step()
         if r.cost is not None and r.cost.seqs == batch and r.cost.tokens == batch:

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.evidence.validate import Case, cases, err_pct, predict
+from engine.evidence.validate import Case, cases, predict
 from engine.files import write_text_atomic
+from engine.numbers import err_pct
 from engine.physics.calibration import Runtime, runtimes
 
 PARAMS = ("bw_eff", "flops_eff", "attn_bw_eff", "attn_flops_eff", "step_overhead_s", "layer_overhead_s")

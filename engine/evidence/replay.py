@@ -31,6 +31,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.numbers import err_pct
 from engine.physics.calibration import Runtime
 
 TABLE = "vllm015"
@@ -270,11 +271,6 @@ def _summarise(e: Experiment, runs: list[tuple[dict[str, Any], Any]]) -> dict[st
     saturated = done < accepted or queue > 1.0
     return {"ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * itl, "e2e_ms": 1e3 * e2e, "served": done, "accepted": accepted,
             "queue_ms": 1e3 * queue, "saturated": saturated}
-
-
-def err_pct(predicted: float, measured: float) -> float:
-    """Signed percent error of a prediction against the measurement."""
-    return 100.0 * (predicted - measured) / measured
 
 
 def experiment_row(e: Experiment, runtime: str | Runtime = "vllm") -> dict[str, Any]:

@@ -29,9 +29,11 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError, suggest
+from engine.evidence import replay
 from engine.evidence.claim_rows import row
+from engine.numbers import err_pct
 from engine.physics.calibration import Runtime
-from engine.physics.specs import load_hardware, load_model
+from engine.physics.specs import Model, load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
 
 TABLE_FILES: dict[str, str] = {
@@ -404,7 +406,7 @@ def bench_run(case: Case, sm: StepModel) -> BenchRun:
     step; local layers' sums are exact). The schedule depends on counts only, not on the runtime constants,
     so it is built once per case and reused by every pricing (the fit prices it thousands of times).
     """
-    isl, osl, m = case.isl, case.osl, sm.model
+    isl, osl = case.isl, case.osl
     ranks = case.gpus if case.opts.ep > 1 else 1  # attention DP: each rank schedules its share of the requests
     n_req = math.ceil(bench_requests(isl, osl) / ranks)
     max_bs, max_tokens = trt_bench_limits(case, sm)
@@ -413,7 +415,20 @@ def bench_run(case: Case, sm: StepModel) -> BenchRun:
     key = (case.key, n_req, max_bs, max_tokens, slots, BENCH_MERGE_STEPS)
     if key in _RUNS:
         return _RUNS[key]
-    cap = min(max_bs, slots)
+    rec, peak = _bench_steps(case, sm.model, n_req, min(max_bs, slots), max_bs, max_tokens)
+    a = np.array(rec, dtype=np.float64)
+    out = BenchRun(*(a[:, i] for i in range(9)), requests=n_req, peak_batch=peak)
+    _RUNS[key] = out
+    return out
+
+
+def _bench_steps(case: Case, m: Model, n_req: int, cap: int, max_bs: int,
+                 max_tokens: int) -> tuple[list[tuple[float, ...]], int]:
+    """bench_run's schedule: one record of BenchRun's nine aggregates per (merged) step, and the peak batch.
+
+    `cap` is the most requests a rank runs at once (max_batch_size or what the KV pool holds, the smaller).
+    """
+    isl, osl = case.isl, case.osl
     # A local layer's context is its full one capped (window) or wrapped (chunk); past a window it is constant.
     flat_win = not m.sliding_layers or (not m.chunked and isl >= m.sliding_window)
     win_const = float(m.local_seen(np.array(float(isl)))) if m.sliding_layers else 0.0
@@ -456,10 +471,7 @@ def bench_run(case: Case, sm: StepModel) -> BenchRun:
             queued -= new
             peak = max(peak, run)
         t += span
-    a = np.array(rec, dtype=np.float64)
-    out = BenchRun(*(a[:, i] for i in range(9)), requests=n_req, peak_batch=peak)
-    _RUNS[key] = out
-    return out
+    return rec, peak
 
 
 def bench_run_time(sm: StepModel, run: BenchRun) -> float:
@@ -477,11 +489,6 @@ def predict(case: Case, runtime: Runtime | str | None = None) -> float:
     # Output tokens per GPU, over the run's wall time: a TP group's GPUs share each request; attention-DP ranks
     # each serve their share in lockstep (the one with the most requests sets the run's length).
     return bench_requests(case.isl, case.osl) * case.osl / bench_run_time(sm, bench_run(case, sm)) / case.gpus
-
-
-def err_pct(predicted: float, measured: float) -> float:
-    """Signed percent error of a prediction against the measurement."""
-    return 100.0 * (predicted - measured) / measured
 
 
 # ---- the report ---------------------------------------------------------------------------------------------
@@ -532,8 +539,6 @@ def table_report(name: str, runtime: str | None = None) -> dict[str, Any]:
 def report(tables: list[str] | None = None, runtime: str | None = None) -> dict[str, Any]:
     """The whole validation: {"tables": [table_report, ...]} for the named tables (all by default); the vLLM
     v0.15 serving campaign (engine.evidence.replay) is replayed through the serving engine."""
-    from engine.evidence import replay
-
     known = [*TABLE_FILES, replay.TABLE]
     names = tables or known
     for n in names:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import EngineConfig
+from engine.config import MAX_BATCHED_TOKENS, EngineConfig
 from engine.errors import InputError
 from engine.fleet.fleet import ROUTERS, FleetSpec, engine_for, parse_pd, scripted
 from engine.physics.specs import load_hardware
@@ -73,7 +73,7 @@ class Space:
     pd: tuple[tuple[int, int], ...] = ()  # P:D splits tried besides plain replicas (their replicas = P + D)
     pd_only: bool = False  # only the splits, no colocated replicas
     max_num_seqs: tuple[int, ...] = (256,)
-    max_num_batched_tokens: tuple[int, ...] = (8192,)
+    max_num_batched_tokens: tuple[int, ...] = (MAX_BATCHED_TOKENS,)
     router: tuple[str, ...] = ("round-robin",)
 
     def points(self) -> list[Point]:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from engine.config import MAX_BATCHED_TOKENS
 from engine.errors import InputError
 from engine.physics import vllm_memory
 from engine.physics.calibration import Runtime, load_runtime
@@ -65,7 +66,7 @@ class StepOptions:
     # When given, the KV pool follows vLLM's rule (engine.physics.vllm_memory): this share of memory less weights,
     # the activation peak of a max_batched_tokens step sampling max_batch sequences, and non-torch memory.
     gpu_memory_utilization: float | None = None
-    max_batched_tokens: int = 8192
+    max_batched_tokens: int = MAX_BATCHED_TOKENS
     max_batch: int = 256
     max_model_len: int | None = None  # vLLM's --max-model-len: the served context (None: the model's own)
 

@@ -14,14 +14,8 @@ from dataclasses import asdict, dataclass
 
 from engine.physics.step import StepCost
 
+# The segments, in display order; their names on screen are scenes.words.SEGMENT_WORDS.
 SEGMENTS = ("weights", "kv", "compute", "communication", "overhead")
-# The segments' names on screen (the app's x-ray bar, the explain screen), and the bar's own title.
-SEGMENT_WORDS: dict[str, dict[str, str]] = {
-    "en": {"weights": "weights", "kv": "KV", "compute": "compute", "communication": "comm", "overhead": "fixed",
-           "title": "step x-ray: what the step waited on"},
-    "zh": {"weights": "权重", "kv": "KV", "compute": "计算", "communication": "通信", "overhead": "固定开销",
-           "title": "单步透视：这一步在等什么"},
-}
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,7 @@ def test_snapshot_of_each_scenes_key_moment(sid: str, snap_compare: Any) -> None
 
 
 def test_the_narration_names_a_bound_step_with_the_floors_word() -> None:
-    from engine.lang import LANGS
+    from scenes.words import LANGS
     from tui.i18n import t
 
     scene = find_scene("reading-fast-writing-slow")

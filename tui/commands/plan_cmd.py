@@ -19,6 +19,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from engine.config import MAX_BATCHED_TOKENS
 from engine.errors import InputError
 from engine.fleet import plan as pl
 from engine.numbers import fixed
@@ -55,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", default="256",
                    help="batch caps (vLLM's max_num_seqs), e.g. 64,256 (default 256)")
     s.add_argument("--max-num-batched-tokens", "--max-batched-tokens", dest="max_num_batched_tokens",
-                   default="8192", help="token budgets of a step, e.g. 2048,8192 (default 8192)")
+                   default=str(MAX_BATCHED_TOKENS),
+                   help=f"token budgets of a step, e.g. 2048,8192 (default {MAX_BATCHED_TOKENS})")
     s.add_argument("--router", default="round-robin",
                    help=f"routers ({', '.join(pl.ROUTERS)}; 'all' for every one) (default round-robin)")
     s.add_argument("--kv-link-gbps", type=positive_float, default=None,

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from engine import validation as V
-from engine.config import SCHEDULERS, EngineConfig
+from engine.config import MAX_BATCHED_TOKENS, SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.files import atomic_output
 from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
@@ -46,7 +46,7 @@ share = V.option(V.number, lo=0.0, hi=0.99)  # argparse type: a fraction of user
 # finish in lockstep and the percentiles mean something.
 DEFAULT_PROMPT = "uniform:500,1500"
 DEFAULT_OUTPUT = "uniform:100,300"
-DEFAULT_MAX_BATCHED_TOKENS = 8192
+DEFAULT_MAX_BATCHED_TOKENS = MAX_BATCHED_TOKENS
 DEFAULT_FAST_MAX_BATCH = 4
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine.lang import LANGS
 from scenes.schema import Scene, find_scene, load_shipped
+from scenes.words import LANGS
 from tui.commands.options import console, print_json, require_terminal, run_app
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from engine.lang import LANGS
 from scenes.schema import find_scene, load_shipped
+from scenes.words import LANGS
 from tui.commands.options import console, print_json, require_terminal, run_app
 from tui.commands.scene_cmd import pick_lang, play_headless, question_line
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from rich.cells import cell_len
 from rich.text import Text
 
-from engine.physics.xray import SEGMENT_WORDS, SEGMENTS, XRay, step_xray
+from engine.physics.xray import SEGMENTS, XRay, step_xray
+from scenes.words import SEGMENT_WORDS
 from tui.frame import Frame
 from tui.render import palette as pal
 from tui.render.fmt import dur

@@ -19,7 +19,8 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engine.evidence.explain import FIGURES, Explanation, next_figure, text
+from engine.evidence.explain import FIGURES, next_figure
+from scenes.words import Explained, explain_text
 from tui.render import metrics
 
 # The panel a click lands in -> the figure it explains (the metrics panel and the warehouse decide by the row
@@ -48,12 +49,12 @@ def figure_at_click(event: events.Click) -> str | None:
     return None
 
 
-def body(x: Explanation, lang: str, clock: str) -> Text:
+def body(x: Explained, lang: str, clock: str) -> Text:
     """The screen's text: the formula (bold), the lines with values, and the keys."""
     out = Text()
     for i, line in enumerate(x.lines):
         out.append(line + "\n", style="bold" if i == 0 else "")
-    out.append("\n" + text(lang, "hint", t=clock), style="dim")
+    out.append("\n" + explain_text(lang, "hint", t=clock), style="dim")
     return out
 
 
@@ -66,7 +67,7 @@ class ExplainScreen(ModalScreen[str]):
         Binding("left,shift+tab", "move(-1)", "previous figure"),
     ]
 
-    def __init__(self, figure: str, explain: Callable[[str], tuple[Explanation, str]], lang: str) -> None:
+    def __init__(self, figure: str, explain: Callable[[str], tuple[Explained, str]], lang: str) -> None:
         """Open on `figure`; `explain(name)` gives its Explanation and the sim clock it was read at."""
         super().__init__(id="explain")
         self.figure = figure if figure in FIGURES else FIGURES[0]
@@ -86,7 +87,8 @@ class ExplainScreen(ModalScreen[str]):
         """Render the current figure from the app's latest frame."""
         x, clock = self.explain(self.figure)
         box = self.query_one("#explain-box")
-        box.border_title = text(self.lang, "screen", fig=x.title, i=FIGURES.index(self.figure) + 1, n=len(FIGURES))
+        box.border_title = explain_text(self.lang, "screen", fig=x.title, i=FIGURES.index(self.figure) + 1,
+                                        n=len(FIGURES))
         self.query_one("#explain-body", Static).update(body(x, self.lang, clock))
 
     def action_move(self, step: int) -> None:
