@@ -88,7 +88,7 @@ def _vllm(**change: Any) -> dict[str, Any]:
     (_vllm(ttfts=[1e3 * x for x in _vllm()["ttfts"]]), None, "are they milliseconds?"),
     (_vllm(start_times=None), None, "field 'start_times' must be a list"),
     ({k: v for k, v in _vllm().items() if k != "start_times"}, None, "no start_times"),
-    (_vllm(), "guidellm", "does not have the shape of a GuideLLM benchmarks.json"),
+    (_vllm(), "guidellm", "does not have the shape of GuideLLM benchmarks.json"),
     (_vllm(), "nonsense", "--format nonsense: unknown format"),
 ])
 def test_bad_files_are_one_input_error(tmp_path: Path, obj: Any, fmt: str | None, says: str) -> None:

@@ -88,7 +88,7 @@ def read_result(path: str | Path, fmt: str | None = None) -> Measured:
     doc = parse(path)
     if fmt is not None:
         if not known[fmt].detect(doc):
-            raise InputError(f"{doc.label}: --format {fmt}: the file does not have the shape of a {known[fmt].title}")
+            raise InputError(f"{doc.label}: --format {fmt}: the file does not have the shape of {known[fmt].title}")
         return known[fmt].read(doc)
     hits = [f for f in known.values() if f.detect(doc)]
     if not hits:
