@@ -57,3 +57,24 @@ def test_bad_input_is_one_line_and_nothing_written(capsys: pytest.CaptureFixture
     assert main(["replay", str(DATA / args[0]), *args[1:], "--json"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and says in err and err.count("\n") == 1
+
+
+def test_bench_json_round_trips_through_the_reader(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.evidence.measured import read_result
+
+    path = tmp_path / "bench.json"
+    assert main(["run", "--rate", "6", "--requests", "60", "--bench-json", str(path), "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    raw = json.loads(path.read_text())
+    m = read_result(path)
+    assert m.format == "vllm-bench" and len(m) == run["requests_completed"] == 60
+    assert m.prompt.tolist() == raw["input_lens"] and m.output.tolist() == raw["output_lens"]
+    assert int(m.prompt.sum()) == run["input_tokens"]  # the prompts served
+    assert int(m.output.sum()) == run["output_tokens"]
+    assert np.allclose(m.ttft, raw["ttfts"]) and np.allclose(m.e2e, raw["e2els"])
+    assert np.allclose(m.arrival, np.array(raw["start_times"]) - raw["start_times"][0])
+    assert np.allclose(m.itl, [np.mean(g) for g in raw["itls"]])
+    assert raw["mean_ttft_ms"] == pytest.approx(1e3 * m.ttft.mean())
+    # replaying tokensim's own prediction on the same deployment predicts what it measured
+    r = _replay(capsys, str(path), "--scheduler", "continuous")
+    assert r["e2e"]["err_pct"]["mean"] == pytest.approx(0, abs=1e-6)

@@ -12,10 +12,11 @@ from typing import Any
 from rich.table import Table
 
 from engine.errors import InputError
-from engine.evidence.measured import Measured, formats, read_result
+from engine.evidence.measured import Measured, bench_out, formats, read_result
 from engine.evidence.measured.compare import METRICS, STATS, compare, finished, write_trace
 from engine.evidence.replay import model_preset
 from engine.numbers import fixed, json_safe
+from engine.serving.accounting import T
 from tui.commands import run_cmd
 from tui.commands.options import console, print_json
 
@@ -69,15 +70,17 @@ def run(args: argparse.Namespace) -> int:
         sim = run_cmd.build(args)
         run_cmd.check_pool(sim, args.kv_blocks, args.force)
         run_cmd.run_engine(sim, show_progress=sys.stderr.isatty())
-    lat, arrival = finished(sim)
+    lat, times = finished(sim)
     sm = sim.step_model
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "command": "replay", "result": str(args.result), "format": m.format,
         "measured": m.measured, "dropped": m.dropped, "settings": m.settings,
         "deployment": {"model": sm.model.name, "hardware": sm.hw.name, "tp": sim.config.tp,
                        "runtime": sim.config.runtime, "scheduler": sim.config.scheduler},
-        **compare(m, lat, arrival)}
+        **compare(m, lat, times[:, T.ARRIVAL])}
     out = json_safe(out)
+    if args.bench_json:  # the prediction, in vllm bench serve's own field names
+        bench_out.write(args.bench_json, bench_out.from_sim(sim))
     if args.json:
         print_json(out)
     else:

@@ -13,6 +13,7 @@ from rich.table import Table
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
+from engine.evidence.measured import bench_out
 from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
 from engine.numbers import fixed, json_safe
 from engine.serving import Engine, trace_out
@@ -183,6 +184,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where TTFT and end-to-end latency went: queueing, prefill, transfer (P/D), decode, preemption,"
                         " recompute and the request path, as the mean and the p50/p90/p99 requests"
                         " (key \"explain\" with --json)")
+    p.add_argument("--bench-json", metavar="FILE.json", help="also write the run as vllm bench serve --save-result")
     p.add_argument("--trace-out", metavar="FILE.json", default=None,
                    help="write the run as a Chrome/Perfetto trace: a track per replica, a span per step, a flow per"
                         " request (open it in ui.perfetto.dev)")
@@ -304,6 +306,8 @@ def run(args: argparse.Namespace) -> int:
         rec = trace_out.record(engine) if f is not None else None
         run_engine(engine, show_progress=sys.stderr.isatty())
         out = report(engine)
+        if args.bench_json:
+            bench_out.write(args.bench_json, bench_out.from_sim(engine))
         if args.explain:
             out["explain"] = json_safe(engine.explain())
         if f is not None and rec is not None:

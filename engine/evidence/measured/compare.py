@@ -38,16 +38,14 @@ def config_for(m: Measured, base: EngineConfig, trace: Path) -> EngineConfig:
 
 
 def finished(sim: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(latency rows, arrival times) of every finished request of an Engine or a Fleet (each replica's lanes)."""
-    from engine.serving.accounting import T
-
+    """(latency rows, times rows: engine.serving.accounting L and T columns) of every finished request an Engine or
+    a Fleet (each replica's lanes) keeps, row for row."""
     if hasattr(sim, "replica_engine"):
         lanes = [ln for i in range(len(sim.replica_states())) for ln in sim.replica_engine(i).lanes]
     else:
         lanes = list(sim.lanes)
-    lat = np.concatenate([ln.stats.lat.last() for ln in lanes])
-    arrival = np.concatenate([ln.stats.times.last()[:, T.ARRIVAL] for ln in lanes])
-    return lat, arrival
+    return (np.concatenate([ln.stats.lat.last() for ln in lanes]),
+            np.concatenate([ln.stats.times.last() for ln in lanes]))
 
 
 def summary(x: np.ndarray) -> dict[str, float | None]:
@@ -95,11 +93,12 @@ def replay(m: Measured, base: EngineConfig, tmp: Path, build: Any = None) -> tup
     """Run the record's requests on the base configuration; (comparison, the simulator). `build` makes the
     simulator from a config (default: one Engine); a command passes its own (fleets, checks)."""
     from engine.serving import Engine
+    from engine.serving.accounting import T
 
     path = tmp / "measured-trace.csv"
     write_trace(m, path)
     cfg = config_for(m, base, path)
     sim = (build or Engine)(cfg)
     sim.run()
-    lat, arrival = finished(sim)
-    return compare(m, lat, arrival), sim
+    lat, times = finished(sim)
+    return compare(m, lat, times[:, T.ARRIVAL]), sim
