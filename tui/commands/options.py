@@ -77,6 +77,16 @@ def run_app(app: Any) -> int:
     return code
 
 
+# Version of the --json reports of run, plan, step and replay (docs/schema/<command>.schema.json describes each):
+# raised when a key goes or changes meaning; a new key does not raise it.
+SCHEMA_VERSION = 1
+
+
+def versioned(obj: dict[str, Any]) -> dict[str, Any]:
+    """A --json report with its schema_version first."""
+    return {"schema_version": SCHEMA_VERSION, **obj}
+
+
 def print_json(obj: Any) -> None:
     """Machine-readable output on stdout (NaN and infinities, which JSON cannot write, as null)."""
     sys.stdout.write(json.dumps(json_safe(obj), indent=2, ensure_ascii=False, default=_jsonable) + "\n")

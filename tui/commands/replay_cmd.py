@@ -18,9 +18,8 @@ from engine.evidence.replay import model_preset
 from engine.numbers import fixed, json_safe
 from engine.serving.accounting import T
 from tui.commands import run_cmd
-from tui.commands.options import console, print_json
+from tui.commands.options import console, print_json, versioned
 
-SCHEMA_VERSION = 1
 # run's workload options: a replay's requests are the file's, so these would contradict it.
 _WORKLOAD = (("--users", "users"), ("--rate", "rate"), ("--trace", "trace"), ("--workload", "workload"),
              ("--requests", "requests"), ("--duration", "duration"), ("--think-time", "think_time"),
@@ -73,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     lat, times = finished(sim)
     sm = sim.step_model
     out: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION, "command": "replay", "result": str(args.result), "format": m.format,
+        "command": "replay", "result": str(args.result), "format": m.format,
         "measured": m.measured, "dropped": m.dropped, "settings": m.settings,
         "deployment": {"model": sm.model.name, "hardware": sm.hw.name, "tp": sim.config.tp,
                        "runtime": sim.config.runtime, "scheduler": sim.config.scheduler},
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bench_json:  # the prediction, in vllm bench serve's own field names
         bench_out.write(args.bench_json, bench_out.from_sim(sim))
     if args.json:
-        print_json(out)
+        print_json(versioned(out))
     else:
         _print(out)
     return 0

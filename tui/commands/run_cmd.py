@@ -30,6 +30,7 @@ from tui.commands.options import (
     runtime_for_run,
     seconds,
     seed_int,
+    versioned,
 )
 
 # A run with neither --requests nor --duration serves this many requests (at least 3 per user), so
@@ -316,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         if f is not None:
             f.close()
     if args.json:
-        print_json(out)
+        print_json(versioned(out))
         return 0
     _print(out)
     return 0
