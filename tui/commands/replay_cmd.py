@@ -33,13 +33,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a benchmark result or trace: vllm bench serve --save-result JSON, GuideLLM benchmarks.json,"
                         " AIPerf profile_export.jsonl, inference-perf per_request_lifecycle_metrics.json, a Mooncake"
                         " trace or BurstGPT CSV (detected by shape)")
+    add_engine_arguments(p)
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """--format, then run's own options (the deployment), with replay's defaults (calibrate shares them)."""
     p.add_argument("--format", choices=sorted(formats()), default=None, help="the RESULT's format, if not detected")
     run_cmd.add_arguments(p)
     # None: the model the file names. Chunked prefill: what vLLM's V1 engine always does (run keeps its own default).
     p.set_defaults(model=None, scheduler="chunked")
 
 
-def _check(args: argparse.Namespace, m: Measured) -> None:
+def check(args: argparse.Namespace, m: Measured) -> None:
     """Options that contradict the file (its requests, its model) are one InputError each."""
     for flag, key in _WORKLOAD:
         if getattr(args, key, None) not in (None, False):
@@ -61,7 +66,7 @@ def _check(args: argparse.Namespace, m: Measured) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read RESULT, check it against the flags, replay it on the deployment and print the comparison."""
     m = read_result(args.result, args.format)
-    _check(args, m)
+    check(args, m)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "measured-trace.csv"
         write_trace(m, path)
