@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("tui.commands.plan_cmd", "find the cheapest deployment that meets latency SLOs (local pool or Ray)"),
     "bench": ("tui.commands.bench_cmd", "measure the engine's (and the renderer's) speed"),
     "validate": ("tui.commands.validate_cmd", "compare predicted speeds with measured tables"),
+    "calibrate": ("tui.commands.calibrate_cmd", "fit the runtime profile's constants to measured results"),
+    "replay": ("tui.commands.replay_cmd", "replay a measured benchmark result or trace; predicted vs measured latency"),
     "scene": ("tui.commands.scene_cmd", "list guided scenes, open one, or play it headless"),
     "tour": ("tui.commands.tour_cmd", "play every guided scene in order in the app"),
     "serve": ("tui.commands.serve_cmd", "serve the app to a web browser (127.0.0.1:8000 unless --host/--port)"),

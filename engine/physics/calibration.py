@@ -6,6 +6,8 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 from engine.errors import InputError, suggest
 
@@ -64,27 +66,59 @@ class Runtime:
 
 @cache
 def runtimes() -> dict[str, Runtime]:
+    """The shipped profiles (presets/runtimes.toml) by name, and any a --runtime-file registered."""
     text = resources.files("engine").joinpath("presets", "runtimes.toml").read_text(encoding="utf-8")
-    data = tomllib.loads(text)
-    return {name: Runtime(name=name, description=str(d.get("description", "")), bw_eff=float(d["bw_eff"]),
-                          flops_eff=float(d["flops_eff"]), step_overhead_s=float(d["step_overhead_s"]),
-                          layer_overhead_s=float(d["layer_overhead_s"]),
-                          attention=str(d.get("attention", "paged")),
-                          fp4_flops_eff=float(d["fp4_flops_eff"]) if "fp4_flops_eff" in d else None,
-                          attn_flops_eff=float(d["attn_flops_eff"]) if "attn_flops_eff" in d else None,
-                          attn_bw_eff=float(d["attn_bw_eff"]) if "attn_bw_eff" in d else None,
-                          expert_flops_factor=float(d.get("expert_flops_factor", 1.0)),
-                          expert_bw_eff=float(d["expert_bw_eff"]) if "expert_bw_eff" in d else None,
-                          block_fp8_eff=float(d.get("block_fp8_eff", 1.0)),
-                          expert_half_tokens=float(d.get("expert_half_tokens", 0.0)),
-                          slow_quant_kernels=tuple(str(k) for k in d.get("slow_quant_kernels", ())),
-                          quant_layer_overhead_s=float(d.get("quant_layer_overhead_s", 0.0)),
-                          fp8_attn_if_quantised=bool(d.get("fp8_attn_if_quantised", False)),
-                          mxfp4_fp8_act=bool(d.get("mxfp4_fp8_act", False)),
-                          cuda_graphs=bool(d.get("cuda_graphs", False)),
-                          request_overhead_s=float(d.get("request_overhead_s", 0.0)),
-                          async_scheduling=bool(d.get("async_scheduling", False)))
-            for name, d in data.items()}
+    return {name: runtime_from_table(name, d) for name, d in tomllib.loads(text).items()}
+
+
+def runtime_from_table(name: str, d: dict[str, Any]) -> Runtime:
+    """One runtimes.toml section as a Runtime."""
+    return Runtime(name=name, description=str(d.get("description", "")), bw_eff=float(d["bw_eff"]),
+                   flops_eff=float(d["flops_eff"]), step_overhead_s=float(d["step_overhead_s"]),
+                   layer_overhead_s=float(d["layer_overhead_s"]),
+                   attention=str(d.get("attention", "paged")),
+                   fp4_flops_eff=float(d["fp4_flops_eff"]) if "fp4_flops_eff" in d else None,
+                   attn_flops_eff=float(d["attn_flops_eff"]) if "attn_flops_eff" in d else None,
+                   attn_bw_eff=float(d["attn_bw_eff"]) if "attn_bw_eff" in d else None,
+                   expert_flops_factor=float(d.get("expert_flops_factor", 1.0)),
+                   expert_bw_eff=float(d["expert_bw_eff"]) if "expert_bw_eff" in d else None,
+                   block_fp8_eff=float(d.get("block_fp8_eff", 1.0)),
+                   expert_half_tokens=float(d.get("expert_half_tokens", 0.0)),
+                   slow_quant_kernels=tuple(str(k) for k in d.get("slow_quant_kernels", ())),
+                   quant_layer_overhead_s=float(d.get("quant_layer_overhead_s", 0.0)),
+                   fp8_attn_if_quantised=bool(d.get("fp8_attn_if_quantised", False)),
+                   mxfp4_fp8_act=bool(d.get("mxfp4_fp8_act", False)),
+                   cuda_graphs=bool(d.get("cuda_graphs", False)),
+                   request_overhead_s=float(d.get("request_overhead_s", 0.0)),
+                   async_scheduling=bool(d.get("async_scheduling", False)))
+
+
+def load_runtime_file(path: str | Path) -> Runtime:
+    """A profile file written by `tokensim calibrate` (one runtimes.toml section), registered under its name so
+    every command that names runtimes finds it; a bad file is one InputError."""
+    from engine import validation as V
+
+    p = Path(path)
+    try:
+        data = tomllib.loads(V.read_text(p, "runtime file"))
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{p}: not valid TOML ({e})") from None
+    if len(data) != 1 or not isinstance(next(iter(data.values())), dict):
+        raise InputError(f"{p}: a runtime file holds one [name] section, got {len(data)} entries")
+    name, d = next(iter(data.items()))
+    known = runtimes().get(name)
+    if known is not None and not known.description.endswith("(calibrated)"):
+        raise InputError(f"{p}: [{name}] is a shipped profile's name; give the calibrated profile its own name")
+    for key in ("bw_eff", "flops_eff"):  # sustained fractions of peak
+        V.required(d, key, V.number, f"{p} [{name}]", lo=0.0, hi=1.0, lo_open=True)
+    for key in ("step_overhead_s", "layer_overhead_s"):  # fixed costs: seconds, under one
+        V.required(d, key, V.number, f"{p} [{name}]", lo=0.0, hi=1.0)
+    try:
+        rt = runtime_from_table(name, d)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{p}: [{name}]: {e}") from None
+    runtimes()[name] = rt
+    return rt
 
 
 def load_runtime(name: str) -> Runtime:

@@ -70,13 +70,15 @@ class T(IntEnum):
     REC_V = 9
     LOST_F = 10
     XFER = 11
+    PROMPT = 12  # prompt tokens (as served: after any clipping to the context)
+    OUTPUT = 13  # visible answer tokens (hidden thinking left out), as a client counts them
 
 
 # The FloatCol fields the times ring keeps, in T's order after ID.
 TIMES_FROM = np.array([FloatCol.ARRIVAL, FloatCol.ADMIT, FloatCol.FIRST, FloatCol.VISIBLE, FloatCol.DONE,
                        FloatCol.PRE, FloatCol.REC, FloatCol.PRE_V, FloatCol.REC_V, FloatCol.LOST_F,
                        FloatCol.XFER], dtype=np.intp)
-assert len(TIMES_FROM) + 1 == len(T)
+assert len(TIMES_FROM) + 1 == T.PROMPT
 # The latencies measured from arrival: rows of the latency record <- the request's time columns.
 _LAT_TO = np.array([L.TTFT, L.TTFT_RAW, L.E2E, L.QUEUE], dtype=np.intp)
 _LAT_FROM = np.array([FloatCol.VISIBLE, FloatCol.FIRST, FloatCol.DONE, FloatCol.ADMIT], dtype=np.intp)
@@ -87,10 +89,12 @@ _N_PATH = 3  # the request path adds to the first three of them (TTFT, TTFT_RAW,
 def finished_times(d: Rows, out: np.ndarray | None = None) -> np.ndarray:
     """Finished rows as rows of the times record (T columns), written into `out` (a ring's claimed rows) if given."""
     if out is None:
-        return np.concatenate((d.id[None], d.f[TIMES_FROM])).T
+        out = np.empty((len(d), len(T)))
     o = out.T
     o[0] = d.id
-    o[1:] = d.f[TIMES_FROM]
+    o[1:T.PROMPT] = d.f[TIMES_FROM]
+    o[T.PROMPT] = d.prompt
+    o[T.OUTPUT] = d.total - d.think
     return out
 
 # Inter-token latencies are kept as a histogram (one sample per token after the first: millions in a run):

@@ -5,7 +5,9 @@ output tokens; optionally a session id (the next turn's prompt extends the sessi
 generated tokens included, so it reads them back from the prefix cache) and a prefix id (requests with
 the same prefix id share their first prefix_tokens tokens, or, without that column, each prompt is the
 start of one shared text). The Azure LLM inference traces load as published (TIMESTAMP, ContextTokens,
-GeneratedTokens). Times are seconds or ISO date-times; replay starts at the first request, and
+GeneratedTokens). Mooncake traces (JSON lines of timestamp, input_length, output_length, hash_ids) load as
+published too: their timestamp is in milliseconds, and requests that share leading hash ids share a cached
+prefix (see hash_prefixes). Other times are seconds or ISO date-times; replay starts at the first request, and
 `speed` > 1 compresses time. Bad rows are one InputError naming the file, line and column.
 """
 
@@ -29,12 +31,17 @@ from engine.traffic.workload_file import Requests
 # Accepted column names (lower case) for each field; the first of each is the one the docs use.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "time": ("arrival_s", "timestamp", "arrival", "time"),
-    "prompt": ("prompt_tokens", "contexttokens", "input_tokens", "prompt"),
-    "output": ("output_tokens", "generatedtokens", "output"),
+    "prompt": ("prompt_tokens", "contexttokens", "input_tokens", "prompt", "input_length"),
+    "output": ("output_tokens", "generatedtokens", "output", "output_length"),
     "session": ("session_id", "session", "conversation_id"),
     "prefix": ("prefix_id", "prefix"),
     "prefix_tokens": ("prefix_tokens", "prefix_len"),
+    "hash_ids": ("hash_ids",),
 }
+# Mooncake's trace format (github.com/kvcache-ai/Mooncake, FAST25-release/traces): `timestamp` is milliseconds
+# since the first request, and each entry of `hash_ids` names one block of 512 prompt tokens.
+MOONCAKE_BLOCK_TOKENS = 512
+MOONCAKE_COLUMNS = ("timestamp", "input_length", "output_length")
 _REQUIRED = ("time", "prompt", "output")
 
 
@@ -236,6 +243,8 @@ def _build(cols: dict[str, list[Any]], lines: np.ndarray, names: dict[str, str],
     if not lines.size:
         raise InputError(f"{label}: the trace has no requests")
     t = _times(cols["time"], lines, label, names["time"])
+    if is_mooncake(names):
+        t = t / 1e3  # Mooncake's timestamp is milliseconds
     back = np.flatnonzero(np.diff(t) < 0)
     if back.size:
         j = int(back[0]) + 1
@@ -246,7 +255,9 @@ def _build(cols: dict[str, list[Any]], lines: np.ndarray, names: dict[str, str],
     n = lines.size
     session = _ids(cols["session"]) if "session" in cols else np.full(n, -1, dtype=np.int64)
     prefix = _ids(cols["prefix"]) if "prefix" in cols else np.full(n, -1, dtype=np.int64)
-    if "prefix_tokens" in cols:
+    if "hash_ids" in cols and "prefix" not in cols:
+        prefix, plen = hash_prefixes(_hash_lists(cols["hash_ids"], lines, label), prompt)
+    elif "prefix_tokens" in cols:
         plen = _numbers(cols["prefix_tokens"], lines, label, names["prefix_tokens"], True, 0)
         over = np.flatnonzero(plen > prompt)
         if over.size:
@@ -258,3 +269,50 @@ def _build(cols: dict[str, list[Any]], lines: np.ndarray, names: dict[str, str],
     plen = np.where(prefix >= 0, plen, 0)
     arrival = (t - t[0]) / speed
     return Trace(label, arrival, prompt, output, session, prefix, plen, float(speed))
+
+
+def is_mooncake(names: dict[str, str]) -> bool:
+    """Whether the columns are Mooncake's (timestamp, input_length, output_length): then time is milliseconds."""
+    return tuple(names.get(f, "").lower() for f in ("time", "prompt", "output")) == MOONCAKE_COLUMNS
+
+
+def _hash_lists(vals: list[Any], lines: np.ndarray, label: str) -> list[list[int]]:
+    """The hash_ids column: a list of whole numbers per row (InputError at the first that is not)."""
+    for j, v in enumerate(vals):
+        if not (isinstance(v, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in v)):
+            raise InputError(f"{label}:{lines[j]}: hash_ids: must be a list of whole numbers, got {v!r}"[:200])
+    return vals
+
+
+def hash_prefixes(hash_ids: list[list[int]], prompt: np.ndarray,
+                  block: int = MOONCAKE_BLOCK_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+    """(prefix id, prefix tokens) per request from Mooncake-style block hashes.
+
+    Requests whose hash lists start alike share those blocks' KV. Each leading run of hashes is a node of a
+    tree; a request's shared prefix is the run of its nodes that another request also passes through, and its
+    prefix id is its first block's node, so the engine keys those blocks as one group's text. Where two
+    requests of one group diverge and each then shares a deeper run with a third, the group keys both runs
+    alike (a slight over-estimate of reuse that a tree of branching system prompts can show).
+    """
+    node_of: dict[tuple[int, int], int] = {}
+    count: list[int] = []
+    paths: list[list[int]] = []
+    for ids in hash_ids:
+        parent, path = -1, []
+        for h in ids:
+            node = node_of.setdefault((parent, h), len(count))
+            if node == len(count):
+                count.append(0)
+            count[node] += 1
+            path.append(node)
+            parent = node
+        paths.append(path)
+    n = len(paths)
+    prefix = np.full(n, -1, dtype=np.int64)
+    plen = np.zeros(n, dtype=np.int64)
+    for i, path in enumerate(paths):
+        shared = sum(1 for node in path if count[node] > 1)  # counts never rise along a path
+        if shared:
+            prefix[i] = path[0]
+            plen[i] = min(shared * block, int(prompt[i]))
+    return prefix, plen

@@ -87,3 +87,25 @@ def test_bad_jsonl_line_and_unknown_names(tmp_path: Path) -> None:
         load_trace("azure-conv")
     with pytest.raises(InputError, match="--trace-speed must be"):
         load_trace("azure-conv-sample", speed=0)
+
+
+def test_mooncake_timestamps_are_milliseconds_and_shared_hash_ids_hit_the_cache(tmp_path: Path) -> None:
+    from engine.config import EngineConfig
+    from engine.serving.engine import Engine
+
+    src = Path(__file__).resolve().parent.parent / "data" / "results" / "mooncake_trace.jsonl"
+    t = load_trace(src)
+    assert t.duration == pytest.approx(5.2)  # the last timestamp is 5200 ms, not 5200 s
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    for i, r in enumerate(rows):
+        r["hash_ids"] = [100 * i + j for j in range(len(r["hash_ids"]))]  # no block shared
+    alone = tmp_path / "alone.jsonl"
+    alone.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def hits(path: Path) -> float:
+        e = Engine(EngineConfig(model="qwen2.5-7b", trace=str(path), users=0, prefix_caching=True))
+        e.run()
+        return float(e.metrics()["prefix_cache_hit_rate"])
+
+    assert hits(alone) == 0.0
+    assert hits(src) > 0.2  # requests 1, 3 and 5 read the blocks of their shared hash ids from the cache

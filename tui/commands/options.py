@@ -13,7 +13,7 @@ from rich.console import Console
 from engine import validation as V
 from engine.errors import InputError
 from engine.numbers import json_safe
-from engine.physics.calibration import runtimes
+from engine.physics.calibration import load_runtime_file, runtimes
 from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
 
@@ -40,10 +40,14 @@ def add_model_options(p: argparse.ArgumentParser, hardware: str = "h100-sxm", mo
                    help="peak bandwidth and FLOP/s, zero overhead: the articles' arithmetic")
     g.add_argument("--runtime", default=None, choices=sorted(runtimes()),
                    help="calibrated runtime profile (default vllm)")
+    # Outside the group: a file the app's settings form does not edit (its fields are the group's options).
+    p.add_argument("--runtime-file", metavar="FILE.toml", default=None,
+                   help="a runtime profile written by tokensim calibrate (instead of --runtime)")
 
 
 def step_model_from_args(args: argparse.Namespace) -> StepModel:
     """Build and fit-check the step model the options describe."""
+    _runtime_file(args)
     hw = load_hardware(args.hardware)
     model = load_model(args.model)
     sm = StepModel(hw, model, StepOptions(tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
@@ -54,9 +58,21 @@ def step_model_from_args(args: argparse.Namespace) -> StepModel:
 
 def runtime_for_run(args: argparse.Namespace) -> str:
     """A run prices one kind of step: --runtime names a calibration that --ideal switches off, so refuse the pair."""
+    _runtime_file(args)
     if args.runtime is not None and args.ideal:
         raise InputError(f"--runtime {args.runtime} does nothing with --ideal (peak figures, no runtime): drop one")
     return args.runtime or "vllm"
+
+
+def _runtime_file(args: argparse.Namespace) -> None:
+    """--runtime-file: load and register the profile, and name it as --runtime (giving both is a contradiction)."""
+    path = getattr(args, "runtime_file", None)
+    if path is None:
+        return
+    rt = load_runtime_file(path)
+    if args.runtime not in (None, rt.name):
+        raise InputError(f"--runtime {args.runtime} and --runtime-file {path} both name the profile: give one")
+    args.runtime = rt.name
 
 
 def run_app(app: Any) -> int:
@@ -75,6 +91,16 @@ def run_app(app: Any) -> int:
             f.write(text + "\n")
         sys.stderr.write(f"tokensim: error: the app stopped on an internal error: {last} (details: {f.name})\n")
     return code
+
+
+# Version of the --json reports of run, plan, step and replay (docs/schema/<command>.schema.json describes each):
+# raised when a key goes or changes meaning; a new key does not raise it.
+SCHEMA_VERSION = 1
+
+
+def versioned(obj: dict[str, Any]) -> dict[str, Any]:
+    """A --json report with its schema_version first."""
+    return {"schema_version": SCHEMA_VERSION, **obj}
 
 
 def print_json(obj: Any) -> None:

@@ -25,7 +25,7 @@ from engine.fleet import plan as pl
 from engine.numbers import fixed
 from engine.physics.specs import load_hardware, load_model
 from engine.traffic.workload import parse_dist
-from tui.commands.options import add_model_options, console, positive_float, positive_int, print_json
+from tui.commands.options import add_model_options, console, positive_float, positive_int, print_json, versioned
 from tui.commands.run_cmd import add_engine_options, config_from_args, nonneg_float
 from tui.render.scatter import scatter
 
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     if out["best"] is None and (slo.ttft is not None or slo.tpot is not None):
         raise InputError(pl.binding_line(out["binding"], slo))
     if args.json:
-        print_json(out)
+        print_json(versioned(out))
         return 0
     _print(out, results, slo)
     return 0

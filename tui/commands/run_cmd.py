@@ -14,6 +14,7 @@ from rich.table import Table
 from engine import validation as V
 from engine.config import MAX_BATCHED_TOKENS, SCHEDULERS, EngineConfig
 from engine.errors import InputError
+from engine.evidence.measured import bench_out
 from engine.files import atomic_output
 from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
 from engine.numbers import fixed, json_safe
@@ -32,6 +33,7 @@ from tui.commands.options import (
     runtime_for_run,
     seconds,
     seed_int,
+    versioned,
 )
 
 # A run with neither --requests nor --duration serves this many requests (at least 3 per user), so
@@ -186,6 +188,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where TTFT and end-to-end latency went: queueing, prefill, transfer (P/D), decode, preemption,"
                         " recompute and the request path, as the mean and the p50/p90/p99 requests"
                         " (key \"explain\" with --json)")
+    p.add_argument("--bench-json", metavar="FILE.json", help="also write the run as vllm bench serve --save-result")
     p.add_argument("--trace-out", metavar="FILE.json", default=None,
                    help="write the run as a Chrome/Perfetto trace: a track per replica, a span per step, a flow per"
                         " request (open it in ui.perfetto.dev)")
@@ -302,12 +305,14 @@ def run(args: argparse.Namespace) -> int:
         rec = trace_out.record(engine) if f is not None else None
         run_engine(engine, show_progress=sys.stderr.isatty())
         out = report(engine)
+        if args.bench_json:
+            bench_out.write(args.bench_json, bench_out.from_sim(engine), run_inputs(args))
         if args.explain:
             out["explain"] = json_safe(engine.explain())
         if f is not None and rec is not None:
             trace_out.write(rec, f, {k: out[k] for k in ("hardware", "model", "tp", "scheduler", "seed")})
     if args.json:
-        print_json(out)
+        print_json(versioned(out))
         return 0
     _print(out)
     return 0

@@ -12,7 +12,15 @@ from engine.errors import InputError
 from engine.numbers import fixed, si
 from engine.physics.step import StepCost, StepModel
 from engine.physics.xray import step_xray
-from tui.commands.options import add_model_options, console, nonneg_int, positive_int, print_json, step_model_from_args
+from tui.commands.options import (
+    add_model_options,
+    console,
+    nonneg_int,
+    positive_int,
+    print_json,
+    step_model_from_args,
+    versioned,
+)
 
 MAX_BATCH = 10**6  # sequences priced at once: each is a row of the step's arrays
 
@@ -68,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         out["tokens_per_s"] = cost.tokens / cost.time_s if cost.time_s else 0.0
         out["time_s_ideal"], out["time_s_calibrated"] = ideal.time_s, calib.time_s
         out["xray"] = step_xray(cost, args.ideal).as_dict()
-        print_json(out)
+        print_json(versioned(out))
         return 0
     _print(sm, kind, args, ideal, calib, cost)
     return 0

@@ -1,0 +1,79 @@
+"""`tokensim calibrate RESULT... -o FILE.toml`: fit the runtime profile's physical constants (sustained bandwidth
+and compute fractions, fixed step cost, the request path) to the user's own measured runs; `--runtime-file FILE`
+then uses the profile in run, plan, step, replay and the app."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from rich.table import Table
+
+from engine.errors import InputError
+from engine.evidence.measured import read_result
+from engine.evidence.measured.calibrate import DEFAULT_FIT, FIT, calibrate, toml_text
+from engine.files import write_text_atomic
+from engine.physics.calibration import load_runtime
+from tui.commands import replay_cmd, run_cmd
+from tui.commands.options import console, print_json, versioned
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """RESULT..., -o, --name, --fit, --no-cross-validate, then replay's options (run's: the deployment)."""
+    p.add_argument("results", metavar="RESULT", nargs="+", help="measured results (any format replay reads)")
+    p.add_argument("-o", "--output-file", metavar="FILE.toml", required=True, help="where to write the profile")
+    p.add_argument("--name", default="my-cluster", help="the profile's name (default my-cluster)")
+    p.add_argument("--fit", default=",".join(DEFAULT_FIT),
+                   help=f"constants to fit, of {', '.join(FIT)} (default {','.join(DEFAULT_FIT)})")
+    p.add_argument("--no-cross-validate", action="store_true", help="skip leave-one-out (faster)")
+    replay_cmd.add_engine_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read every file, check them against the flags, fit, write the profile, print its record."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
+        raise InputError(f"--name {args.name!r}: letters, digits, '-', '_' and '.' only")
+    out = Path(args.output_file)
+    if out.is_dir() or not out.parent.exists():
+        raise InputError(f"-o {out}: not a writable file path")
+    records = [read_result(r, args.format) for r in args.results]
+    for m in records:
+        replay_cmd.check(args, m)
+    names = [n.strip() for n in args.fit.split(",") if n.strip()]
+    base = run_cmd.config_from_args(_any_load(args))
+    res = calibrate(records, base, load_runtime(base.runtime), names, not args.no_cross_validate)
+    write_text_atomic(out, toml_text(args.name, res), "-o", [*args.results, getattr(args, "runtime_file", None)])
+    if args.json:
+        rt = res["runtime"]
+        print_json(versioned({"command": "calibrate", "output_file": str(out), "name": args.name,
+                              "constants": {n: getattr(rt, n) for n in (*res["fitted"], "request_overhead_s")},
+                              **{k: res[k] for k in ("fitted", "loss", "standard_error", "rows", "fixed_by",
+                                                     "held_out")}}))
+        return 0
+    _print(args.name, out, res)
+    return 0
+
+
+def _any_load(args: argparse.Namespace) -> argparse.Namespace:
+    """run's options with a placeholder open loop, so they make a config; each file's own requests replace it."""
+    ns = argparse.Namespace(**vars(args))
+    ns.rate = 1.0
+    return ns
+
+
+def _print(name: str, out: Path, res: dict) -> None:
+    """The constants, the rows that fixed each, and each row's error fitted and held out."""
+    con = console()
+    rt = res["runtime"]
+    con.print(f"[bold]{name}[/] written to {out}: " + ", ".join(
+        f"{n} {getattr(rt, n):.4g}" for n in (*res["fitted"], "request_overhead_s")))
+    for n, rows in res["fixed_by"].items():
+        con.print(f"  {n} fixed by: {', '.join(rows) or 'none'}")
+    t = Table(header_style="bold", show_edge=False, title="error % of mean TTFT / ITL / E2E", title_justify="left")
+    for c in ("row", "fitted", "held out"):
+        t.add_column(c, justify="left" if c == "row" else "right")
+    for k, e in res["rows"].items():
+        h = (res["held_out"] or {}).get(k)
+        t.add_row(k, " ".join(f"{x:+.1f}" for x in e), "-" if h is None else " ".join(f"{x:+.1f}" for x in h))
+    con.print(t)
