@@ -164,21 +164,34 @@ def option(check: Callable[..., T], **kw: Any) -> Callable[[str], T]:
 
 # ---- text from files, made safe to print ------------------------------------------------------------
 
-# C0 and C1 control characters (ESC starts every terminal escape sequence) and the bidirectional overrides and
-# isolates (U+202A-U+202E, U+2066-U+2069: they reorder what a terminal shows, as in "Trojan Source", CVE-2021-42574).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 control characters (ESC starts every terminal escape sequence; CR overwrites what a line showed) and the
+# bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069: they reorder what a terminal shows, as in
+# "Trojan Source", CVE-2021-42574). Text kept whole (a scene's narration) may keep its tabs and line breaks; a
+# line (an error message) may not.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    return m.group().encode("unicode_escape").decode("ascii")
 
 
 def printable(value: Any) -> Any:
     """`value` with every unsafe character in its strings (keys included, recursively) written as a visible escape
-    (ESC -> \\x1b), so a name read from a file can never drive the terminal it is printed on."""
+    (ESC -> \\x1b), so a name read from a file can never drive the terminal it is printed on. Tabs and line
+    breaks stay: narration and notes are written with them."""
     if isinstance(value, str):
-        return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+        return _UNSAFE.sub(_escape, value)
     if isinstance(value, dict):
         return {printable(k): printable(v) for k, v in value.items()}
     if isinstance(value, list):
         return [printable(v) for v in value]
     return value
+
+
+def printable_line(text_: str) -> str:
+    """`text_` as one printable line: every control character escaped, line breaks included."""
+    return _UNSAFE_LINE.sub(_escape, text_)
 
 
 # ---- files -----------------------------------------------------------------------------------------

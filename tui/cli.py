@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.errors import InputError
-from engine.validation import printable
+from engine.validation import printable_line
 
 # name -> (module, one-line help). A new command is a module with add_arguments(p) and run(args).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers below, not at interpreter exit
         return code
     except InputError as e:
-        sys.stderr.write(f"tokensim: error: {printable(str(e))}\n")  # one line, whatever a file put in it
+        sys.stderr.write(f"tokensim: error: {printable_line(str(e))}\n")  # one line, whatever a file put in it
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("tokensim: stopped (Ctrl+C); nothing more was written\n")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.validation import printable
+from engine.validation import printable, printable_line
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIL = "evil\x1b[2J\x1b]0;title\x07\u202etxt.exe"
@@ -17,8 +17,10 @@ MODEL = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32
 
 
 def test_printable_escapes_controls_and_bidi_overrides_and_keeps_the_rest() -> None:
-    out = printable({"k\x1b": [EVIL, "显卡 é ok", 3, None]})
-    assert out == {"k\\x1b": ["evil\\x1b[2J\\x1b]0;title\\x07\\u202etxt.exe", "显卡 é ok", 3, None]}
+    out = printable({"k\x1b": [EVIL, "显卡 é ok", 3, None, "two\nlines\tand a tab\r"]})
+    assert out == {"k\\x1b": ["evil\\x1b[2J\\x1b]0;title\\x07\\u202etxt.exe", "显卡 é ok", 3, None,
+                               "two\nlines\tand a tab\\r"]}
+    assert printable_line("a\nb\x1b") == "a\\nb\\x1b"
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
