@@ -26,6 +26,7 @@ from scenes.checks import (
     MAX_SCENE_USERS,
     MAX_SPEC_TOKENS,
     Ctx,
+    Text,
     dist,
     flag,
     is_num,
@@ -50,18 +51,6 @@ _STEP_KEYS = ("narration", "highlight", "actions", "checkpoints", "key", "questi
 _CHECK_KEYS = ("claim", "metric", "expected", "tolerance", "op", "vs_mark")
 # Setup keys beyond EngineConfig's fields: the app's speed and the step-model probe.
 _SETUP_EXTRA = ("speed", "probe_batch", "probe_context", "probe_prompt")
-
-
-@dataclass(frozen=True, slots=True)
-class Text:
-    """One piece of text in every language the project speaks."""
-
-    en: str
-    zh: str
-
-    def get(self, lang: str) -> str:
-        """The text in `lang` ('en' or 'zh')."""
-        return self.zh if lang == "zh" else self.en
 
 
 @dataclass(frozen=True, slots=True)
