@@ -7,9 +7,10 @@ from dataclasses import replace
 from textual.widgets import Button, Input, Select, Static
 
 from engine.config import EngineConfig
+from engine.options import BY_NAME
 from tui.app import TokensimApp
 from tui.defaults import default_config
-from tui.i18n import ZH, ZH_OPTION_HELP
+from tui.i18n import ZH
 from tui.screens.settings import SettingsScreen
 
 SIZE = (120, 40)
@@ -166,7 +167,7 @@ async def test_the_help_beside_each_field_reads_in_the_apps_language() -> None:
         screen = app.screen
         assert isinstance(screen, SettingsScreen)
         assert str(note(app, "tp").render()) == "张量并行的 GPU 数（默认 1）"
-        assert str(note(app, "users").render()) == ZH_OPTION_HELP["users"].format(default=6)
+        assert str(note(app, "users").render()) == BY_NAME["users"].zh.format(default=6)
         assert str(note(app, "budget_per_hour").render()) == ZH["cli_only"]
         shown = {f.dest: str(note(app, f.dest).render()) for f in screen.fields if f.live}
         assert [d for d, text in shown.items() if text == next(f.help for f in screen.fields if f.dest == d)] == []

@@ -6,15 +6,17 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
 
+from engine import options as O
 from engine import validation as V
+from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.numbers import json_safe
-from engine.physics.calibration import runtimes
-from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, load_hardware, load_model
+from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
 
 # argparse types: the same checks (and messages) as file fields and EngineConfig, from engine.validation.
@@ -27,19 +29,33 @@ seconds = V.option(V.positive, hi=V.MAX_SECONDS)
 multiplier = V.option(V.positive, hi=V.MAX_MULT)
 
 
-def add_model_options(p: argparse.ArgumentParser, hardware: str = "h100-sxm", model: str = "generic-14b") -> None:
-    """--hardware, --model, --tp, --dtype, --kv-dtype, --ideal, --runtime."""
-    g = p.add_argument_group("hardware and model")
-    g.add_argument("--hardware", "-H", default=hardware, help=f"GPU preset or TOML file (default {hardware})")
-    g.add_argument("--model", "-m", default=model,
-                   help=f"model preset, TOML file or Hugging Face config.json (default {model})")
-    g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel GPUs (default 1)")
-    g.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None, help="weight dtype (default: the model's own)")
-    g.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16", help="KV cache dtype (default bf16)")
-    g.add_argument("--ideal", action="store_true",
-                   help="peak bandwidth and FLOP/s, zero overhead: the articles' arithmetic")
-    g.add_argument("--runtime", default=None, choices=sorted(runtimes()),
-                   help="calibrated runtime profile (default vllm)")
+def add_options(p: argparse.ArgumentParser, command: str, groups: Iterable[str] = O.GROUPS,
+                base: EngineConfig | None = None) -> dict[str, argparse._ArgumentGroup]:
+    """Add `command`'s options of `groups` from the one table (engine.options), each in its named group; returns
+    the groups by title (for a command's own extra options). `base` is the app's opening config: its values are
+    the defaults, and an option's app wording (with "{default}") is its help."""
+    made: dict[str, argparse._ArgumentGroup] = {}
+    for o in O.options_for(command, groups):
+        g = made.get(o.group) or made.setdefault(o.group, p.add_argument_group(o.group))
+        default = o.default
+        if base is not None and default is not None and o.config_field is not None:
+            default = getattr(base, o.config_field)
+        text = o.app_en.format(default=default if o.default is not None else getattr(base, o.name)) \
+            if base is not None and o.app_en else o.en
+        kw: dict[str, Any] = {"default": default, "help": text.replace("%", "%%")}
+        if o.kind == "flag":
+            kw["action"] = "store_true"
+        else:
+            kw.update(type=o.parse(), metavar=o.metavar)
+            if o.kind == "choice":
+                kw["choices"] = o.choice_list()
+        g.add_argument(*o.flags, dest=o.name, **kw)
+    return made
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """--hardware, --model, --tp, --dtype, --kv-dtype, --ideal, --runtime (the table's "hardware and model")."""
+    add_options(p, "step", groups=(O.GROUPS[0],))
 
 
 def step_model_from_args(args: argparse.Namespace) -> StepModel:
@@ -50,13 +66,6 @@ def step_model_from_args(args: argparse.Namespace) -> StepModel:
                                           ideal=args.ideal, runtime=args.runtime or "vllm"))
     sm.check_fits()
     return sm
-
-
-def runtime_for_run(args: argparse.Namespace) -> str:
-    """A run prices one kind of step: --runtime names a calibration that --ideal switches off, so refuse the pair."""
-    if args.runtime is not None and args.ideal:
-        raise InputError(f"--runtime {args.runtime} does nothing with --ideal (peak figures, no runtime): drop one")
-    return args.runtime or "vllm"
 
 
 def run_app(app: Any) -> int:
