@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from engine import vllm_flags
 from engine.config import EngineConfig
 from engine.options import config_from, setup_from
 from tui.commands.options import add_options, positive_float, require_terminal, run_app
@@ -19,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """`tokensim run`'s model, workload, scheduler and fleet options (engine.options; defaults: the app's), then
     --lang, --speed, --paused."""
     add_options(p, "app", base=default_config())
+    p.add_argument("--vllm-args", metavar='"vllm serve ..."', help=vllm_flags.HELP)  # read by tui.cli before parsing
     v = p.add_argument_group("view")
     v.add_argument("--lang", choices=LANGS, default=None, help="labels in zh or en (default: from the locale)")
     v.add_argument("--speed", type=positive_float, default=1.0,

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from engine import options as O
+from engine import vllm_flags
 from engine.errors import InputError
 from engine.fleet import plan as pl
 from engine.numbers import fixed
@@ -41,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The workload options of `run`, the search space (lists and ranges), SLOs, budget and where to run."""
     # The options with a search axis (engine.options: Option.axis) take lists here: the grid's axes.
     add_options(p, "plan", groups=O.GROUPS[:-1])
+    p.add_argument("--vllm-args", metavar='"vllm serve ..."', help=vllm_flags.HELP)  # read by tui.cli before parsing
+    p.epilog = vllm_flags.EPILOG
     axes = [o for o in O.options_for("plan") if o.axis]
     p.conflict_handler = "resolve"
     s = p.add_argument_group("search space (lists: a,b,c; ranges: 1-16)")

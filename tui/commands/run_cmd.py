@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from engine import options as O
+from engine import vllm_flags
 from engine.errors import InputError
 from engine.fleet.fleet import Fleet, engine_for
 from engine.numbers import fixed, json_safe
@@ -37,6 +38,8 @@ def check_pool(engine: Engine, asked: int | None, force: bool) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Model, workload, scheduler, metric and fleet options (engine.options), and what the run prints."""
     add_options(p, "run")
+    p.add_argument("--vllm-args", metavar='"vllm serve ..."', help=vllm_flags.HELP)  # read by tui.cli before parsing
+    p.epilog = vllm_flags.EPILOG
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes a round-robin open-loop fleet runs its replicas on (default: all cores; the"
                         " same numbers as one)")
