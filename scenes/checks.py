@@ -9,11 +9,24 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from engine import validation as V
 from engine.errors import InputError, suggest
 from engine.traffic.workload import parse_dist
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """One piece of text in every language the project speaks (a scene's narration, a question and its choices)."""
+
+    en: str
+    zh: str
+
+    def get(self, lang: str) -> str:
+        """The text in `lang` ('en' or 'zh')."""
+        return self.zh if lang == "zh" else self.en
 
 
 class Ctx:

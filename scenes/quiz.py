@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.errors import suggest
-from scenes.checks import Ctx, is_num, whole
+from scenes.checks import Ctx, Text, is_num, whole
 from scenes.placeholders import OVER, parse_ref
-
-if TYPE_CHECKING:
-    from scenes.schema import Text
 
 MIN_CHOICES, MAX_CHOICES = 2, 4
 _KEYS = ("ask", "choices", "explain", "metric", "answer")

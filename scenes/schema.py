@@ -18,6 +18,7 @@ from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError, suggest
 from engine.evidence.claim_rows import CLAIM_IDS
+from engine.options import OPTIONS
 from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, hardware_names, model_names, parse_toml
 from scenes.actions import ACTIONS
 from scenes.checks import (
@@ -25,6 +26,7 @@ from scenes.checks import (
     MAX_SCENE_USERS,
     MAX_SPEC_TOKENS,
     Ctx,
+    Text,
     dist,
     flag,
     is_num,
@@ -50,18 +52,6 @@ _STEP_KEYS = ("narration", "highlight", "actions", "checkpoints", "key", "questi
 _CHECK_KEYS = ("claim", "metric", "expected", "tolerance", "op", "vs_mark")
 # Setup keys beyond EngineConfig's fields: the app's speed and the step-model probe.
 _SETUP_EXTRA = ("speed", "probe_batch", "probe_context", "probe_prompt")
-
-
-@dataclass(frozen=True, slots=True)
-class Text:
-    """One piece of text in every language the project speaks."""
-
-    en: str
-    zh: str
-
-    def get(self, lang: str) -> str:
-        """The text in `lang` ('en' or 'zh')."""
-        return self.zh if lang == "zh" else self.en
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +169,22 @@ def _placeholders(c: Ctx, where: str, text: str, marks: set[str]) -> None:
             raise c.fail(where, f"placeholder '{{{name}:{spec}}}': bad format spec") from None
 
 
+# What a scene may ask beyond the command line's bounds: few enough users and draft tokens for a quick play.
+_SCENE_HI = {"users": MAX_SCENE_USERS, "spec_tokens": MAX_SPEC_TOKENS}
+_OPTION_OF = {o.config_field: o for o in OPTIONS if o.config_field}
+
+
+def _numeric(c: Ctx, where: str, key: str, v: Any) -> float | int:
+    """A numeric setup field, checked by its option's kind and bounds in the one table (as its flag is)."""
+    o = _OPTION_OF.get(key)
+    if o is None or o.kind not in ("int", "float"):
+        raise c.fail(where, f"setup field '{key}' is not a number")
+    hi = _SCENE_HI.get(key, o.hi)
+    if o.kind == "int":
+        return whole(c, where, v, int(o.lo or 0), V.MAX_COUNT if hi is None else int(hi))
+    return c.check(where, V.number, v, lo=o.lo, hi=hi, lo_open=o.lo_open)
+
+
 def _setup(c: Ctx, v: Any) -> Setup:
     if not isinstance(v, dict):
         raise c.fail("setup", "missing table [setup]")
@@ -219,8 +225,6 @@ def _setup(c: Ctx, v: Any) -> Setup:
             from engine.traffic.trace import bundled
 
             kw[k] = word(c, w, val, sorted(bundled()), "bundled trace")
-        elif k == "spec_tokens":
-            kw[k] = whole(c, w, val, 0, MAX_SPEC_TOKENS)
         elif k == "spec_accept":
             kw[k] = share(c, w, val)
         elif k == "spec_draft":
@@ -229,21 +233,12 @@ def _setup(c: Ctx, v: Any) -> Setup:
             kw[k] = word(c, w, val, [*DRAFT_KINDS, *model_names()], "drafter")
         elif k == "fast_share":
             kw[k] = share(c, w, val)
-        elif k in ("tp", "max_batch", "max_batched_tokens", "fast_max_batch"):
-            kw[k] = whole(c, w, val, 1)
-        elif k == "users":
-            kw[k] = whole(c, w, val, 0, MAX_SCENE_USERS)
-        elif k == "seed":
-            kw[k] = whole(c, w, val, 0, 2**32 - 1)
-        elif k == "requests":
-            kw[k] = whole(c, w, val, 1)
         elif k == "runtime":
             from engine.physics.calibration import runtimes
 
             kw[k] = word(c, w, val, sorted(runtimes()), "runtime")
-        else:  # rate, duration, price_per_hour, slo_*, compute_mult, bandwidth_mult
-            kw[k] = positive(c, w, val, V.MAX_SECONDS if k in ("duration", "slo_ttft", "slo_tpot") else V.MAX_MULT) \
-                if k != "rate" or val != 0 else 0.0
+        else:  # a number: the option table's bounds (engine.options), a scene's own limits where it has them
+            kw[k] = _numeric(c, w, k, val)
     return Setup(config=EngineConfig(**kw), speed=speed, probe=probe)
 
 

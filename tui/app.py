@@ -20,7 +20,8 @@ Hooks for the scenes engineer:
   `set_users(n)`, `set_lang(lang)`, `apply_config(config)`, `frame` (the last published Frame), `engine`.
 - A `FramePublished` message is posted to the app after every frame; `before_frame()` is called just
   before each frame is built (override it to refresh what the frame carries, as the scene player does).
-- `playback` (tui.playback.Playback): the view's clock over the engine's atomic steps.
+- `playback` (tui.playback.Playback): the view's clock over the simulator's atomic steps, and the app's one
+  handle on it: `sim` (an Engine or a Fleet), `config`, `fleet_spec`, `engine` (shown) and `fleet` read it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import bisect
 import time
 from collections.abc import Iterable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events
@@ -44,9 +46,10 @@ from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.fleet.fleet import Fleet, FleetSpec, engine_for
 from tui.defaults import default_config
-from tui.fleet_playback import FleetPlayback
+from tui.fleet_playback import playback_for
 from tui.frame import Frame, build_frame
-from tui.i18n import LANGS, default_lang, t
+from tui.i18n import EN, LANGS, default_lang, t
+from tui.keys import KEYS, palette_rows
 from tui.messages import FramePublished, ReplicaPicked
 from tui.playback import Playback
 from tui.screens.explain import ExplainScreen, figure_at_click
@@ -69,6 +72,7 @@ from tui.widgets.xray_bar import XRayBar
 
 if TYPE_CHECKING:
     from engine.serving.engine import Engine
+    from engine.simulator import Simulator
 
 # Simulated seconds per wall second: slow motion (a 8 ms step takes seconds to cross) to fast-forward.
 SPEEDS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0,
@@ -87,7 +91,7 @@ FLOOR_ROWS = {False: 2 + 22 + 4, True: 2 + 13 + 3}
 NARRATION_MAX = 12  # the guide's rows at most (a boxed guide counts its border)
 FLEET_STRIP_MAX = 10  # rows of #fleet above a replica's users list (boxed, full layout only)
 # Actions that exist only with a fleet on screen: elsewhere their keys do what they did (tab moves focus).
-FLEET_ACTIONS = frozenset({"next_replica", "prev_replica", "select_replica"})
+FLEET_ACTIONS = frozenset(k.action.partition("(")[0] for k in KEYS if k.fleet)
 STEP_BUDGET_S = 0.012  # wall seconds per frame the engine may use before the view falls behind
 MAX_WALL_DT = 0.25  # a stalled frame (e.g. a suspended terminal) never jumps further than this
 
@@ -97,31 +101,10 @@ class TokensimApp(App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "tokensim"
+    # Built from the one key table (tui.keys), as the palette, the help screen and the footer are.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "toggle_play", "pause/play"),
-        Binding("n", "step_once", "step"),
-        Binding("left_square_bracket", "slower", "slower"),
-        Binding("right_square_bracket", "faster", "faster"),
-        Binding("plus,equals_sign", "more_users", "more users"),
-        Binding("minus,underscore", "fewer_users", "fewer users"),
-        Binding("c", "compute", "compute x2"),
-        Binding("b", "bandwidth", "bandwidth x2"),
-        Binding("f", "fp8", "fp8 weights"),
-        Binding("m", "pick_model", "model"),
-        Binding("h", "pick_gpu", "GPU"),
-        Binding("o", "settings", "settings"),
-        Binding("r", "reset", "reset"),
-        Binding("l", "toggle_lang", "language"),
-        Binding("e", "explain", "explain"),
-        Binding("question_mark", "help", "help"),
-        Binding("q", "quit", "quit"),
-        Binding("ctrl+l", "redraw", "redraw", show=False),
-        # A fleet: tab / shift+tab walk the replicas' floors and the overview, 1-9 pick one, 0 the overview.
-        Binding("tab", "next_replica", "next replica", show=False, priority=True),
-        Binding("shift+tab", "prev_replica", "previous replica", show=False, priority=True),
-        *(Binding(str(k), f"select_replica({k})", f"replica {k}", show=False) for k in range(10)),
-        Binding("up", "guide_scroll(-1)", "guide up", show=False),
-        Binding("down", "guide_scroll(1)", "guide down", show=False),
+        Binding(k.keys, k.action, EN.get(k.bar) or EN.get(k.help) or k.action, show=bool(k.bar), priority=k.priority)
+        for k in KEYS
     ]
 
     narration: reactive[tuple[str, ...] | None] = reactive(None, init=False)
@@ -137,19 +120,16 @@ class TokensimApp(App[None]):
             cfg = replace(cfg, seed=seed)
         if lang is not None and lang not in LANGS:
             raise InputError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
-        self.config = cfg
         self.lang = lang or default_lang()
         self.speed = float(speed)
         self.playing = autoplay
-        self.fleet: Fleet | None = None  # set when more than one replica runs (then `engine` is the one shown)
-        self.fleet_spec = replace(fleet, config=cfg) if fleet is not None else FleetSpec(cfg)
-        sim = engine if engine is not None else engine_for(self.fleet_spec, preroute=False)
+        spec = replace(fleet, config=cfg) if fleet is not None else FleetSpec(cfg)
+        # The one handle on the simulator: the view clock over it (playback.sim: one Engine or a Fleet).
+        self.playback: Playback = playback_for(engine if engine is not None else engine_for(spec, preroute=False))
         self.set_reactive(TokensimApp.narration, narration)
         self.set_reactive(TokensimApp.highlight, highlight)
         self._timer: Timer | None = None
         self._last_wall: float | None = None
-        self.playback: Playback | FleetPlayback
-        self._install(sim)
         self.frame: Frame = self._build_frame()
         self._panels: list[FramePanel | UsersList | Narration] = []  # everything that shows a frame
         self._floor_screen: Screen[Any] | None = None
@@ -225,32 +205,43 @@ class TokensimApp(App[None]):
         if fleet is not None:
             panel.styles.height = "1fr" if overview else min(FLEET_STRIP_MAX, len(fleet.reps) + 3)
 
-    # ---- the simulator -------------------------------------------------------------------------
-    def _install(self, sim: Engine | Fleet) -> None:
-        """Run on `sim`: an Engine (one replica) or a Fleet (its overview first; `engine` is the replica shown)."""
-        if isinstance(sim, Fleet):
-            self.fleet = sim
-            self.playback = FleetPlayback.start(sim)
-            self.engine = self.playback.engine
-        else:
-            self.fleet = None
-            self.engine = sim
-            self.playback = Playback.start(sim)  # the view's clock over the engine's atomic steps
+    # ---- the simulator ---------------------------------------------------------------------------
+    # Everything below reads the one handle, self.playback: what runs, how it is set up, what is shown.
+    @property
+    def sim(self) -> Simulator:
+        """What runs: one Engine or a Fleet (engine.simulator.Simulator)."""
+        return self.playback.sim
+
+    @property
+    def config(self) -> EngineConfig:
+        """The running configuration (one engine's live one, knobs included; a fleet's per-replica one)."""
+        return self.sim.config
+
+    @property
+    def fleet_spec(self) -> FleetSpec:
+        """The running deployment: the configuration and the replicas, router and P/D around it."""
+        return self.sim.spec
+
+    @property
+    def engine(self) -> Engine:
+        """The engine whose floor is shown (a fleet: the selected replica's, replica 1's on the overview)."""
+        return self.playback.engine
+
+    @property
+    def fleet(self) -> Fleet | None:
+        """The fleet on screen, or None for one engine."""
+        return self.playback.fleet
 
     @property
     def selected(self) -> int | None:
         """The replica whose floor is shown (None: one engine, or a fleet's overview)."""
-        return self.playback.selected if isinstance(self.playback, FleetPlayback) else None
+        return self.playback.selected
 
     def select_replica(self, index: int | None) -> None:
         """Show replica `index`'s floor (0-based; None: the fleet's overview). Ignored without a fleet."""
-        pb = self.playback
-        if self.fleet is None or not isinstance(pb, FleetPlayback):
+        if self.fleet is None or (index is not None and not 0 <= index < len(self.fleet.reps)):
             return
-        if index is not None and not 0 <= index < len(self.fleet.reps):
-            return
-        pb.select(index)
-        self.engine = pb.engine
+        self.playback.select(index)
         self._fit_to(self.size.width, self.size.height)
         self._publish()
 
@@ -259,21 +250,13 @@ class TokensimApp(App[None]):
 
         The settings screen's entry point; on bad input keep what runs and say why (returns False)."""
         if self.fleet is None and spec.replicas == 1 and spec.pd is None:
-            if not self.apply_config(spec.config):  # one engine stays the same object (scenes hold it)
-                return False
-            self.fleet_spec = spec
-            return True
+            return self.apply_config(spec.config)  # one engine stays the same object (scenes hold it)
         try:
             sim = engine_for(spec, preroute=False)
         except InputError as e:
             self.notify(str(e), severity="error", timeout=6)
             return False
-        self.config, self.fleet_spec = spec.config, spec
-        keep = self.selected
-        self._install(sim)
-        if isinstance(self.playback, FleetPlayback) and keep is not None and keep < len(self.playback.fleet.reps):
-            self.playback.select(keep)  # a knob or a reset keeps the replica in view
-            self.engine = self.playback.engine
+        self.playback = playback_for(sim, self.selected)  # a knob or a reset keeps the replica in view
         if self._floor_screen is not None:
             self._fit_to(self.size.width, self.size.height)
         self._resync()
@@ -301,7 +284,7 @@ class TokensimApp(App[None]):
             clock_s=pb.view_clock, speed=self.speed, playing=self.playing, lang=self.lang,
             animate=self.animation_level != "none", steps_in_frame=pb.steps_in_frame, rate=self.config.rate,
             behind=pb.behind, narration=self.narration, highlight=self.highlight, dilation=v.dilation, batch=v.batch,
-            fleet=pb.view() if isinstance(pb, FleetPlayback) else None,
+            fleet=pb.view(),
         )
 
     def before_frame(self) -> None:
@@ -369,8 +352,7 @@ class TokensimApp(App[None]):
         if self.fleet is not None:
             self._restart_fleet(users=n)
             return
-        self.engine.set_users(n)
-        self.config = replace(self.config, users=n)
+        self.engine.set_users(n)  # the engine's config follows
         self._resync()
 
     def set_lang(self, lang: str) -> None:
@@ -390,7 +372,6 @@ class TokensimApp(App[None]):
         except InputError as e:
             self.notify(str(e), severity="error", timeout=6)
             return False
-        self.config = config
         self._resync()
         return True
 
@@ -403,7 +384,7 @@ class TokensimApp(App[None]):
         """n: pause (if playing) and run exactly one engine step (a fleet: one step of the replica shown)."""
         if self.playing:
             self.set_playing(False)
-        if isinstance(self.playback, FleetPlayback) and self.selected is not None:
+        if self.selected is not None:  # a fleet's replica: its next step (an idle one may take none)
             if not self.playback.part(1.0):
                 self.notify(t(self.lang, "f_idle", i=self.selected + 1), timeout=4)
             self._publish()
@@ -453,8 +434,7 @@ class TokensimApp(App[None]):
             except InputError as e:
                 self.notify(str(e), severity="error", timeout=6)
                 return
-        self.config = replace(self.config, **changes)
-        self._resync()
+        self._resync()  # the engine's setters keep its config
 
     def action_compute(self) -> None:
         """c: toggle compute x2."""
@@ -607,21 +587,8 @@ class TokensimApp(App[None]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Every key's action in the palette (ctrl+p), in the current language, then Textual's own."""
         lang = self.lang
-        for title, key, what, action in (
-            ("cmd_play", "space", "h_space", self.action_toggle_play), ("cmd_step", "n", "h_n", self.action_step_once),
-            ("cmd_slower", "[", "h_speed", self.action_slower), ("cmd_faster", "]", "h_speed", self.action_faster),
-            ("cmd_more", "+", "h_users", self.action_more_users),
-            ("cmd_fewer", "-", "h_users", self.action_fewer_users),
-            ("cmd_compute", "c", "h_c", self.action_compute), ("cmd_bw", "b", "h_b", self.action_bandwidth),
-            ("cmd_fp8", "f", "h_f", self.action_fp8), ("cmd_model", "m", "h_m", self.action_pick_model),
-            ("cmd_gpu", "h", "h_h", self.action_pick_gpu), ("cmd_settings", "o", "h_o", self.action_settings),
-            ("cmd_reset", "r", "h_r", self.action_reset),
-            ("cmd_lang", "l", "h_l", self.action_toggle_lang), ("cmd_explain", "e", "h_e", self.action_explain),
-            ("cmd_help", "?", "h_help", self.action_help),
-        ):
+        for k in palette_rows(fleet=self.fleet is not None):
             # The description says what it does and which key does it, so the palette teaches the keys.
-            yield SystemCommand(t(lang, title), f"{key} · {t(lang, what)}", action)
-        if self.fleet is not None:
-            yield SystemCommand(t(lang, "cmd_next_replica"), f"tab · {t(lang, 'h_replica')}", self.action_next_replica)
-            yield SystemCommand(t(lang, "cmd_overview"), f"0 · {t(lang, 'h_fleet')}", lambda: self.select_replica(None))
+            run = partial(self.run_action, k.action)
+            yield SystemCommand(t(lang, k.palette), f"{k.shown} · {t(lang, k.help)}", run)
         yield from super().get_system_commands(screen)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from engine import vllm_flags
 from engine.errors import InputError
 from engine.validation import printable_line
 
@@ -33,6 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tour": ("tui.commands.tour_cmd", "play every guided scene in order in the app"),
     "serve": ("tui.commands.serve_cmd", "serve the app to a web browser (127.0.0.1:8000 unless --host/--port)"),
 }
+
+# Commands that read vLLM's spellings of the engine's options (engine.vllm_flags), besides the app.
+VLLM_COMMANDS = ("run", "plan")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,10 +79,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     _tolerant_streams()
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    if first is None or first in VLLM_COMMANDS:  # the app, or a command that takes the engine's options
+        try:
+            args_list, notes = vllm_flags.expand(args_list)
+        except InputError as e:
+            sys.stderr.write(f"tokensim: error: {e}\n")
+            return 2
+        for note in notes:
+            sys.stderr.write(f"tokensim: note: {note}\n")
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
     previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
     try:
+        if getattr(args, "runtime_file", None) is not None:
+            from tui.commands.options import runtime_file
+
+            runtime_file(args)
         if args.command is None:
             from tui.commands import app_cmd
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.fleet.fleet import Fleet
 from engine.serving.snapshot import Snapshot
 from tui.frame import FleetView
 from tui.playback import Playback
+
+if TYPE_CHECKING:
+    from engine.simulator import Simulator
 
 FF_TICKS = 32  # replica steps per advance_to() call while playing, between looks at the wall-time budget
 PART_MAX_STEPS = 5000  # fleet steps part() takes waiting for the shown replica's next step
@@ -108,6 +112,11 @@ class FleetPlayback(Playback):
         self.view_clock = self.step_start + min(1.0, max(0.0, fraction)) * (self.step_end - self.step_start)
         return True
 
+    @property
+    def sim(self) -> Simulator:
+        """The simulator this view plays: the fleet."""
+        return self.fleet
+
     def select(self, index: int | None) -> None:
         """Show replica `index`'s floor (None: the overview): its latest state, no step in flight."""
         self.selected = index
@@ -137,3 +146,11 @@ class FleetPlayback(Playback):
             )
             self._view_key = key
         return self._view
+
+
+def playback_for(sim: Simulator, selected: int | None = None) -> Playback:
+    """The view clock over any simulator: a fleet's (showing replica `selected`, None: its overview) or one
+    engine's. The one place that asks which kind of simulator it is."""
+    if isinstance(sim, Fleet):
+        return FleetPlayback.start(sim, selected if selected is not None and selected < len(sim.reps) else None)
+    return Playback.start(sim)  # type: ignore[arg-type]

@@ -1,8 +1,8 @@
 """Chinese and English labels for the app. One table per language, looked up by key.
 
 `t(lang, key, **kw)` formats a label; a key missing from zh falls back to en, so a new label never
-crashes the Chinese screen. The settings screen's help lines are a table by option (OPTION_HELP), with
-no English one: in English they are the options' own --help texts. Width-sensitive layout uses
+crashes the Chinese screen. The settings screen's help lines live with their options, in English and
+Chinese, in the one option table (engine.options). Width-sensitive layout uses
 `rich.cells.cell_len`, never `len`.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from scenes.words import BOUND_WORDS, LANGS
 
-__all__ = ["LANGS", "EN", "ZH", "TABLES", "ZH_OPTION_HELP", "OPTION_HELP", "t", "default_lang"]
+__all__ = ["LANGS", "EN", "ZH", "TABLES", "t", "default_lang"]
 
 EN: dict[str, str] = {
     # header
@@ -474,63 +474,6 @@ TABLES: Mapping[str, Mapping[str, str]] = {"en": EN, "zh": ZH}
 # The settings screen's help line beside each field, by option (argparse dest), in languages other than English:
 # in English the line is the option's own --help text, so there is no English table. {default} is what the app
 # runs when the field is left blank. tui.settings_form.help_line reads these.
-ZH_OPTION_HELP: dict[str, str] = {
-    "hardware": "GPU 预设名或 TOML 文件（默认 {default}）",
-    "tp": "张量并行的 GPU 数（默认 {default}）",
-    "compute_mult": "假如：峰值 FLOP/s 乘以这个倍数",
-    "bandwidth_mult": "假如：HBM 带宽乘以这个倍数",
-    "price_per_hour": "每 GPU 每小时多少 $，用来算 $/Mtok（默认取硬件预设里的价格）",
-    "model": "模型预设名、TOML 文件或 Hugging Face 的 config.json（默认 {default}）",
-    "dtype": "权重精度（默认用模型自己的）",
-    "kv_dtype": "KV 缓存精度（默认 {default}）",
-    "ideal": "理想化：带宽和 FLOP/s 都按峰值、没有任何开销，即文章里常见的纸面估算",
-    "runtime": "校准过的运行时配置（默认 {default}）",
-    "max_model_len": "能服务的最长请求（提示 + 输出），同 vLLM 的 --max-model-len（默认取模型自己的上限）",
-    "users": "闭环：N 位用户持续对话（没给 --rate 时默认 {default}）",
-    "rate": "开环：每秒到达的请求数，按泊松过程到达",
-    "think_time": "闭环：用户读完回答、提出下一个问题前停留的秒数（默认 {default}）",
-    "prompt": '提示的词元数："1000"、"uniform:a,b"、"normal:mu,sd"、"lognormal:median,sigma"、"exp:mean"'
-              "（默认 {default}）",
-    "output": "可见回答的词元数，一个数或一个分布（默认 {default}）",
-    "think": "回答之前隐藏推理的词元数（一个数或一个分布）",
-    "workload": "从文件读入分阶段的流量（[[stage]] 写到达率或用户数、时长；[prompt]；[output]）；"
-                "文件没写的由 --prompt/--output 补上",
-    "trace": "回放一份请求轨迹（CSV 或 JSONL：到达时刻、提示和输出词元数，可选的会话 id 与前缀 id），"
-             "或用自带的 azure-conv-sample",
-    "trace_speed": "按这个倍数加快回放轨迹",
-    "requests": "收满这么多请求后不再接收新的（默认不限，车间一直运行到按 q）",
-    "duration": "模拟时间到这一刻就停（单位 s）",
-    "seed": "随机种子（默认 {default}）：种子相同，运行结果也相同",
-    "force": "即使事先对内存和模拟步数的估算判定跑不了，也照样运行",
-    "scheduler": "批处理策略（默认 {default}）",
-    "max_batch": "一步里最多的序列数（即 vLLM 的 --max-num-seqs；默认 {default}）",
-    "max_batched_tokens": "一步的词元预算，管预填充，continuous 与 chunked 调度下生效"
-                          "（即 vLLM 的 --max-num-batched-tokens；默认 {default}）",
-    "gpu_memory_utilization": "按 vLLM 的规则定 KV 池：显存的这一比例，减去权重、一个 max-batched-tokens 步的"
-                              "激活峰值和非 torch 内存（默认留出 10% 的显存）",
-    "kv_blocks": "假如：KV 池固定为这么多个 16 词元的块，而不是由剩下的显存决定",
-    "fast_share": "走快车道的用户比例：快车道是一组专用 GPU，以小批量运行（默认 {default}）",
-    "fast_max_batch": "快车道的批大小上限，配合 --fast-share 使用（默认 {default}）",
-    "prefix_caching": "复用共享前缀已缓存的 KV 块（默认随运行时而定；vllm 为 on）",
-    "kv_offload_gb": "每 GPU 拿多少 GB 主机内存存放缓存回收的 KV 块，命中时经主机链路拷回"
-                     "（即 vLLM 的 --kv-offloading-size；默认 {default}：关闭）",
-    "spec_tokens": "投机解码：每个解码步起草的词元数，一次前向就验证完（默认 {default}：关闭）",
-    "spec_accept": "每个草稿词元被接受的概率，取值 [0, 1]（默认 {default}）",
-    "spec_draft": "由谁起草：mtp（模型自带的多词元预测头）、ngram（在提示里查找，免费）"
-                  "或一个草稿模型预设（默认 {default}）",
-    "slo_ttft": "goodput（达标吞吐）的 SLO：到第一个可见词元的时间（单位 s）",
-    "slo_tpot": "goodput（达标吞吐）的 SLO：每个输出词元的时间（单位 s）",
-    "debug": "每一步都检查全部不变量（会变慢）",
-    "replicas": "路由器后面的部署副本数，每个副本占一组 --tp 个 GPU（默认 {default}）",
-    "router": "请求怎样选择副本",
-    "pd": "预填充/解码分离：P 个预填充副本和 D 个解码副本，KV 在两者之间拷贝",
-    "kv_link_gbps": "P/D 之间拷贝 KV 的链路，每 GPU 单向 GB/s（默认为 GPU 的 interconnect_gbps 的一半）",
-    "budget_per_hour": "集群每小时花费超过这么多 $ 就拒绝运行",
-}
-
-OPTION_HELP: Mapping[str, Mapping[str, str]] = {"zh": ZH_OPTION_HELP}
-
-
 def t(lang: str, key: str, **kw: object) -> str:
     """The label `key` in `lang` (falling back to English), formatted with `kw`."""
     text = TABLES.get(lang, EN).get(key) or EN[key]

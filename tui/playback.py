@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -21,7 +21,10 @@ from engine.serving.snapshot import Phase, Snapshot
 from tui.frame import Batch, batch_of, match_rows, taken
 
 if TYPE_CHECKING:
+    from engine.fleet.fleet import Fleet
     from engine.serving.engine import Engine
+    from engine.simulator import Simulator
+    from tui.frame import FleetView
 
 FF_TICKS = 64  # ticks per engine.advance() call in fast-forward, between looks at the wall-time budget
 # A replayed step crosses one layer in this many wall seconds: three frames at 30 fps, the least in which
@@ -119,7 +122,14 @@ class View:
 
 @dataclass(slots=True)
 class Playback:
-    """The view clock over `engine`. Build with `Playback.start(engine)`."""
+    """The view clock over `engine`. Build with `Playback.start(engine)` (or tui.fleet_playback.playback_for, which
+    picks this or the fleet's for any simulator).
+
+    The app's one handle on what it runs: `sim` is the simulator (engine.simulator.Simulator), `engine` the engine
+    whose floor is shown; `fleet`, `selected`, select() and view() are a fleet's (here: none, None, no-op, None)."""
+
+    fleet: ClassVar[Fleet | None] = None  # FleetPlayback's own field: the fleet
+    selected: ClassVar[int | None] = None  # FleetPlayback's own field: the replica shown (None: the overview)
 
     engine: Engine
     snap: Snapshot  # the engine's state after its last step
@@ -138,6 +148,18 @@ class Playback:
         snap = engine.snapshot()
         now = float(engine.clock)
         return cls(engine, snap, snap, now, now, now, cost)
+
+    @property
+    def sim(self) -> Simulator:
+        """The simulator this view plays: the engine (a fleet's playback: the fleet)."""
+        return self.engine
+
+    def select(self, index: int | None) -> None:
+        """Show replica `index`'s floor: one engine has only its own, so nothing changes."""
+
+    def view(self) -> FleetView | None:
+        """A fleet's rows for the frame: one engine has none."""
+        return None
 
     def _step(self) -> None:
         """Run one engine step and stamp it: its cost and the span of simulated time it covers."""
@@ -224,8 +246,8 @@ class Playback:
             self.replay = None
         self.view_clock = float(self.engine.clock)
 
-    def part(self, fraction: float) -> None:
-        """Run one more step and show it `fraction` of the way through (slow motion, frozen)."""
+    def part(self, fraction: float) -> bool:
+        """Run one more step and show it `fraction` of the way through (slow motion, frozen); True: it moved."""
         before = self.snap
         self._step()
         self.snap = self.engine.snapshot()
@@ -233,6 +255,7 @@ class Playback:
         self.steps_in_frame = 1
         self.replay = None
         self.view_clock = self.step_start + min(1.0, max(0.0, fraction)) * (self.step_end - self.step_start)
+        return True
 
     def resync(self, last_step: bool = False) -> None:
         """The engine changed under the view (reset, a knob, a director): show its state as of now.

@@ -133,8 +133,8 @@ class SceneApp(TokensimApp):
                                picked=rev[2] if rev is not None and here else None)
 
     def show_director(self, new_scene: bool = False) -> None:
-        """Redraw the floor from the director's engine (it changed under the app) and show the step's text."""
-        self.config = self.director.config
+        """Redraw the floor from the director's engine (it changed under the app; the app's config is read from it)
+        and show the step's text."""
         if new_scene:
             self.speed = self.director.speed
         self.show_engine()

@@ -1,13 +1,12 @@
-"""The settings screen's fields, generated from the command line's own option table, and their checks.
+"""The settings screen's fields, generated from the one option table (engine.options), and their checks.
 
-Every option `tokensim` (the app) takes is a field, in the section SECTIONS names (an option nobody
-placed goes under its argparse group's title), so a new option of `tokensim run` shows up without new
-code; options only `tokensim run` takes are listed as such. A field holds what one would type after its
-flag. Checking goes through the command line itself: the fields become an argv, parsed by the same
-parser (its types are engine.validation's checks), turned into an EngineConfig by the app's own
-config_from_args, and built into an Engine: whatever refuses it names an option, which picks the field
-the message is shown beside. The help beside a field is its --help text in English and its entry in
-tui.i18n.OPTION_HELP in another language. Pure: no Textual.
+Every option `tokensim` (the app) takes is a field, in its table section and table order, so a new
+option shows up without new code; options only `tokensim run` takes are listed as such. A field holds
+what one would type after its flag. Checking goes through the command line itself: the fields become an
+argv, parsed by a parser built from the same table (its types are engine.validation's checks), turned
+into an EngineConfig by engine.options.config_from, and built into an Engine: whatever refuses it names
+an option, which picks the field the message is shown beside. The help beside a field is its --help
+text in English and the table's Chinese line in Chinese. Pure: no Textual, and no command module.
 """
 
 from __future__ import annotations
@@ -16,35 +15,17 @@ import argparse
 import itertools
 import re
 import shlex
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from engine import options as O
 from engine.errors import InputError
 from engine.fleet.fleet import FleetSpec, engine_for
-from tui.commands import app_cmd, run_cmd
+from tui.commands.options import add_options
 from tui.defaults import default_config
-from tui.i18n import OPTION_HELP
 from tui.presets import explain_fit, fit_words
 
-# Where each option sits on the screen (data: an option not named here goes under its argparse group).
-SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("s_hardware", ("hardware", "tp", "compute_mult", "bandwidth_mult", "price_per_hour")),
-    ("s_model", ("model", "dtype", "kv_dtype", "ideal", "runtime", "max_model_len")),
-    ("s_traffic", ("users", "rate", "think_time", "prompt", "output", "think", "workload", "trace", "trace_speed",
-                   "requests", "duration", "seed", "force")),
-    ("s_scheduler", ("scheduler", "max_batch", "max_batched_tokens", "gpu_memory_utilization", "kv_blocks",
-                     "fast_share", "fast_max_batch")),
-    ("s_cache", ("prefix_caching", "kv_offload_gb", "spec_tokens", "spec_accept", "spec_draft")),
-    ("s_metrics", ("slo_ttft", "slo_tpot", "debug")),
-    ("s_fleet", ("replicas", "router", "pd", "kv_link_gbps", "budget_per_hour")),
-)
-# Not fields: the app's view options (keys set them: l, [ ], space), and the options outside any named group,
-# which are what a command prints (run's --json, --explain, --trace-out), not what it simulates.
-EXCLUDED_GROUPS = ("view",)
-# Options whose EngineConfig field has another name.
-CONFIG_ATTR: Mapping[str, str] = {"dtype": "weight_dtype", "kv_blocks": "kv_pool_blocks"}
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 
 Values = dict[str, Any]  # dest -> the field's text (str), or a flag's bool
@@ -83,52 +64,31 @@ class Field:
 
 
 @cache
-def _parser(add: Callable[[argparse.ArgumentParser], None]) -> _Parser:
-    """The parser of a command's options (`add` is its add_arguments); parsing does not change it, so one each."""
+def _parser() -> _Parser:
+    """The app's parser of the table's options (its defaults the app's); parsing does not change it, so one."""
     p = _Parser(prog="tokensim", add_help=False, allow_abbrev=False)
-    add(p)
+    add_options(p, "app", base=default_config())
     return p
 
 
-def _groups(p: argparse.ArgumentParser) -> dict[str, str]:
-    """dest -> the title of the named argparse group that holds it (argparse's own two groups are left out)."""
-    own = (p._optionals, p._positionals)
-    return {a.dest: g.title or "" for g in p._action_groups if g not in own for a in g._group_actions}
-
-
 def build_fields() -> tuple[Field, ...]:
-    """Every option of the app, then every option only `tokensim run` takes, in SECTIONS order."""
-    app, run = _parser(app_cmd.add_arguments), _parser(run_cmd.add_arguments)
-    groups = {**_groups(run), **_groups(app)}
-    placed = {d: s for s, dests in SECTIONS for d in dests}
-    live = {a.dest for a in app._actions}
+    """Every option of the app, then every option only `tokensim run` takes, by table section and table order."""
+    actions = {a.dest: a for a in _parser()._actions}
     out: list[Field] = []
-    for parser, is_live in ((app, True), (run, False)):
-        for a in parser._actions:
-            if a.dest not in groups or groups[a.dest] in EXCLUDED_GROUPS or (not is_live and a.dest in live):
-                continue
-            longs = [s for s in a.option_strings if s.startswith("--")]
-            kind = "flag" if isinstance(a, argparse._StoreTrueAction) else "choice" if a.choices else "text"
-            default = bool(a.default) if kind == "flag" else field_text(a.default)
-            out.append(Field(a.dest, longs[0], tuple(a.option_strings), placed.get(a.dest, groups.get(a.dest, "")),
-                             kind, tuple(a.choices or ()), default, (a.help or "").replace("%%", "%"), is_live))
-    order = [s for s, _ in SECTIONS]
-    return tuple(sorted(out, key=lambda f: (order.index(f.section) if f.section in order else len(order),
-                                            f.section, _position(f.dest))))
-
-
-def _position(dest: str) -> int:
-    """A field's place inside its section (SECTIONS order; unplaced options after, in the parser's order)."""
-    for _, dests in SECTIONS:
-        if dest in dests:
-            return dests.index(dest)
-    return len(SECTIONS)
+    for o in O.OPTIONS:
+        a = actions.get(o.name)
+        kind = "choice" if o.kind == "choice" else "flag" if o.kind == "flag" else "text"
+        default = bool(o.default) if kind == "flag" else field_text(a.default if a is not None else o.default)
+        text = (a.help or "").replace("%%", "%") if a is not None else o.en
+        out.append(Field(o.name, o.flag, o.flags, o.section, kind, o.choice_list() if kind == "choice" else (),
+                         default, text, a is not None))
+    return tuple(sorted(out, key=lambda f: (O.SECTIONS.index(f.section), not f.live)))
 
 
 def setting(spec: FleetSpec, dest: str) -> Any:
-    """The value option `dest` has in a setup: its EngineConfig's field (CONFIG_ATTR names renamed ones), else the
+    """The value option `dest` has in a setup: its EngineConfig field (the table names it), else the
     fleet's; None when neither holds one."""
-    attr = CONFIG_ATTR.get(dest, dest)
+    attr = O.BY_NAME[dest].config_field or dest
     return getattr(spec.config, attr, getattr(spec, attr, None))
 
 
@@ -139,10 +99,9 @@ def _app_default(dest: str) -> Any:
 
 
 def help_line(f: Field, lang: str) -> str:
-    """The help beside a field in `lang`: the option's --help text in English (and where a language lacks the
-    field's entry: a test requires one), else the language's OPTION_HELP line with the app's default filled in."""
-    text = OPTION_HELP.get(lang, {}).get(f.dest)
-    return f.help if text is None else text.format(default=_app_default(f.dest))
+    """The help beside a field in `lang`: the option's --help text in English, its table line in Chinese with the
+    app's default filled in."""
+    return f.help if lang != "zh" else O.BY_NAME[f.dest].zh.format(default=_app_default(f.dest))
 
 
 def field_text(v: Any) -> Any:
@@ -185,7 +144,7 @@ def check_field(fields: tuple[Field, ...], dest: str, value: Any) -> str | None:
     if not f.live:
         return None
     try:
-        _parser(app_cmd.add_arguments).parse_args(argv((f,), {dest: value}))
+        _parser().parse_args(argv((f,), {dest: value}))
     except InputError as e:
         return str(e)
     return None
@@ -193,8 +152,8 @@ def check_field(fields: tuple[Field, ...], dest: str, value: Any) -> str | None:
 
 def _setup(fields: tuple[Field, ...], values: Values) -> FleetSpec:
     """What the app would run for these values, as its command line builds it (InputError when it refuses)."""
-    args = _parser(app_cmd.add_arguments).parse_args(argv(fields, values))
-    return run_cmd.fleet_spec(args, app_cmd.config_from_args(args))
+    args = _parser().parse_args(argv(fields, values))
+    return O.setup_from(args, O.config_from(args, default_config()))
 
 
 def setup_of(fields: tuple[Field, ...], values: Values, lang: str = "en") -> FleetSpec:
@@ -245,7 +204,7 @@ def values_of(fields: tuple[Field, ...], spec: FleetSpec) -> Values:
     field of it spelt out when no shorter set does."""
     full: Values = {}
     for f in fields:
-        attr = CONFIG_ATTR.get(f.dest, f.dest)
+        attr = O.BY_NAME[f.dest].config_field or f.dest
         owner = spec.config if hasattr(spec.config, attr) else spec if hasattr(spec, attr) else None
         if f.live and owner is not None:
             v = getattr(owner, attr)

@@ -586,6 +586,13 @@ class Engine:
         return run_metrics(lanes, self._rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
                            cfg.tp, stages).as_dict()
 
+    @property
+    def spec(self) -> FleetSpec:  # noqa: F821 (a forward name: the fleet module imports this one)
+        """This engine as a deployment (engine.simulator.Simulator): one replica of its live configuration."""
+        from engine.fleet.fleet import FleetSpec  # the fleet module builds on this one
+
+        return FleetSpec(self._cfg)
+
 
 def prefix_keys(row: Rows) -> np.ndarray:
     """Content keys of the leading blocks of one request's prompt that another request could have cached (its

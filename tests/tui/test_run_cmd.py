@@ -95,3 +95,15 @@ def test_bench_json_engine_section() -> None:
     # The trace row replays the bundled sample to its end.
     tr = res["trace"]
     assert tr["requests"] == 300 and tr["sim_time_s"] > 84 and tr["wall_s"] > 0
+
+
+def test_run_takes_a_vllm_serve_line_and_names_what_it_cannot_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """--vllm-args: the engine flags of `vllm serve` become the run's options; an unmodelled one is a note."""
+    line = "vllm serve generic-14b --tensor-parallel-size 2 --max-num-seqs 16 --no-enable-prefix-caching --enforce-eager"
+    assert main(["run", "--vllm-args", line, "--users", "4", "--requests", "20", "--json"]) == 0
+    out, err = capsys.readouterr()
+    r = json.loads(out)
+    assert (r["tp"], r["max_batch"], r["prefix_caching"]) == (2, 16, False)
+    assert err == "tokensim: note: vLLM's --enforce-eager is not modelled by tokensim: ignored\n"
+    assert main(["run", "--speculative-config", "{not json", "--requests", "5"]) == 2
+    assert "--speculative-config must be a JSON object" in capsys.readouterr().err

@@ -7,9 +7,10 @@ from dataclasses import replace
 from textual.widgets import Button, Input, Select, Static
 
 from engine.config import EngineConfig
+from engine.options import BY_NAME
 from tui.app import TokensimApp
 from tui.defaults import default_config
-from tui.i18n import ZH, ZH_OPTION_HELP
+from tui.i18n import ZH
 from tui.screens.settings import SettingsScreen
 
 SIZE = (120, 40)
@@ -166,7 +167,7 @@ async def test_the_help_beside_each_field_reads_in_the_apps_language() -> None:
         screen = app.screen
         assert isinstance(screen, SettingsScreen)
         assert str(note(app, "tp").render()) == "张量并行的 GPU 数（默认 1）"
-        assert str(note(app, "users").render()) == ZH_OPTION_HELP["users"].format(default=6)
+        assert str(note(app, "users").render()) == BY_NAME["users"].zh.format(default=6)
         assert str(note(app, "budget_per_hour").render()) == ZH["cli_only"]
         shown = {f.dest: str(note(app, f.dest).render()) for f in screen.fields if f.live}
         assert [d for d, text in shown.items() if text == next(f.help for f in screen.fields if f.dest == d)] == []
@@ -190,3 +191,46 @@ async def test_the_help_beside_each_field_reads_in_the_apps_language() -> None:
         app.screen.query_one("#field-trace", Input).value = "[b]x.csv"
         await pilot.pause()
         assert str(app.screen.query_one("#settings-cmd", Static).render()) == "as a command: tokensim --trace '[b]x.csv'"
+
+
+async def _pick_then_apply_settings(key: str, option_id: str, replicas: int) -> TokensimApp:
+    """Press `key` (m or h), pick `option_id`, press o, press Apply: the app after it (a fleet when replicas > 1)."""
+    from textual.widgets import OptionList
+
+    from engine.fleet.fleet import FleetSpec
+    from tui.screens.picker import PickerScreen
+
+    app = TokensimApp(default_config(), lang="en", autoplay=False,
+                      fleet=FleetSpec(default_config(), replicas=replicas) if replicas > 1 else None)
+    app.animation_level = "none"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(key)
+        assert isinstance(app.screen, PickerScreen)
+        ol = app.screen.query_one(OptionList)
+        ol.highlighted = [o.id for o in ol.options].index(option_id)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, PickerScreen)
+        await pilot.press("o")
+        assert isinstance(app.screen, SettingsScreen)
+        field = "model" if key == "m" else "hardware"
+        assert app.screen.query_one(f"#field-{field}", Input).value == option_id  # the form shows the pick
+        app.screen.query_one("#settings-apply", Button).press()
+        await pilot.pause()
+        assert not isinstance(app.screen, SettingsScreen)
+    return app
+
+
+async def test_a_model_picked_with_m_is_kept_by_settings_apply() -> None:
+    """m, another model, o, Apply: the picked model runs on (Apply used to switch back to the launch model)."""
+    app = await _pick_then_apply_settings("m", "qwen2.5-7b", replicas=1)
+    assert app.config.model == app.engine.config.model == app.fleet_spec.config.model == "qwen2.5-7b"
+    assert app.engine.step_model.model.name == "qwen2.5-7b"
+
+
+async def test_a_gpu_picked_with_h_is_kept_by_settings_apply_on_one_engine_and_a_fleet() -> None:
+    """h, another GPU, o, Apply: the picked GPU runs on, for one engine and for a fleet of 2 replicas."""
+    for replicas in (1, 2):
+        app = await _pick_then_apply_settings("h", "a100-80g", replicas=replicas)
+        assert app.config.hardware == app.fleet_spec.config.hardware == "a100-80g", replicas
+        assert app.engine.step_model.hw.name == "a100-80g" and app.fleet_spec.replicas == replicas

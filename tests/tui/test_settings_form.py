@@ -1,4 +1,4 @@
-"""The settings screen's fields come from the command line's option table, and check through the one validation
+"""The settings screen's fields come from the one option table (engine.options), and check through the one validation
 layer: pure tests (no app)."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from dataclasses import replace
 
 import pytest
 
+from engine import options as O
 from engine.config import EngineConfig
 from engine.fleet.fleet import FleetSpec
 from tui import settings_form as form
 from tui.commands import app_cmd, run_cmd
 from tui.defaults import default_config
-from tui.i18n import EN, OPTION_HELP, ZH, ZH_OPTION_HELP
+from tui.i18n import EN, ZH
 
 
 @pytest.fixture(autouse=True)
@@ -60,31 +61,27 @@ def test_fields_sit_in_their_sections_in_order() -> None:
     assert order.index("s_hardware") < order.index("s_model") < order.index("s_traffic") < order.index("s_fleet")
 
 
-def test_a_new_cli_option_becomes_a_field_without_new_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = run_cmd.add_engine_options
-
-    def with_knob(p: argparse.ArgumentParser) -> None:
-        real(p)
-        g = p.add_argument_group("new things")
-        g.add_argument("--warp-factor", type=run_cmd.positive_int, default=None, help="how fast")
-    monkeypatch.setattr(app_cmd, "add_engine_options", with_knob)
-    monkeypatch.setattr(run_cmd, "add_engine_options", with_knob)
+def test_a_new_table_option_becomes_a_field_and_a_flag_without_new_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One entry in engine.options.OPTIONS is an option of run and the app, a field, a check and a Chinese line."""
+    knob = O.Option("warp_factor", ("--warp-factor",), "int", "scheduler", "s_scheduler", "how fast", "多快",
+                    lo=1, field=None)
+    monkeypatch.setattr(O, "OPTIONS", (*O.OPTIONS, knob))
+    monkeypatch.setattr(O, "BY_NAME", {**O.BY_NAME, "warp_factor": knob})
     f = next(f for f in form.build_fields() if f.dest == "warp_factor")
-    assert (f.flag, f.section, f.kind, f.live, f.help) == ("--warp-factor", "new things", "text", True, "how fast")
+    assert (f.flag, f.section, f.kind, f.live, f.help) == ("--warp-factor", "s_scheduler", "text", True, "how fast")
     assert "--warp-factor: must be a whole number between 1 and" in (
         form.check_field(form.build_fields(), "warp_factor", "0") or "")
-    assert form.help_line(f, "zh") == "how fast"  # no Chinese yet: the English, which the next test refuses
+    assert form.help_line(f, "zh") == "多快"
+    assert "warp_factor" in grouped(run_cmd.add_arguments) and "warp_factor" in grouped(app_cmd.add_arguments)
 
 
 def test_every_field_has_its_chinese_help_line_and_section_title() -> None:
-    """A new option of tokensim run fails here until it has a Chinese help line, so the Chinese screen never shows
-    English beside a field unnoticed; English keeps no copy of the --help texts, and no line outlives its option."""
+    """Every option's table entry carries a Chinese line, so the Chinese screen never shows English beside a field;
+    every field is one option of the table, and every section has its Chinese title."""
     fields = form.build_fields()
     dests = {f.dest for f in fields}
-    assert len(fields) == len(dests) == 44
-    assert sorted(dests - ZH_OPTION_HELP.keys()) == []
-    assert sorted(ZH_OPTION_HELP.keys() - dests) == []
-    assert set(OPTION_HELP) == {"zh"} and OPTION_HELP["zh"] is ZH_OPTION_HELP
+    assert len(fields) == len(dests) == len(O.OPTIONS) == 44
+    assert dests == set(O.BY_NAME)
     assert sorted({f.section for f in fields if f.section not in ZH or ZH[f.section] == EN.get(f.section)}) == []
     for f in fields:
         zh = form.help_line(f, "zh")

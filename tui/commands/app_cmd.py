@@ -1,45 +1,26 @@
 """`tokensim` with no subcommand: open the live factory floor (the options of `tokensim run`, plus view options).
 
-The engine and workload options are `tokensim run`'s own (tui.commands.run_cmd), with the app's
+The engine and workload options are `tokensim run`'s, from the one option table (engine.options), with the app's
 teaching defaults (tui.defaults) in place of run's, and no request limit: the floor runs until q.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-from dataclasses import replace
 
+from engine import vllm_flags
 from engine.config import EngineConfig
-from tui.commands.options import add_model_options, positive_float, require_terminal, run_app
-from tui.commands.run_cmd import add_engine_options, add_fleet_options, fleet_spec
-from tui.commands.run_cmd import config_from_args as run_config_from_args
+from engine.options import config_from, setup_from
+from tui.commands.options import add_options, positive_float, require_terminal, run_app
 from tui.defaults import default_config
 from tui.i18n import LANGS
 
-# Options whose default the app changes, and how the default reads in --help.
-_APP_DEFAULTS = ("prompt", "output")
-_DEFAULT_NOTE = re.compile(r" *\(default [^)]*\)")
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """`tokensim run`'s model, workload, scheduler and fleet options (defaults: the app's), then --lang, --speed,
-    --paused."""
-    d = default_config()
-    add_model_options(p, hardware=d.hardware, model=d.model)
-    add_engine_options(p)
-    add_fleet_options(p)
-    for action in p._actions:  # argparse keeps no public handle on an option's help text
-        if action.dest in _APP_DEFAULTS:
-            value = getattr(d, action.dest)
-            action.default = value
-            action.help = _DEFAULT_NOTE.sub("", action.help or "") + f" (default {value})"
-        elif action.dest == "users":
-            action.help = f"closed loop: N users chatting (default {d.users} unless --rate)"
-        elif action.dest == "think_time":
-            action.help = f"closed loop: seconds a user reads before the next question (default {d.think_time})"
-        elif action.dest == "requests":
-            action.help = "stop admitting after this many requests (default: no limit, the floor runs until q)"
+    """`tokensim run`'s model, workload, scheduler and fleet options (engine.options; defaults: the app's), then
+    --lang, --speed, --paused."""
+    add_options(p, "app", base=default_config())
+    p.add_argument("--vllm-args", metavar='"vllm serve ..."', help=vllm_flags.HELP)  # read by tui.cli before parsing
     v = p.add_argument_group("view")
     v.add_argument("--lang", choices=LANGS, default=None, help="labels in zh or en (default: from the locale)")
     v.add_argument("--speed", type=positive_float, default=1.0,
@@ -50,17 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     """run's EngineConfig for these options, with the app's defaults where none were given and no request cap."""
-    d = default_config()
-    cfg = run_config_from_args(args)
-    changes: dict[str, object] = {}
-    scripted = args.workload is not None or args.trace is not None  # the file says who sends what, and when
-    if args.users is None and args.rate is None and not scripted:
-        changes["users"] = d.users
-    if args.think_time is None and not scripted and (changes.get("users") or cfg.users) > 0:
-        changes["think_time"] = d.think_time
-    if args.requests is None:
-        changes["requests"] = None  # run bounds a headless run; the live floor is unbounded
-    return replace(cfg, **changes)
+    return config_from(args, default_config())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +39,6 @@ def run(args: argparse.Namespace) -> int:
     from tui.app import TokensimApp  # Textual loads only when the app opens
 
     cfg = config_from_args(args)
-    app = TokensimApp(cfg, lang=args.lang, autoplay=not args.paused, speed=args.speed, fleet=fleet_spec(args, cfg))
+    app = TokensimApp(cfg, lang=args.lang, autoplay=not args.paused, speed=args.speed, fleet=setup_from(args, cfg))
     require_terminal("for a report without one, try: tokensim run")  # after the options: their errors first
     return run_app(app)

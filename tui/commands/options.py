@@ -6,15 +6,18 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
 
+from engine import options as O
 from engine import validation as V
+from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.numbers import json_safe
-from engine.physics.calibration import load_runtime_file, runtimes
-from engine.physics.specs import KV_DTYPES, WEIGHT_DTYPES, load_hardware, load_model
+from engine.physics.calibration import load_runtime_file
+from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
 
 # argparse types: the same checks (and messages) as file fields and EngineConfig, from engine.validation.
@@ -27,52 +30,47 @@ seconds = V.option(V.positive, hi=V.MAX_SECONDS)
 multiplier = V.option(V.positive, hi=V.MAX_MULT)
 
 
-def add_model_options(p: argparse.ArgumentParser, hardware: str = "h100-sxm", model: str = "generic-14b") -> None:
-    """--hardware, --model, --tp, --dtype, --kv-dtype, --ideal, --runtime."""
-    g = p.add_argument_group("hardware and model")
-    g.add_argument("--hardware", "-H", default=hardware, help=f"GPU preset or TOML file (default {hardware})")
-    g.add_argument("--model", "-m", default=model,
-                   help=f"model preset, TOML file or Hugging Face config.json (default {model})")
-    g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel GPUs (default 1)")
-    g.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None, help="weight dtype (default: the model's own)")
-    g.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16", help="KV cache dtype (default bf16)")
-    g.add_argument("--ideal", action="store_true",
-                   help="peak bandwidth and FLOP/s, zero overhead: the articles' arithmetic")
-    g.add_argument("--runtime", default=None, choices=sorted(runtimes()),
-                   help="calibrated runtime profile (default vllm)")
-    # Outside the group: a file the app's settings form does not edit (its fields are the group's options).
-    p.add_argument("--runtime-file", metavar="FILE.toml", default=None,
-                   help="a runtime profile written by tokensim calibrate (instead of --runtime)")
+def add_options(p: argparse.ArgumentParser, command: str, groups: Iterable[str] = O.GROUPS,
+                base: EngineConfig | None = None) -> dict[str, argparse._ArgumentGroup]:
+    """Add `command`'s options of `groups` from the one table (engine.options), each in its named group; returns
+    the groups by title (for a command's own extra options). `base` is the app's opening config: its values are
+    the defaults, and an option's app wording (with "{default}") is its help."""
+    made: dict[str, argparse._ArgumentGroup] = {}
+    for o in O.options_for(command, groups):
+        g = made.get(o.group) or made.setdefault(o.group, p.add_argument_group(o.group))
+        default = o.default
+        if base is not None and default is not None and o.config_field is not None:
+            default = getattr(base, o.config_field)
+        text = o.app_en.format(default=default if o.default is not None else getattr(base, o.name)) \
+            if base is not None and o.app_en else o.en
+        kw: dict[str, Any] = {"default": default, "help": text.replace("%", "%%")}
+        if o.kind == "flag":
+            kw["action"] = "store_true"
+        else:
+            kw.update(type=o.parse(), metavar=o.metavar)
+            if o.kind == "choice":
+                kw["choices"] = o.choice_list()
+        g.add_argument(*o.flags, dest=o.name, **kw)
+    if O.GROUPS[0] in groups:
+        # Outside the groups: a file the app's settings form does not edit (its fields are the table's options).
+        p.add_argument("--runtime-file", metavar="FILE.toml", default=None,
+                       help="a runtime profile written by tokensim calibrate (instead of --runtime)")
+    return made
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """--hardware, --model, --tp, --dtype, --kv-dtype, --ideal, --runtime (the table's "hardware and model")."""
+    add_options(p, "step", groups=(O.GROUPS[0],))
 
 
 def step_model_from_args(args: argparse.Namespace) -> StepModel:
     """Build and fit-check the step model the options describe."""
-    _runtime_file(args)
     hw = load_hardware(args.hardware)
     model = load_model(args.model)
     sm = StepModel(hw, model, StepOptions(tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
                                           ideal=args.ideal, runtime=args.runtime or "vllm"))
     sm.check_fits()
     return sm
-
-
-def runtime_for_run(args: argparse.Namespace) -> str:
-    """A run prices one kind of step: --runtime names a calibration that --ideal switches off, so refuse the pair."""
-    _runtime_file(args)
-    if args.runtime is not None and args.ideal:
-        raise InputError(f"--runtime {args.runtime} does nothing with --ideal (peak figures, no runtime): drop one")
-    return args.runtime or "vllm"
-
-
-def _runtime_file(args: argparse.Namespace) -> None:
-    """--runtime-file: load and register the profile, and name it as --runtime (giving both is a contradiction)."""
-    path = getattr(args, "runtime_file", None)
-    if path is None:
-        return
-    rt = load_runtime_file(path)
-    if args.runtime not in (None, rt.name):
-        raise InputError(f"--runtime {args.runtime} and --runtime-file {path} both name the profile: give one")
-    args.runtime = rt.name
 
 
 def run_app(app: Any) -> int:
@@ -101,6 +99,18 @@ SCHEMA_VERSION = 1
 def versioned(obj: dict[str, Any]) -> dict[str, Any]:
     """A --json report with its schema_version first."""
     return {"schema_version": SCHEMA_VERSION, **obj}
+
+
+def runtime_file(args: argparse.Namespace) -> None:
+    """--runtime-file: load and register the profile, and name it as --runtime (giving both is a contradiction).
+    Called once, when the command line is parsed, for every command that has the option."""
+    path = getattr(args, "runtime_file", None)
+    if path is None:
+        return
+    rt = load_runtime_file(path)
+    if getattr(args, "runtime", None) not in (None, rt.name):
+        raise InputError(f"--runtime {args.runtime} and --runtime-file {path} both name the profile: give one")
+    args.runtime = rt.name
 
 
 def print_json(obj: Any) -> None:

@@ -19,14 +19,22 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from engine.config import MAX_BATCHED_TOKENS
+from engine import options as O
+from engine import vllm_flags
 from engine.errors import InputError
 from engine.fleet import plan as pl
 from engine.numbers import fixed
 from engine.physics.specs import load_hardware, load_model
 from engine.traffic.workload import parse_dist
-from tui.commands.options import add_model_options, console, positive_float, positive_int, print_json, versioned
-from tui.commands.run_cmd import add_engine_options, config_from_args, nonneg_float
+from tui.commands.options import (
+    add_options,
+    console,
+    nonneg_float,
+    positive_float,
+    positive_int,
+    print_json,
+    versioned,
+)
 from tui.render.scatter import scatter
 
 
@@ -40,28 +48,23 @@ def percentile(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The workload options of `run`, the search space (lists and ranges), SLOs, budget and where to run."""
-    # The search flags below take lists and replace run's single-valued ones of the same names.
+    # The options with a search axis (engine.options: Option.axis) take lists here: the grid's axes.
+    add_options(p, "plan", groups=O.GROUPS[:-1])
+    p.add_argument("--vllm-args", metavar='"vllm serve ..."', help=vllm_flags.HELP)  # read by tui.cli before parsing
+    p.epilog = vllm_flags.EPILOG
+    axes = [o for o in O.options_for("plan") if o.axis]
     p.conflict_handler = "resolve"
-    add_model_options(p)
-    add_engine_options(p)
     s = p.add_argument_group("search space (lists: a,b,c; ranges: 1-16)")
-    s.add_argument("--hardware", "-H", default="h100-sxm", help="GPU presets or TOML files (default h100-sxm)")
-    s.add_argument("--model", "-m", default="generic-14b", help="model presets or files (default generic-14b)")
-    s.add_argument("--tp", default="1", help="tensor-parallel degrees per replica, e.g. 1,2,4,8 (default 1)")
-    s.add_argument("--replicas", default="1", help="replica counts, e.g. 1-16 (default 1)")
+    for o in axes:
+        shown = o.default if o.default is not None else o.fallback if o.fallback is not None else 1
+        words = ", ".join(o.choice_list())  # the router axis lists its choices
+        s.add_argument(*o.flags, dest=o.name, default=str(shown), help=o.axis.format(choices=words))
     s.add_argument("--pd", nargs="?", const="all", default=None,
                    help="also try prefill/decode splits P:D (e.g. 1:1,1:3), or every split of each replica count"
                         " when given alone")
     s.add_argument("--pd-only", action="store_true", help="only the P:D splits, no colocated replicas")
-    s.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", default="256",
-                   help="batch caps (vLLM's max_num_seqs), e.g. 64,256 (default 256)")
-    s.add_argument("--max-num-batched-tokens", "--max-batched-tokens", dest="max_num_batched_tokens",
-                   default=str(MAX_BATCHED_TOKENS),
-                   help=f"token budgets of a step, e.g. 2048,8192 (default {MAX_BATCHED_TOKENS})")
-    s.add_argument("--router", default="round-robin",
-                   help=f"routers ({', '.join(pl.ROUTERS)}; 'all' for every one) (default round-robin)")
-    s.add_argument("--kv-link-gbps", type=positive_float, default=None,
-                   help="P/D KV copy link per GPU, GB/s one way (default: half the GPU's interconnect_gbps)")
+    s.add_argument("--kv-link-gbps", type=O.BY_NAME["kv_link_gbps"].parse(), default=None,
+                   help=O.BY_NAME["kv_link_gbps"].en)
     g = p.add_argument_group("targets")
     g.add_argument("--slo-percentile", type=percentile, default=90.0,
                    help="the percentile the SLOs apply to (default 90)")
@@ -90,8 +93,8 @@ def space_from_args(args: argparse.Namespace) -> pl.Space:
     if args.pd == "all" and not pd:
         raise InputError("--pd alone splits each replica count into prefill and decode: give --replicas 2 or more")
     return pl.Space(hardware=hardware, model=models, tp=pl.parse_ints(args.tp, "--tp"), replicas=replicas, pd=pd,
-                    pd_only=args.pd_only, max_num_seqs=pl.parse_ints(args.max_num_seqs, "--max-num-seqs"),
-                    max_num_batched_tokens=pl.parse_ints(args.max_num_batched_tokens, "--max-num-batched-tokens"),
+                    pd_only=args.pd_only, max_num_seqs=pl.parse_ints(args.max_batch, "--max-num-seqs"),
+                    max_num_batched_tokens=pl.parse_ints(args.max_batched_tokens, "--max-num-batched-tokens"),
                     router=pl.parse_routers(args.router))
 
 
@@ -102,7 +105,7 @@ def base_from_args(args: argparse.Namespace, space: pl.Space) -> Any:
     ns = argparse.Namespace(**vars(args))
     ns.hardware, ns.model, ns.tp = space.hardware[0], space.model[0], space.tp[0]
     ns.max_batch, ns.max_batched_tokens = space.max_num_seqs[0], space.max_num_batched_tokens[0]
-    base = config_from_args(ns)
+    base = O.config_from(ns)
     for spec, what, lo in ((base.prompt, "--prompt", 1), (base.output, "--output", 1), (base.think, "--think", 0),
                            (base.think_time, "--think-time", 0)):
         parse_dist(spec, what, lo)

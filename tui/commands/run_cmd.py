@@ -11,156 +11,22 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from engine import validation as V
-from engine.config import MAX_BATCHED_TOKENS, SCHEDULERS, EngineConfig
+from engine import options as O
+from engine import vllm_flags
 from engine.errors import InputError
 from engine.evidence.measured import bench_out
 from engine.files import atomic_output
-from engine.fleet.fleet import ROUTERS, Fleet, FleetSpec, engine_for, parse_pd
+from engine.fleet.fleet import Fleet, engine_for
 from engine.numbers import fixed, json_safe
 from engine.serving import trace_out
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
-from tui.commands.options import (
-    add_model_options,
-    console,
-    multiplier,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-    print_json,
-    runtime_for_run,
-    seconds,
-    seed_int,
-    versioned,
-)
+from tui.commands.options import add_options, console, positive_int, print_json, versioned
 
-# A run with neither --requests nor --duration serves this many requests (at least 3 per user), so
-# closed-loop users go round a few times and the start-up burst is not the whole picture.
-DEFAULT_REQUESTS = 1000
 _PROGRESS_EVERY = 512  # ticks between progress-bar updates
-
-
-fraction = V.option(V.number, lo=0.0, hi=1.0, lo_open=True)  # argparse type: a fraction in (0, 1]
-share = V.option(V.number, lo=0.0, hi=0.99)  # argparse type: a fraction of users, below 1
-# Defaults of the run's own: lengths vary as people's do (mean 1,000 in, 200 out), so users do not
-# finish in lockstep and the percentiles mean something.
-DEFAULT_PROMPT = "uniform:500,1500"
-DEFAULT_OUTPUT = "uniform:100,300"
-DEFAULT_MAX_BATCHED_TOKENS = MAX_BATCHED_TOKENS
-DEFAULT_FAST_MAX_BATCH = 4
-
-
-def add_engine_options(p: argparse.ArgumentParser) -> None:
-    """Workload, scheduler and metric options shared by commands that build an Engine."""
-    w = p.add_argument_group("workload")
-    w.add_argument("--users", "-u", type=nonneg_int, default=None,
-                   help="closed loop: N users, each sends, waits for the whole answer, thinks, sends again"
-                        " (default 4 unless --rate)")
-    w.add_argument("--rate", "-r", type=nonneg_float, default=None, help="open loop: Poisson arrivals per second")
-    w.add_argument("--prompt", default=DEFAULT_PROMPT,
-                   help='prompt tokens: "1000", "uniform:a,b", "normal:mu,sd", "lognormal:median,sigma", "exp:mean"'
-                        f" (default {DEFAULT_PROMPT})")
-    w.add_argument("--output", default=DEFAULT_OUTPUT,
-                   help=f"visible answer tokens, a number or a distribution (default {DEFAULT_OUTPUT})")
-    w.add_argument("--think", default="0", help="hidden reasoning tokens before the answer (number or distribution)")
-    w.add_argument("--think-time", default=None, help="closed loop: seconds a user waits before the next question")
-    w.add_argument("--requests", "-n", type=positive_int, default=None,
-                   help=f"stop after this many requests are served (default max({DEFAULT_REQUESTS}, 3 x users))")
-    w.add_argument("--duration", "-d", type=seconds, default=None, help="stop at this simulated time (s)")
-    w.add_argument("--seed", type=seed_int, default=0,
-                   help="random seed (default 0): the same seed gives the same run")
-    w.add_argument("--force", action="store_true",
-                   help="run even what the up-front estimate of memory and simulated steps refuses")
-    w.add_argument("--workload", metavar="FILE.toml", default=None,
-                   help="stages of traffic from a file ([[stage]] rate or users, duration; [prompt]; [output]);"
-                        " --prompt/--output fill in what it leaves out")
-    w.add_argument("--trace", metavar="FILE", default=None,
-                   help="replay a request trace (CSV or JSONL: arrival, prompt and output tokens, optional session"
-                        " and prefix ids), or a bundled one: azure-conv-sample")
-    w.add_argument("--trace-speed", type=positive_float, default=1.0, help="replay the trace this many times faster")
-    w.add_argument("--spec-tokens", type=nonneg_int, default=0,
-                   help="speculative decoding: tokens drafted per decode step, verified in one pass (default 0: off)")
-    w.add_argument("--spec-accept", type=float, default=0.7,
-                   help="probability each drafted token is accepted, in [0, 1] (default 0.7)")
-    w.add_argument("--spec-draft", default="mtp",
-                   help="what drafts: mtp (the model's multi-token-prediction head), ngram (prompt lookup, free),"
-                        " or a draft model preset (default mtp)")
-    w.add_argument("--kv-offload-gb", type=nonneg_float, default=0.0,
-                   help="host memory per GPU for KV blocks the cache reclaims, copied back on a hit over the host"
-                        " link (vLLM's --kv-offloading-size; default 0: off)")
-    w.add_argument("--prefix-caching", choices=("on", "off"), default=None,
-                   help="reuse cached KV blocks of shared prefixes (default: what the runtime does; on for vllm)")
-    s = p.add_argument_group("scheduler")
-    s.add_argument("--scheduler", choices=SCHEDULERS, default="continuous", help="batching policy (default continuous)")
-    s.add_argument("--max-batch", "--max-num-seqs", type=positive_int, default=256,
-                   help="most sequences in a step (vLLM's --max-num-seqs; default 256)")
-    s.add_argument("--max-batched-tokens", "--max-num-batched-tokens", type=positive_int, default=None,
-                   help="token budget of a step for prefill, continuous and chunked (vLLM's"
-                        f" --max-num-batched-tokens; default {DEFAULT_MAX_BATCHED_TOKENS})")
-    s.add_argument("--gpu-memory-utilization", type=fraction, default=None,
-                   help="KV pool by vLLM's rule: this share of memory less weights, the activation peak of a "
-                        "max-batched-tokens step and non-torch memory (default: 10%% of memory held back)")
-    s.add_argument("--max-model-len", type=positive_int, default=None,
-                   help="longest request (prompt + output) served, as vLLM's --max-model-len (default: the model's)")
-    s.add_argument("--fast-share", type=share, default=0.0,
-                   help="fraction of users in a fast lane: a dedicated GPU group at a small batch (default 0)")
-    s.add_argument("--fast-max-batch", type=positive_int, default=None,
-                   help=f"batch cap of the fast lane, with --fast-share (default {DEFAULT_FAST_MAX_BATCH})")
-    s.add_argument("--kv-blocks", type=positive_int, default=None,
-                   help="what-if: a KV pool of this many 16-token blocks instead of what memory leaves")
-    s.add_argument("--compute-mult", type=multiplier, default=1.0, help="what-if: scale peak FLOP/s")
-    s.add_argument("--bandwidth-mult", type=multiplier, default=1.0, help="what-if: scale HBM bandwidth")
-    m = p.add_argument_group("metrics")
-    m.add_argument("--price-per-hour", type=nonneg_float, default=None,
-                   help="$ per GPU-hour for $/Mtok (default: the hardware preset's)")
-    m.add_argument("--slo-ttft", type=seconds, default=None, help="goodput SLO: time to first visible token (s)")
-    m.add_argument("--slo-tpot", type=seconds, default=None, help="goodput SLO: time per output token (s)")
-    m.add_argument("--debug", action="store_true", help="check every invariant on every tick (slower)")
-
-
-def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """The EngineConfig the options describe; contradictions are one-line InputErrors."""
-    scripted = args.workload is not None or args.trace is not None
-    if scripted:
-        src = "--workload" if args.workload is not None else "--trace"
-        for flag, v in (("--users", args.users), ("--rate", args.rate), ("--think-time", args.think_time)):
-            if v is not None:
-                raise InputError(f"{flag} contradicts {src}, which says when requests come")
-        if args.trace is not None and args.workload is not None:
-            raise InputError("--workload and --trace both say where requests come from: give one")
-    if not args.users and not args.rate and (args.users is not None or args.rate is not None):
-        raise InputError("no workload: --users and --rate are both zero; give --users N or --rate R")
-    if args.users is not None and args.rate is not None:
-        raise InputError("--users (closed loop) and --rate (open loop) contradict each other: give one")
-    rate = args.rate or 0.0
-    users = args.users if args.users is not None else (0 if args.rate is not None or scripted else 4)
-    if args.think_time is not None and users == 0:
-        raise InputError("--think-time applies to closed-loop --users; open-loop --rate arrivals do not think")
-    if args.max_batched_tokens is not None and args.scheduler == "static":
-        raise InputError("--max-batched-tokens does nothing with --scheduler static (a static batch reads every"
-                         " prompt in one step): drop it or use continuous or chunked")
-    if args.fast_max_batch is not None and not args.fast_share:
-        raise InputError("--fast-max-batch does nothing without --fast-share (there is no fast lane): give both")
-    requests = args.requests
-    if requests is None and args.duration is None and not scripted:
-        requests = max(DEFAULT_REQUESTS, 3 * users)
-    return EngineConfig(
-        hardware=args.hardware, model=args.model, tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
-        ideal=args.ideal, runtime=runtime_for_run(args), compute_mult=args.compute_mult,
-        bandwidth_mult=args.bandwidth_mult, scheduler=args.scheduler, max_batch=args.max_batch,
-        max_batched_tokens=args.max_batched_tokens or DEFAULT_MAX_BATCHED_TOKENS, fast_share=args.fast_share,
-        fast_max_batch=args.fast_max_batch or DEFAULT_FAST_MAX_BATCH, users=users, rate=rate, force=args.force,
-        prompt=args.prompt, output=args.output, think=args.think, think_time=args.think_time or "0",
-        requests=requests, duration=args.duration, seed=args.seed, price_per_hour=args.price_per_hour,
-        slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot, debug=args.debug, kv_pool_blocks=args.kv_blocks,
-        gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
-        prefix_caching=None if args.prefix_caching is None else args.prefix_caching == "on",
-        workload=args.workload, trace=args.trace, trace_speed=args.trace_speed,
-        spec_tokens=args.spec_tokens, spec_accept=args.spec_accept, spec_draft=args.spec_draft,
-        kv_offload_gb=args.kv_offload_gb,
-    )
+# The options -> EngineConfig (one engine) and FleetSpec (the fleet around it), from the one option table.
+config_from_args = O.config_from
+fleet_spec = O.setup_from
 
 
 def check_pool(engine: Engine, asked: int | None, force: bool) -> None:
@@ -174,12 +40,10 @@ def check_pool(engine: Engine, asked: int | None, force: bool) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Model, workload, scheduler, metric and fleet options, and --json."""
-    add_model_options(p)
-    add_engine_options(p)
-    f = add_fleet_options(p)
-    f.add_argument("--budget-per-hour", type=positive_float, default=None,
-                   help="refuse a fleet that costs more $ per hour than this")
+    """Model, workload, scheduler, metric and fleet options (engine.options), and what the run prints."""
+    add_options(p, "run")
+    p.add_argument("--vllm-args", metavar='"vllm serve ..."', help=vllm_flags.HELP)  # read by tui.cli before parsing
+    p.epilog = vllm_flags.EPILOG
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes a round-robin open-loop fleet runs its replicas on (default: all cores; the"
                         " same numbers as one)")
@@ -192,26 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-out", metavar="FILE.json", default=None,
                    help="write the run as a Chrome/Perfetto trace: a track per replica, a span per step, a flow per"
                         " request (open it in ui.perfetto.dev)")
-
-
-def add_fleet_options(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """--replicas, --router, --pd, --kv-link-gbps (run's and the app's); returns the group for more."""
-    f = p.add_argument_group("fleet")
-    f.add_argument("--replicas", type=positive_int, default=None,
-                   help="replicas of the deployment (each a --tp group) behind a router (default 1)")
-    f.add_argument("--router", choices=ROUTERS, default="round-robin", help="how requests pick a replica")
-    f.add_argument("--pd", default=None, metavar="P:D",
-                   help="prefill/decode disaggregation: P prefill and D decode replicas, KV copied between them")
-    f.add_argument("--kv-link-gbps", type=positive_float, default=None,
-                   help="P/D KV copy link per GPU, GB/s one way (default: half the GPU's interconnect_gbps)")
-    return f
-
-
-def fleet_spec(args: argparse.Namespace, cfg: EngineConfig) -> FleetSpec:
-    """The fleet the options ask for (one replica, no P/D: a single engine's spec)."""
-    pd = parse_pd(args.pd) if args.pd else None
-    replicas = args.replicas if args.replicas is not None else (sum(pd) if pd else 1)
-    return FleetSpec(cfg, replicas=replicas, router=args.router, pd=pd, kv_link_gbps=args.kv_link_gbps)
 
 
 def build(args: argparse.Namespace) -> Engine | Fleet:

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from tui.frame import Frame
 from tui.i18n import t
+from tui.keys import bar_rows
 from tui.render import palette as pal
 from tui.render.fmt import clock, num
 
@@ -73,17 +74,10 @@ def render(frame: Frame, width: int) -> Text:
     return left
 
 
-KEYS: tuple[tuple[str, str], ...] = (
-    ("space", "k_play"), ("n", "k_step"), ("[ ]", "k_speed"), ("+ -", "k_users"), ("c", "k_compute"),
-    ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"), ("r", "k_reset"), ("l", "k_lang"),
-    ("e", "k_explain"), ("o", "k_settings"), ("?", "k_help"), ("q", "k_quit"),
-)
-# A fleet's footer: picking a replica comes first; the knobs restart the fleet (still listed, after it).
-FLEET_KEYS: tuple[tuple[str, str], ...] = (
-    ("space", "k_play"), ("n", "k_step"), ("[ ]", "k_speed"), ("tab 1-9", "k_replica"), ("0", "k_fleet"),
-    ("+ -", "k_users"), ("c", "k_compute"), ("b", "k_bw"), ("f", "k_fp8"), ("m", "k_model"), ("h", "k_gpu"),
-    ("r", "k_reset"), ("l", "k_lang"), ("e", "k_explain"), ("o", "k_settings"), ("?", "k_help"), ("q", "k_quit"),
-)
+# The footer's keys, from the one key table (tui.keys); a fleet's lists picking a replica before the knobs, which
+# restart the fleet.
+KEYS: tuple[tuple[str, str], ...] = bar_rows(fleet=False)
+FLEET_KEYS: tuple[tuple[str, str], ...] = bar_rows(fleet=True)
 _ALWAYS = 2  # "? help" and "q quit" stay even when the bar is cropped
 
 

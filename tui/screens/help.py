@@ -11,22 +11,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tui.i18n import t
+from tui.keys import help_rows
 
-HELP_KEYS: tuple[tuple[str, str], ...] = (
-    ("space", "h_space"), ("n", "h_n"), ("[ ]", "h_speed"), ("+ -", "h_users"), ("c", "h_c"), ("b", "h_b"),
-    ("f", "h_f"), ("m", "h_m"), ("h", "h_h"), ("o", "h_o"), ("r", "h_r"), ("l", "h_l"),
-    ("e", "h_e"), ("↑ ↓", "h_guide"), ("?", "h_help"), ("q", "h_q"),
-)
 HELP_PANELS = ("p_warehouse", "p_traffic", "p_l2", "p_sm", "p_roofline", "p_xray", "p_users")
-# On a fleet: how to move between the overview and the replicas' floors (after space; n says what it steps).
-FLEET_HELP_KEYS: tuple[tuple[str, str], ...] = (("n", "h_n_fleet"), ("tab", "h_replica"), ("0", "h_fleet"))
 
 
 def help_text(lang: str, fleet: bool = False) -> Text:
     """The help body: a keys table then one line per panel (a fleet's keys and panel too when one is shown)."""
-    keys = HELP_KEYS
-    if fleet:
-        keys = (HELP_KEYS[0], *FLEET_HELP_KEYS, *HELP_KEYS[2:])
+    keys = help_rows(fleet)  # the one key table (tui.keys)
     out = Text()
     out.append(t(lang, "help_keys") + "\n", style="bold underline")
     kw = max(cell_len(k) for k, _ in keys) + 2
