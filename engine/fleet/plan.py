@@ -21,7 +21,9 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.fleet.fleet import ROUTERS, FleetSpec, engine_for, parse_pd, scripted
+from engine.fleet import pool
+from engine.fleet.fleet import FleetSpec, engine_for, parse_pd, scripted
+from engine.fleet.routers import ROUTERS
 from engine.physics.specs import load_hardware
 from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
@@ -148,7 +150,7 @@ def parse_pd_list(text: str, replicas: Iterable[int]) -> tuple[tuple[int, int], 
 def parse_routers(text: str) -> tuple[str, ...]:
     """'round-robin,kv-aware' or 'all' -> router names, each one of ROUTERS."""
     if text.strip() == "all":
-        return ROUTERS
+        return tuple(ROUTERS)
     names = parse_names(text, "--router")
     for n in names:
         if n not in ROUTERS:
@@ -219,7 +221,7 @@ def slo_bounds(point: Point, base: EngineConfig, percentile: float) -> tuple[flo
     ttft = None
     if base.requests is not None:
         # The run's own prompts: the lane's seeded sampler, clipped as the lane clips them (this engine never runs).
-        prompts = eng.lane.s_prompt.take(int(base.requests)).astype(np.float64)
+        prompts = eng.lanes[0].source.s_prompt.take(int(base.requests)).astype(np.float64)
         one, zero = np.ones_like(prompts), np.zeros_like(prompts)
         t = sm.times_agg(prompts, zero, zero, prompts * prompts / 2, sm.model.local_pairs(zero, prompts), one, zero)
         ttft = _pct(t + (0.0 if sm.opts.ideal else sm.runtime.request_overhead_s), percentile)
@@ -297,26 +299,13 @@ def _evaluate_job(job: Job) -> dict[str, Any]:
 
 def serial_map(jobs: list[Any], fn: Callable[[Any], Any] = _evaluate_job) -> Iterator[tuple[int, Any]]:
     """Run `fn` (by default evaluate) on jobs one after another in this process, yielding (index, result)."""
-    for i, job in enumerate(jobs):
-        yield i, fn(job)
+    return pool.serial_map(jobs, fn)
 
 
 def pool_map(jobs: list[Any], workers: int, fn: Callable[[Any], Any] = _evaluate_job) -> Iterator[tuple[int, Any]]:
     """Run `fn` (by default evaluate) on jobs in a local process pool, yielding (index, result) as they finish
-    (any order); in this process when there is one worker or one job."""
-    if workers <= 1 or len(jobs) <= 1:
-        yield from serial_map(jobs, fn)
-        return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as ex:
-        futs = {ex.submit(fn, job): i for i, job in enumerate(jobs)}
-        try:
-            for f in as_completed(futs):
-                yield futs[f], f.result()
-        finally:
-            for f in futs:
-                f.cancel()
+    (any order); in this process when there is one worker or one job (engine.fleet.pool)."""
+    return pool.pool_map(jobs, workers, fn)
 
 
 def run_grid(jobs: list[Job], mapper: Callable[[list[Job]], Iterable[tuple[int, dict[str, Any]]]],

@@ -24,7 +24,7 @@ def test_parsing_lists_ranges_and_splits() -> None:
     assert pl.parse_ints("1-4,8", "--tp") == (1, 2, 3, 4, 8)
     assert pl.parse_pd_list("all", (1, 3)) == ((1, 2), (2, 1))
     assert pl.parse_pd_list("1:1,1:3,1:1", ()) == ((1, 1), (1, 3))
-    assert pl.parse_routers("all") == pl.ROUTERS
+    assert pl.parse_routers("all") == tuple(pl.ROUTERS)
     for bad, match in (("4-2", "backwards"), ("0,1", ">= 1"), ("a", "whole numbers"), ("1-10000000", "more than")):
         with pytest.raises(InputError, match=match):
             pl.parse_ints(bad, "--replicas")
