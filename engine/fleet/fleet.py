@@ -37,7 +37,7 @@ from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
 from engine.fleet.routers import ROUTERS, Pick, RoutingSnapshot, make_router
 from engine.physics.step import StepModel
 from engine.serving.accounting import H, explain, rolling, run_metrics
-from engine.serving.engine import Engine, check_config
+from engine.serving.engine import Engine, check_config, users_out
 from engine.serving.snapshot import Snapshot
 from engine.serving.tables import Rows
 from engine.traffic.source import RequestSource, load_script
@@ -106,6 +106,7 @@ class Fleet:
         # The workload, drawn once for the whole fleet: the streams, lengths, content and stages one engine's main
         # lane draws, clipped to what a replica holds.
         self.src = RequestSource.for_config(cfg, self.reps[0].cap_tokens, load_script(cfg))
+        self.src.outstanding = self._users_out  # a stage re-activating users skips those with a request out
         self.limit, self.duration = self.src.budget.limit, self.src.budget.duration
         if self.src.stages:
             for r in self.reps:
@@ -461,6 +462,11 @@ class Fleet:
         rep.inject(row)
         rep.clock = max(rep.clock, t)
         self._wake(rep)
+
+    def _users_out(self) -> np.ndarray:
+        """Closed-loop users with a request anywhere in the fleet: queued, running or preempted on a replica, or
+        a KV copy on its way to a decode replica."""
+        return np.concatenate([*(users_out(r.lane) for r in self.reps), self.xfer.users()])
 
     def _think(self, r: Replica) -> None:
         """Closed-loop users whose answers a replica just finished think, then send again."""

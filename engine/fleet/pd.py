@@ -72,6 +72,11 @@ class KVCopies:
         """No copy waiting or under way."""
         return not self.landings and not self.waiting
 
+    def users(self) -> np.ndarray:
+        """Closed-loop users whose request is a copy not yet landed (its answer is still to come)."""
+        return np.array([c.row.user[0] for c in self.waiting] + [c.row.user[0] for _, _, c in self.landings],
+                        dtype=np.int64)
+
     def prompt_only(self, row: Rows) -> None:
         """A request routed to a prefill replica: it reads the prompt and computes one token; the answer comes from
         a decode replica (its lengths are kept here until the handoff)."""

@@ -93,7 +93,7 @@ class Engine:
                         prefix_caching=prefix_caching(cfg), spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept,
                         drafter=self._drafter, seed=cfg.seed, host_blocks=self._host_blocks())
         lane = Lane(spec, self._sm, self._scheduler(fast), blocks, src, max(1, len(src.stages)))
-        src.outstanding = partial(_users_out, lane)  # a stage re-activating users skips those with a request here
+        src.outstanding = partial(users_out, lane)  # a stage re-activating users skips those with a request here
         return lane
 
     def _host_blocks(self) -> int:
@@ -447,7 +447,7 @@ class Engine:
                            cfg.tp, stages).as_dict()
 
 
-def _users_out(lane: Lane) -> np.ndarray:
+def users_out(lane: Lane) -> np.ndarray:
     """Closed-loop users with a request queued, preempted or running in this lane."""
     return np.concatenate([lane.R.col("user"), lane.P.col("user"), lane.Q.col("user")])
 

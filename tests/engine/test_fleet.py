@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.config import EngineConfig
@@ -315,3 +316,26 @@ def test_pre_dealt_replicas_in_a_process_pool_give_the_serial_run(monkeypatch: p
     f = Fleet(FleetSpec(cfg, replicas=3), workers=2)
     f.run()
     assert json.dumps(f.metrics(), sort_keys=True) == runs[0]
+
+
+TWO_CLOSED_STAGES = "[[stage]]\nusers = 8\nduration = 10\n[[stage]]\nusers = 8\nduration = 10\n" \
+                    "[prompt]\ntokens = 3000\n[output]\ntokens = 400\n"
+
+
+@pytest.mark.parametrize("kw", [{"router": "least-loaded"}, {"pd": (1, 1)}])
+def test_a_stage_change_never_gives_a_user_a_second_request_in_flight(tmp_path: Path, kw: dict) -> None:
+    # A stage re-activates its users at its start: one whose answer is still out (on any replica, or as a KV
+    # copy on its way) must not send again. The fleet's request source once saw no one out and sent twice.
+    w = tmp_path / "two.toml"
+    w.write_text(TWO_CLOSED_STAGES)
+    cfg = EngineConfig(workload=str(w))
+    f = Fleet(FleetSpec(cfg, replicas=2, **kw))
+    most = 0
+    for t in np.arange(0.5, 20.5, 0.5):
+        f.advance_to(float(t))
+        out = f._users_out()
+        most = max(most, int(np.bincount(out).max()) if out.size else 0)
+    assert most == 1
+    eng = Engine(cfg)
+    eng.run()
+    assert f.requests_accepted == eng.metrics()["requests_accepted"]  # one request per user per answer, as one engine
