@@ -389,9 +389,10 @@ class Fleet:
 
     def _ahead(self) -> deque[Rows]:
         """Open loop: the next requests, one row each, drawn DRAW_AHEAD_S at a time (when they come does not depend
-        on the replicas, and drawing a stretch at once gives the same rows as drawing each when it is due)."""
+        on the replicas, and drawing a stretch at once gives the same rows as drawing each when it is due). A
+        stretch with no request (a quiet workload stage) is drawn past, not taken for the end of the run."""
         q = self.ahead
-        if not q and (t := self.src.next_time) < math.inf:
+        while not q and (t := self.src.next_time) < math.inf:
             rows = self.src.draw(t + DRAW_AHEAD_S)
             if rows is not None:
                 q.extend(rows.pick(slice(j, j + 1)).copy() for j in range(len(rows)))

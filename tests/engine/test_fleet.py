@@ -339,3 +339,24 @@ def test_a_stage_change_never_gives_a_user_a_second_request_in_flight(tmp_path: 
     eng = Engine(cfg)
     eng.run()
     assert f.requests_accepted == eng.metrics()["requests_accepted"]  # one request per user per answer, as one engine
+
+
+QUIET_FIRST = "[[stage]]\nrate = 0\nduration = 20\n[[stage]]\nrate = 4\nduration = 10\n" \
+              "[prompt]\ntokens = 500\n[output]\ntokens = 50\n"
+
+
+@pytest.mark.parametrize("router", ["least-loaded", "kv-aware", "round-robin"])
+def test_a_quiet_stage_longer_than_a_draw_does_not_end_the_run(tmp_path: Path, router: str) -> None:
+    # The fast loops draw open-loop requests 10 s at a time; a stretch with none (a quiet first stage of 20 s)
+    # once ended the lazy loop before the second stage's requests, so least-loaded served none of them.
+    w = tmp_path / "quiet.toml"
+    w.write_text(QUIET_FIRST)
+    cfg = EngineConfig(workload=str(w), users=0)
+    fast = Fleet(FleetSpec(cfg, replicas=2, router=router))
+    events = Fleet(FleetSpec(cfg, replicas=2, router=router), preroute=False)
+    assert fast.loop != "events" and events.loop == "events"
+    for f in (fast, events):
+        f.run()
+    got, want = fast.metrics(), events.metrics()
+    assert got["requests_accepted"] == want["requests_accepted"] > 20
+    assert got["requests_completed"] == want["requests_completed"] and got["ttft_s"] == want["ttft_s"]
