@@ -1,4 +1,4 @@
-"""`tokensim run --json` byte for byte, this tree against a base tree, on sixteen varied configurations.
+"""`tokensim run --json` byte for byte, this tree against a base tree, on twenty varied configurations.
 
     python benchmarks/same_json.py BASE_TREE [--only N ...]
 
@@ -57,6 +57,16 @@ CONFIGS: list[list[str]] = [
      "--prefix-caching", "on", "--requests", "150", "--explain"],
     # prefill/decode disaggregation
     ["--users", "96", "--pd", "1:2", "--requests", "300"],
+    # open-loop fleets on the fast loops: round-robin dealt ahead (past PARALLEL_MIN_REQUESTS, so in a process
+    # pool with --workers 2), kv-aware and least-loaded on the lazy loop
+    ["--rate", "40", "--prompt", "lognormal:600,0.8", "--output", "exp:150", "--replicas", "3", "--router",
+     "round-robin", "--requests", "6000", "--workers", "2"],
+    ["--rate", "12", "--prompt", "lognormal:1000,0.8", "--output", "lognormal:200,0.8", "--replicas", "3",
+     "--router", "kv-aware", "--requests", "800"],
+    ["--rate", "12", "--prompt", "lognormal:1000,0.8", "--output", "lognormal:200,0.8", "--replicas", "4",
+     "--router", "least-loaded", "--kv-blocks", "4000", "--requests", "800"],
+    # a closed-loop round-robin fleet (the event-ordered loop)
+    ["--users", "64", "--replicas", "3", "--router", "round-robin", "--requests", "300"],
 ]
 
 

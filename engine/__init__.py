@@ -13,7 +13,8 @@ The groups:
   fleet/     replicas behind a router, prefill/decode split, and `plan`'s grid search
   evidence/  the articles' claims, the measured tables replayed, the profile fit, each figure explained
 
-Extension points (each a small interface and a registry): scheduler policies (serving/scheduler.py POLICIES).
+Extension points (each a small interface and a registry): scheduler policies (serving/scheduler.py POLICIES),
+routers (fleet/routers.py ROUTERS; the recipe is docs/extending/routers.md).
 
 Invariants, by name (checked by `Lane.check` under --debug and by the tests):
   request conservation   every accepted request is queued, running, preempted or done; the counts add up.

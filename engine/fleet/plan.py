@@ -21,7 +21,9 @@ import numpy as np
 
 from engine.config import MAX_BATCHED_TOKENS, EngineConfig
 from engine.errors import InputError
-from engine.fleet.fleet import ROUTERS, FleetSpec, engine_for, parse_pd, scripted
+from engine.fleet import pool
+from engine.fleet.fleet import FleetSpec, engine_for, parse_pd, scripted
+from engine.fleet.routers import ROUTERS
 from engine.physics.specs import load_hardware
 from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
@@ -96,6 +98,46 @@ class Space:
 
 
 @dataclass(frozen=True, slots=True)
+class PointResult:
+    """One point served to the end: its cost, latency percentiles, goodput and volume (plain numbers).
+
+    `as_dict()` is its JSON row (the point's fields under "config"); `flat()` the shape of plan's best and
+    Pareto rows (the point's fields at the top level). Field order is the JSON's key order.
+    """
+
+    point: Point
+    cost_per_hour: float
+    ttft_s: float | None  # at the SLO's percentile (None: no request finished)
+    tpot_s: float | None
+    ttft_p99_s: float | None
+    tpot_p99_s: float | None
+    goodput_rps: float
+    goodput_per_dollar: float | None
+    usd_per_mtok: float | None
+    throughput_out_tok_s: float
+    requests_completed: int
+    sim_time_s: float
+    preemptions: int
+
+    def figures(self) -> dict[str, Any]:
+        """Every field but the point, in order."""
+        return {f: getattr(self, f) for f in _FIGURES}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON row: {"config": the point's fields, then every figure}."""
+        return {"config": self.point.as_dict(), **self.figures()}
+
+    def flat(self) -> dict[str, Any]:
+        """The point's fields and the figures in one mapping (plan's best and Pareto rows)."""
+        d = self.point.as_dict()
+        d.update(self.figures())
+        return d
+
+
+_FIGURES = tuple(f for f in PointResult.__dataclass_fields__ if f != "point")
+
+
+@dataclass(frozen=True, slots=True)
 class Slo:
     """Latency targets on one percentile of completed requests (None: no target on that metric)."""
 
@@ -148,7 +190,7 @@ def parse_pd_list(text: str, replicas: Iterable[int]) -> tuple[tuple[int, int], 
 def parse_routers(text: str) -> tuple[str, ...]:
     """'round-robin,kv-aware' or 'all' -> router names, each one of ROUTERS."""
     if text.strip() == "all":
-        return ROUTERS
+        return tuple(ROUTERS)
     names = parse_names(text, "--router")
     for n in names:
         if n not in ROUTERS:
@@ -219,15 +261,15 @@ def slo_bounds(point: Point, base: EngineConfig, percentile: float) -> tuple[flo
     ttft = None
     if base.requests is not None:
         # The run's own prompts: the lane's seeded sampler, clipped as the lane clips them (this engine never runs).
-        prompts = eng.lane.s_prompt.take(int(base.requests)).astype(np.float64)
+        prompts = eng.lanes[0].source.s_prompt.take(int(base.requests)).astype(np.float64)
         one, zero = np.ones_like(prompts), np.zeros_like(prompts)
         t = sm.times_agg(prompts, zero, zero, prompts * prompts / 2, sm.model.local_pairs(zero, prompts), one, zero)
         ttft = _pct(t + (0.0 if sm.opts.ideal else sm.runtime.request_overhead_s), percentile)
     return ttft, tpot
 
 
-def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | None = None) -> dict[str, Any]:
-    """Serve the workload on the point's deployment to the end and return its numbers (plain floats, JSON-ready).
+def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | None = None) -> PointResult:
+    """Serve the workload on the point's deployment to the end and return its numbers.
 
     One replica runs on the engine itself (a fleet of one gives the same numbers; the engine also replays
     --workload files and --trace); more run as a fleet.
@@ -250,21 +292,9 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
         ok &= ~(tpot > slo.tpot)  # a one-token answer has no TPOT: it cannot miss it
     good = int(ok.sum())
     goodput = good / sim if sim else 0.0
-    return {
-        "config": point.as_dict(),
-        "cost_per_hour": cost_h,
-        "ttft_s": _pct(ttft, q),
-        "tpot_s": _pct(tpot, q),
-        "ttft_p99_s": _pct(ttft, 99),
-        "tpot_p99_s": _pct(tpot, 99),
-        "goodput_rps": goodput,
-        "goodput_per_dollar": goodput * 3600.0 / cost_h if cost_h else None,
-        "usd_per_mtok": usd / tokens * 1e6 if tokens else None,
-        "throughput_out_tok_s": m["throughput_out_tok_s"],
-        "requests_completed": m["requests_completed"],
-        "sim_time_s": sim,
-        "preemptions": m["preemptions"],
-    }
+    return PointResult(point, cost_h, _pct(ttft, q), _pct(tpot, q), _pct(ttft, 99), _pct(tpot, 99), goodput,
+                       goodput * 3600.0 / cost_h if cost_h else None, usd / tokens * 1e6 if tokens else None,
+                       m["throughput_out_tok_s"], m["requests_completed"], sim, m["preemptions"])
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -273,14 +303,13 @@ def _pct(x: np.ndarray, q: float) -> float | None:
     return None if v is None else v[0]
 
 
-def misses(r: dict[str, Any], slo: Slo) -> list[str]:
+def misses(r: PointResult, slo: Slo) -> list[str]:
     """The SLO terms a result fails, as 'p90 TTFT 0.31 s > 0.2 s' (empty: it meets them all)."""
     out = []
-    for name, key, target in (("TTFT", "ttft_s", slo.ttft), ("TPOT", "tpot_s", slo.tpot)):
-        v = r[key]
+    for name, v, target in (("TTFT", r.ttft_s, slo.ttft), ("TPOT", r.tpot_s, slo.tpot)):
         if target is not None and v is not None and v > target:
             out.append(f"{slo.key} {name} {v:.3g} s > {target:g} s")
-    if slo.ttft is not None and r["ttft_s"] is None:
+    if slo.ttft is not None and r.ttft_s is None:
         out.append("no request finished")
     return out
 
@@ -290,39 +319,26 @@ def misses(r: dict[str, Any], slo: Slo) -> list[str]:
 Job = tuple[Point, EngineConfig, Slo, float | None]  # what evaluate() takes: one grid point and its context
 
 
-def _evaluate_job(job: Job) -> dict[str, Any]:
+def _evaluate_job(job: Job) -> PointResult:
     """evaluate() on a packed job (what a worker process or a Ray task runs)."""
     return evaluate(*job)
 
 
 def serial_map(jobs: list[Any], fn: Callable[[Any], Any] = _evaluate_job) -> Iterator[tuple[int, Any]]:
     """Run `fn` (by default evaluate) on jobs one after another in this process, yielding (index, result)."""
-    for i, job in enumerate(jobs):
-        yield i, fn(job)
+    return pool.serial_map(jobs, fn)
 
 
 def pool_map(jobs: list[Any], workers: int, fn: Callable[[Any], Any] = _evaluate_job) -> Iterator[tuple[int, Any]]:
     """Run `fn` (by default evaluate) on jobs in a local process pool, yielding (index, result) as they finish
-    (any order); in this process when there is one worker or one job."""
-    if workers <= 1 or len(jobs) <= 1:
-        yield from serial_map(jobs, fn)
-        return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as ex:
-        futs = {ex.submit(fn, job): i for i, job in enumerate(jobs)}
-        try:
-            for f in as_completed(futs):
-                yield futs[f], f.result()
-        finally:
-            for f in futs:
-                f.cancel()
+    (any order); in this process when there is one worker or one job (engine.fleet.pool)."""
+    return pool.pool_map(jobs, workers, fn)
 
 
-def run_grid(jobs: list[Job], mapper: Callable[[list[Job]], Iterable[tuple[int, dict[str, Any]]]],
-             on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+def run_grid(jobs: list[Job], mapper: Callable[[list[Job]], Iterable[tuple[int, PointResult]]],
+             on_result: Callable[[int, PointResult], None] | None = None) -> list[PointResult]:
     """Every job's result in grid order, whichever order the mapper finished them in."""
-    out: list[dict[str, Any] | None] = [None] * len(jobs)
+    out: list[PointResult | None] = [None] * len(jobs)
     for i, r in mapper(jobs):
         out[i] = r
         if on_result is not None:
@@ -333,29 +349,29 @@ def run_grid(jobs: list[Job], mapper: Callable[[list[Job]], Iterable[tuple[int, 
     return [r for r in out if r is not None]
 
 
-def pareto(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pareto(results: list[PointResult]) -> list[PointResult]:
     """Results no other result beats on $/Mtok, TTFT and TPOT at once (sorted by $/Mtok)."""
-    keys = ("usd_per_mtok", "ttft_s", "tpot_s")
-    pts = [r for r in results if all(r[k] is not None for k in keys)]
+    pts = [(r, (r.usd_per_mtok, r.ttft_s, r.tpot_s)) for r in results]
+    pts = [(r, a) for r, a in pts if None not in a]
     front = []
-    for r in pts:
-        a = [r[k] for k in keys]
-        dominated = any(all(o[k] <= v for k, v in zip(keys, a, strict=True)) and any(o[k] < v for k, v in
-                        zip(keys, a, strict=True)) for o in pts)
+    for r, a in pts:
+        dominated = any(all(x <= v for x, v in zip(b, a, strict=True)) and any(x < v for x, v in
+                        zip(b, a, strict=True)) for _, b in pts)
         if not dominated:
             front.append(r)
-    return sorted(front, key=lambda r: (r["usd_per_mtok"], r["ttft_s"], r["tpot_s"]))
+    return sorted(front, key=lambda r: (r.usd_per_mtok, r.ttft_s, r.tpot_s))
 
 
-def summarize(results: list[dict[str, Any]], pruned: list[dict[str, Any]], slo: Slo) -> dict[str, Any]:
-    """Best (cheapest per hour meeting the SLOs; ties by goodput), the Pareto front, and everything infeasible."""
+def summarize(results: list[PointResult], pruned: list[dict[str, Any]], slo: Slo) -> dict[str, Any]:
+    """Best (cheapest per hour meeting the SLOs; ties by goodput), the Pareto front, and everything infeasible:
+    plan's JSON report (results as rows, see PointResult)."""
     ok = [r for r in results if not misses(r, slo)]
-    infeasible = list(pruned) + [{"config": r["config"], "why": "; ".join(misses(r, slo))}
+    infeasible = list(pruned) + [{"config": r.point.as_dict(), "why": "; ".join(misses(r, slo))}
                                  for r in results if misses(r, slo)]
-    best = min(ok, key=lambda r: (r["cost_per_hour"], -r["goodput_rps"], r["usd_per_mtok"] or 0.0)) if ok else None
+    best = min(ok, key=lambda r: (r.cost_per_hour, -r.goodput_rps, r.usd_per_mtok or 0.0)) if ok else None
     out: dict[str, Any] = {
-        "best": None if best is None else _flat(best),
-        "pareto": [_flat(r) for r in pareto(results)],
+        "best": None if best is None else best.flat(),
+        "pareto": [r.flat() for r in pareto(results)],
         "evaluated": len(results),
         "pruned": len(pruned),
         "feasible": len(ok),
@@ -367,27 +383,21 @@ def summarize(results: list[dict[str, Any]], pruned: list[dict[str, Any]], slo: 
     return out
 
 
-def _flat(r: dict[str, Any]) -> dict[str, Any]:
-    """A result with its config's fields at the top level (the JSON shape of best and pareto rows)."""
-    d = dict(r["config"])
-    d.update({k: v for k, v in r.items() if k != "config"})
-    return d
-
-
-def binding(results: list[dict[str, Any]], slo: Slo) -> dict[str, Any]:
+def binding(results: list[PointResult], slo: Slo) -> dict[str, Any]:
     """When nothing meets the SLOs: which target binds and the nearest point (smallest worst ratio to target)."""
     terms = [(n, k, t) for n, k, t in (("TTFT", "ttft_s", slo.ttft), ("TPOT", "tpot_s", slo.tpot)) if t is not None]
 
-    def worst(r: dict[str, Any]) -> float:
-        return max((r[k] / t if r[k] is not None else math.inf) for _, k, t in terms)
+    def worst(r: PointResult) -> float:
+        return max((getattr(r, k) / t if getattr(r, k) is not None else math.inf) for _, k, t in terms)
 
-    near = min(results, key=lambda r: (worst(r), r["cost_per_hour"]))
-    lowest = {n: min((r[k] for r in results if r[k] is not None), default=None) for n, k, _ in terms}
+    near = min(results, key=lambda r: (worst(r), r.cost_per_hour))
+    lowest = {n: min((getattr(r, k) for r in results if getattr(r, k) is not None), default=None)
+              for n, k, _ in terms}
     alone = [n for n, k, t in terms if lowest[n] is None or lowest[n] > t]
     # A target binds alone if no point meets it; otherwise the pair binds together (each is met somewhere).
     binds = " and ".join(alone) if alone else " + ".join(n for n, _, _ in terms) + " together"
-    return {"binds": binds, "lowest": lowest, "nearest": _flat(near),
-            "would_need": {n: near[k] for n, k, t in terms if near[k] is None or near[k] > t}}
+    need = {n: getattr(near, k) for n, k, t in terms if getattr(near, k) is None or getattr(near, k) > t}
+    return {"binds": binds, "lowest": lowest, "nearest": near.flat(), "would_need": need}
 
 
 def binding_line(b: dict[str, Any], slo: Slo) -> str:

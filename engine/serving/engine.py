@@ -13,8 +13,8 @@ forward for both (a fleet of replicas is more lanes on the same clock, with a ro
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from engine import budget
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
+from engine.fleet.spec import FleetSpec
 from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
@@ -31,24 +32,13 @@ from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rol
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
 from engine.serving.snapshot import Phase, RequestView, Snapshot
-from engine.serving.tables import BLOCK, SHIFT, Rows, done_view
-from engine.traffic.arrivals import Budget, PlanScript, Script, TraceScript
-from engine.traffic.trace import load_trace
-from engine.traffic.workload import Dist, parse_dist, seeded_rngs
-from engine.traffic.workload_file import Plan, load_workload
+from engine.serving.tables import BLOCK, done_view
+from engine.traffic.arrivals import Budget, Script
+from engine.traffic.source import RequestSource, Workload, load_script, run_bounds
+from engine.traffic.workload import seeded_rngs
 
 SNAPSHOT_QUEUE_ROWS = 1024  # queued requests shown in a snapshot (the count is always exact)
 assert set(SCHEDULERS) == set(POLICIES), "config.SCHEDULERS and the scheduler classes name the same policies"
-
-
-@dataclass(frozen=True, slots=True)
-class _Workload:
-    """The config's length distributions, parsed once."""
-
-    prompt: Dist
-    output: Dist
-    think: Dist
-    think_time: Dist
 
 
 class Engine:
@@ -66,7 +56,7 @@ class Engine:
     # ---- building -----------------------------------------------------------------------------
     def _build(self, cfg: EngineConfig) -> None:
         """Validate the config (InputError, one line) and lay out the lanes."""
-        _validate(cfg)
+        check_config(cfg)
         hw = load_hardware(cfg.hardware)
         model = load_model(cfg.model)
         # Every step option the config names (tp, dtypes, ideal, runtime, multipliers, ...) is passed through.
@@ -75,36 +65,37 @@ class Engine:
         sm.check_fits()
         self._cfg = cfg
         self._sm = sm
-        self._wl = _Workload(parse_dist(cfg.prompt, "--prompt", 1), parse_dist(cfg.output, "--output", 1),
-                             parse_dist(cfg.think, "--think", 0), parse_dist(cfg.think_time, "--think-time", 0))
+        self._wl = Workload.of(cfg)
         check_spec(cfg.spec_tokens, cfg.spec_accept)
         self._drafter = Drafter(sm, cfg.spec_draft, cfg.spec_tokens) if cfg.spec_tokens else None
         blocks = self._pool_blocks(sm)
-        self._script = self._load_script(cfg)
-        if self._script is None:  # a file's lengths are clipped to the pool and context, and reported
+        script = load_script(cfg)
+        if script is None:  # a file's lengths are clipped to the pool and context, and reported
             self._check_lengths(sm, blocks)
             wl = self._wl
             est = budget.estimate(cfg, sm, blocks, wl.prompt, wl.output, wl.think, wl.think_time)
             budget.check(est, bounded=cfg.requests is not None or cfg.duration is not None, force=cfg.force)
-        self._budget = Budget(*self._bounds(cfg))
+        self._budget = Budget(*run_bounds(cfg, script))
         rngs = seeded_rngs(cfg.seed, 10)
-        self._lanes = [self._lane(False, blocks, rngs[:5])]
+        self._lanes = [self._lane(False, blocks, rngs[:5], script)]
         if cfg.fast_share > 0:
-            self._lanes.append(self._lane(True, blocks, rngs[5:]))
+            self._lanes.append(self._lane(True, blocks, rngs[5:], script))
         self._tick = 0
         self._clock = 0.0
-        self._pinned = 0  # blocks held for KV copies (see pin)
 
-    def _lane(self, fast: bool, blocks: int, rngs: list[np.random.Generator]) -> Lane:
-        """One lane of this engine: the fast one serves fast_share of the users at fast_max_batch."""
+    def _lane(self, fast: bool, blocks: int, rngs: list[np.random.Generator], script: Script | None) -> Lane:
+        """One lane of this engine and the source of its requests: the fast one serves fast_share of the users
+        at fast_max_batch (its own arrivals and lengths, the engine's ids and bounds)."""
         cfg, wl = self._cfg, self._wl
         share = cfg.fast_share if fast else 1.0 - cfg.fast_share
-        spec = LaneSpec(fast=fast, fast_share=cfg.fast_share, rate=cfg.rate * share, prompt=wl.prompt,
-                        output=wl.output, think=wl.think, think_time=wl.think_time, slo_ttft=cfg.slo_ttft,
-                        slo_tpot=cfg.slo_tpot, debug=cfg.debug, prefix_caching=prefix_caching(cfg),
-                        spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept, drafter=self._drafter, seed=cfg.seed,
-                        host_blocks=self._host_blocks())
-        return Lane(spec, self._sm, self._scheduler(fast), self._budget, blocks, rngs, self._script)
+        cap = min(self._sm.model.max_context, blocks * BLOCK)
+        src = RequestSource(wl, self._budget, rngs, cap, script, fast, cfg.fast_share, cfg.rate * share)
+        spec = LaneSpec(fast=fast, think=wl.think, slo_ttft=cfg.slo_ttft, slo_tpot=cfg.slo_tpot, debug=cfg.debug,
+                        prefix_caching=prefix_caching(cfg), spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept,
+                        drafter=self._drafter, seed=cfg.seed, host_blocks=self._host_blocks())
+        lane = Lane(spec, self._sm, self._scheduler(fast), blocks, src, max(1, len(src.stages)))
+        src.outstanding = partial(users_out, lane)  # a stage re-activating users skips those with a request here
+        return lane
 
     def _host_blocks(self) -> int:
         """KV offload: blocks of --kv-offload-gb host memory (per GPU, as the pool)."""
@@ -115,31 +106,6 @@ class Engine:
         if g and not prefix_caching(cfg):
             raise InputError("--kv-offload-gb keeps blocks the prefix cache reclaims: it needs --prefix-caching on")
         return int(g * 1e9 // (BLOCK * sm.kv_bytes_per_token))
-
-    def _load_script(self, cfg: EngineConfig) -> Script | None:
-        """The workload file's plan or the trace the config names (one-line InputErrors for bad files)."""
-        if cfg.workload is None and cfg.trace is None:
-            return None
-        if cfg.workload is not None and cfg.trace is not None:
-            raise InputError("--workload and --trace both say where requests come from: give one")
-        if cfg.fast_share > 0:
-            raise InputError("--fast-share splits closed-loop users; it does not apply to --workload or --trace")
-        if cfg.workload is not None:
-            wl = load_workload(cfg.workload, cfg.prompt, cfg.output, cfg.think)
-            return PlanScript(Plan(wl, cfg.seed))
-        return TraceScript(load_trace(cfg.trace, cfg.trace_speed))
-
-    def _bounds(self, cfg: EngineConfig) -> tuple[int | None, int, float | None]:
-        """Request limit, closed-loop users and duration: a workload file runs its stages' time; a trace its
-        rows (--requests and --duration cut either short)."""
-        s = self._script
-        if isinstance(s, PlanScript):
-            d = s.plan.wl.duration
-            return cfg.requests, s.plan.wl.stages[0].users, d if cfg.duration is None else min(d, cfg.duration)
-        if isinstance(s, TraceScript):
-            n = len(s.trace)
-            return (n if cfg.requests is None else min(n, cfg.requests)), 0, cfg.duration
-        return cfg.requests, cfg.users, cfg.duration
 
     def _scheduler(self, fast: bool) -> Scheduler:
         """The config's policy for one lane; the fast lane's batch is capped at fast_max_batch."""
@@ -226,111 +192,6 @@ class Engine:
     def kv_blocks_total(self) -> int:
         """KV pool size in 16-token blocks (per GPU group of the main lane)."""
         return self._lanes[0].pool.total
-
-    # ---- driven from outside: a fleet's replica ---------------------------------------------------------------
-    # A fleet draws and routes the requests itself: each replica is an engine with no users and no rate whose main
-    # lane it feeds (accept, admit_copied), steps (step_lane) and hears from (on_complete).
-    @property
-    def lane(self) -> Lane:
-        """The main lane (one GPU group): its tables, pool and stats, for a fleet to read."""
-        return self._lanes[0]
-
-    def accept(self, rows: Rows) -> None:
-        """Queue requests drawn elsewhere (already clipped to fit) at the tail of the main lane's FIFO."""
-        ln = self._lanes[0]
-        ln.stats.accepted += len(rows)
-        self._budget.accepted += len(rows)
-        ln.note_content(rows)
-        ln.Q.append(rows)
-
-    def admit_copied(self, row: Rows) -> None:
-        """A request whose KV cache was copied in (prefill/decode disaggregation) joins the main lane's running
-        batch with the blocks the caller reserved for it; it still computes its prompt's last token."""
-        ln = self._lanes[0]
-        row.seq[0] = ln.seq
-        ln.seq += 1
-        ln.R.append(row)
-        ln.n_pf += 1
-        ln.stats.accepted += 1
-        self._budget.accepted += 1
-
-    def step_lane(self, limit: float, max_steps: int) -> int:
-        """Move the main lane on by one step, or by a run of up to `max_steps` quiet decode steps priced at once
-        (the same numbers), none starting at or after `limit`; returns the ticks taken."""
-        ln = self._lanes[0]
-        prev = ln.clock
-        k = ln.jump(limit, max_steps) if max_steps >= 2 and self.skip_quiet else 0
-        if not k:
-            ln.step(limit, self._tick + 1, want=False)
-            k = 1
-        self._tick += k
-        self._clock = ln.clock
-        if self._cfg.debug and not self._pinned:  # pinned blocks belong to no request: the check would miscount
-            ln.check(prev)
-        return k
-
-    def pin(self, blocks: int) -> None:
-        """Hold (or, negative, let go of) KV blocks of the main lane's pool that no request here holds: a KV copy
-        on its way out of or into this GPU group. The pool counts them as used."""
-        pool = self._lanes[0].pool
-        self._pinned += blocks
-        if blocks >= 0:
-            pool.take(blocks)
-        else:
-            pool.give(-blocks)
-
-    # ---- driven from outside: a fleet's source of requests -------------------------------------------------
-    # A fleet draws its whole workload (users, rate, a workload file's stages, a trace) from one engine built on
-    # the full config, which it never steps: the rows come out drawn exactly as a lane draws its own.
-    @property
-    def next_arrival(self) -> float:
-        """When the main lane's next request (or workload stage) is due (inf: none within the run's bounds)."""
-        return self._lanes[0].next_arrival
-
-    def draw_due(self, t: float) -> Rows:
-        """Every request due by t, with its lengths, content and stage drawn as the main lane draws its own,
-        handed over (in arrival order) instead of queued."""
-        ln = self._lanes[0]
-        assert not ln.Q.size, "draw_due is for an engine that only draws: its queue stays empty"
-        ln._arrive(t)
-        rows = ln.Q.rows().copy()
-        ln.Q.pop(len(rows))
-        return rows
-
-    def wake(self, users: np.ndarray, t: float) -> None:
-        """Closed-loop users whose answers finished at t (served elsewhere) think, then send again."""
-        self._lanes[0].arrivals.think(users, t)
-
-    @property
-    def requests_accepted(self) -> int:
-        """Requests the run has taken so far (drawn, whatever served them)."""
-        return self._budget.accepted
-
-    @property
-    def stages(self) -> tuple[Any, ...]:
-        """A workload file's stages (empty for any other workload)."""
-        return self._script.plan.wl.stages if isinstance(self._script, PlanScript) else ()
-
-    def count_stages(self, n: int) -> None:
-        """Keep per-stage latencies for n stages of requests fed from outside (each row carries its stage).
-        Before the first step only."""
-        ln = self._lanes[0]
-        ln.stats = ln.new_stats(n)
-        ln.staged = n > 1
-
-    def rates(self) -> Rates:
-        """Per-GPU peaks and the price of one GPU group: what run metrics are computed against."""
-        return self._rates()
-
-    def cached_blocks(self, keys: np.ndarray) -> int:
-        """How many leading blocks of these content keys (prefix_keys) the main lane's prefix cache holds now:
-        what admission would reuse (0 with prefix caching off)."""
-        return self._lanes[0].pool.match(keys)
-
-    def on_complete(self, fn: Callable[[Rows], None] | None) -> None:
-        """Call fn with the rows of every request the main lane finishes (their done column set), however it
-        stepped: how a fleet hands a prompt on to a decode replica or wakes a closed-loop user."""
-        self._lanes[0].on_done = fn
 
     # ---- running ------------------------------------------------------------------------------
     def step(self) -> TickResult:
@@ -431,7 +292,7 @@ class Engine:
             was_dormant = lane.dormant
             if was_dormant:
                 lane.clock = max(lane.clock, self._clock)
-            lane.set_users(n, max(lane.clock, self._clock) if was_dormant else lane.clock)
+            lane.source.set_users(n, max(lane.clock, self._clock) if was_dormant else lane.clock)
         self._cfg = replace(self._cfg, users=n)
 
     def _set_step_model(self, sm: StepModel) -> list[int]:
@@ -479,7 +340,7 @@ class Engine:
         cfg = replace(self._cfg, scheduler=name, max_batch=self._cfg.max_batch if max_batch is None else max_batch,
                       max_batched_tokens=self._cfg.max_batched_tokens if max_batched_tokens is None
                       else max_batched_tokens)
-        _validate(cfg)
+        check_config(cfg)
         self._cfg = cfg
         for lane in self._lanes:
             lane.set_scheduler(self._scheduler(lane.fast))
@@ -489,7 +350,7 @@ class Engine:
         self._build(config or self._cfg)
 
     # ---- reading ------------------------------------------------------------------------------
-    def _rates(self) -> Rates:
+    def rates(self) -> Rates:
         """Per-GPU peaks (the step model's roof, what-if knobs applied) and the price of one lane's GPU group."""
         sm, cfg = self._sm, self._cfg
         price = cfg.price_per_hour if cfg.price_per_hour is not None else sm.hw.price_per_hour
@@ -573,7 +434,7 @@ class Engine:
 
     def rolling_metrics(self) -> dict[str, float]:
         """What the UI shows now: rates over the last HISTORY_POINTS ticks, latencies over the last 256 answers."""
-        return rolling(self._lanes, self._rates()).as_dict()
+        return rolling(self._lanes, self.rates()).as_dict()
 
     def metrics(self, fast: bool | None = None) -> dict[str, Any]:
         """Run metrics (the `tokensim run --json` keys) plus the rolling ones; `fast` picks one lane."""
@@ -582,25 +443,19 @@ class Engine:
             raise InputError("this engine has no fast lane (fast_share is 0)")
         cfg, sm = self._cfg, self._sm
         slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
-        stages = self._script.plan.wl.stages if isinstance(self._script, PlanScript) else ()
-        return run_metrics(lanes, self._rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
+        stages = self._lanes[0].source.stages
+        return run_metrics(lanes, self.rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
                            cfg.tp, stages).as_dict()
 
     @property
-    def spec(self) -> FleetSpec:  # noqa: F821 (a forward name: the fleet module imports this one)
+    def spec(self) -> FleetSpec:
         """This engine as a deployment (engine.simulator.Simulator): one replica of its live configuration."""
-        from engine.fleet.fleet import FleetSpec  # the fleet module builds on this one
-
         return FleetSpec(self._cfg)
 
 
-def prefix_keys(row: Rows) -> np.ndarray:
-    """Content keys of the leading blocks of one request's prompt that another request could have cached (its
-    group's shared prefix, a shared prompt, a session's history), as the prefix cache keys them; never the
-    block holding its last token, which admission always computes."""
-    z = np.zeros(1, dtype=np.int64)
-    n = np.minimum((row.target - 1) >> SHIFT, Lane._shareable(row.prompt, row.prefix, row.body, row.sess))
-    return Lane._keys(row.id, row.group, row.prefix, row.body, row.sess, row.prompt, z, np.maximum(n, 0), z)
+def users_out(lane: Lane) -> np.ndarray:
+    """Closed-loop users with a request queued, preempted or running in this lane."""
+    return np.concatenate([lane.R.col("user"), lane.P.col("user"), lane.Q.col("user")])
 
 
 # ---- validation -------------------------------------------------------------------------------------
@@ -617,7 +472,7 @@ def prefix_caching(cfg: EngineConfig) -> bool:
     return isinstance(cfg.runtime, str) and cfg.runtime in CACHING_RUNTIMES
 
 
-def _validate(cfg: EngineConfig) -> None:
+def check_config(cfg: EngineConfig) -> None:
     """Contradictory or impossible options: one clear line each (the checks of engine.validation)."""
     V.text(cfg.scheduler, "--scheduler", choices=SCHEDULERS, what="scheduler")
     V.whole(cfg.max_batch, "--max-batch", lo=1)

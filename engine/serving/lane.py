@@ -27,13 +27,11 @@ from engine.serving.kvpool import KVPool
 from engine.serving.prefix_cache import TAG_REQUEST, chain_keys, stream_id
 from engine.serving.scheduler import Scheduler
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for
-from engine.traffic.arrivals import Arrivals, Budget, PlanScript, Script
-from engine.traffic.workload import Dist, Sampler
-from engine.traffic.workload_file import Requests
-from engine.validation import MAX_SECONDS
+from engine.traffic.workload import Dist
 
 if TYPE_CHECKING:
     from engine.serving.trace_out import Recorder
+    from engine.traffic.source import RequestSource
 
 IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing coming (e.g. zero users)
 
@@ -78,54 +76,12 @@ def idle_result(tick: int, t1: float, dt: float, fast: bool, admitted: np.ndarra
 
 
 
-def draw_lengths(s_prompt: Sampler, s_think: Sampler, s_output: Sampler,
-                 k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """k requests' seeded prompt, think and output lengths, and which of them a sampler pulled down."""
-    before = s_think.clipped + s_output.clipped  # samplers count what they pull down: unchanged, nothing was
-    prompt = s_prompt.take(k)
-    think = s_think.take(k)
-    output = s_output.take(k)
-    if s_think.clipped + s_output.clipped == before:
-        return prompt, think, output, s_prompt.last_clipped
-    return prompt, think, output, s_prompt.last_clipped | s_think.last_clipped | s_output.last_clipped
-
-
-def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, think: np.ndarray, output: np.ndarray,
-             clipped: np.ndarray, cap_tokens: int, into: Rows | None = None) -> tuple[Rows, int]:
-    """New request rows with the next ids, lengths clipped so a request's whole cache (prompt + every generated
-    token) fits the context and the pool; also the number of requests clipped, each counted once. `into`: blank
-    rows to fill (a table's, see Table.extend), else fresh ones."""
-    k = len(tt)
-    room = cap_tokens - prompt
-    over = think + output > room
-    if over.any():
-        clipped = clipped | over
-        think = np.where(over, np.minimum(think, room - 1), think)
-        output = np.where(over, np.maximum(1, room - think), output)
-    r = Rows.new(k) if into is None else into
-    r.id[:] = np.arange(b.next_id, b.next_id + k)
-    r.user[:] = uu
-    r.prompt[:] = prompt
-    r.think[:] = think
-    r.total[:] = think + output
-    r.target[:] = prompt
-    r.arrival[:] = tt
-    b.next_id += k
-    b.accepted += k
-    return r, int(np.count_nonzero(clipped))
-
-
 @dataclass(frozen=True, slots=True)
 class LaneSpec:
     """What a lane serves and how it judges answers (built by the Engine from its config)."""
 
     fast: bool  # the fast lane: serves only fast users, at its own batch cap
-    fast_share: float  # fraction of closed-loop users that are fast (0: no fast lane)
-    rate: float  # this lane's open-loop arrivals per second
-    prompt: Dist
-    output: Dist
-    think: Dist
-    think_time: Dist
+    think: Dist  # hidden thinking lengths (fixed at 0: every token is visible)
     slo_ttft: float | None
     slo_tpot: float | None
     debug: bool
@@ -140,13 +96,13 @@ class LaneSpec:
 class Lane:
     """One GPU group serving its share of the users: tables R (running), Q (queue), P (preempted)."""
 
-    def __init__(self, spec: LaneSpec, sm: StepModel, sched: Scheduler, budget: Budget, pool_blocks: int,
-                 rngs: list[np.random.Generator], script: Script | None = None) -> None:
+    def __init__(self, spec: LaneSpec, sm: StepModel, sched: Scheduler, pool_blocks: int, source: RequestSource,
+                 stages: int = 1) -> None:
         self.spec = spec
         self.fast = spec.fast
         self.sm = sm
         self.sched = sched
-        self.budget = budget
+        self.source = source  # where this lane's requests come from (engine.traffic.source)
         self.clock = 0.0
         self._async = sm.runtime.async_scheduling and not sm.opts.ideal
         self._chosen_at: float | None = None  # when the next step's batch was chosen (async scheduling), else None
@@ -162,34 +118,17 @@ class Lane:
         self.spec_rng = np.random.default_rng([spec.seed, 0x5BEC, int(spec.fast)])
         self.n_pf = 0  # running rows still prefilling (cached < target)
         self.seq = 0  # admission order: the newest running request is the last row of R
-        # samplers: independent streams, so lengths never depend on how arrivals interleave
         self.cap_tokens = min(sm.model.max_context, pool_blocks * BLOCK)
-        self.s_prompt = Sampler(spec.prompt, rngs[0], True, 1, max(1, self.cap_tokens - 1))
-        # Every sampled length is bounded (a draw of 1e30 tokens becomes the cap, and counts as clipped).
-        self.s_output = Sampler(spec.output, rngs[1], True, 1, max(1, self.cap_tokens))
-        self.s_think = Sampler(spec.think, rngs[2], True, 0, max(0, self.cap_tokens))
         self.think_zero = spec.think.is_fixed and spec.think.a == 0
-        self.arrivals = Arrivals(budget, spec.fast, spec.fast_share, spec.rate,
-                                 Sampler(spec.think_time, rngs[3], False, 0.0, MAX_SECONDS),
-                                 Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
         # The call that builds the last step's StepCost, kept until someone reads last_cost (headless runs never do).
         self._priced: Callable[[], StepCost] | None = None
-        stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
         self.stats = self.new_stats(stages)
         self.rec: Recorder | None = None  # engine.serving.trace_out's recorder, when the run is traced
         self.staged = self.stats.stages > 1
         self.on_done: Callable[[Rows], None] | None = None  # told of every finished request (a fleet's router)
-        # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.
-        self.script = script
         self._blocked: tuple[int, int, int, int] = (-1, -1, 0, 0)  # (head id, keys added, free, planned) that failed
         self._head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
         self.shared_content = False  # some request shares tokens with another (only then are blocks keyed as filled)
-        self.stage = -1
-        self.next_stage = math.inf
-        if isinstance(script, PlanScript):
-            self.stage, self.next_stage = 0, 0.0
-            budget.users = script.plan.wl.stages[0].users
-        self.set_users(budget.users, 0.0)
 
     # ---- configuration ------------------------------------------------------------------------
     def set_scheduler(self, sched: Scheduler) -> None:
@@ -201,18 +140,11 @@ class Lane:
         """Largest batch the histogram counts: every running request holds a block, so never above the pool."""
         return max(1, min(sched.max_batch, self.pool.total))
 
-    def set_users(self, n: int, t: float) -> None:
-        """Users [0, n) are active; ours start sending at t if idle; the rest stop after their answer."""
-        outstanding = np.concatenate([self.R.col("user"), self.P.col("user"), self.Q.col("user")])
-        self.arrivals.set_users(n, t, outstanding)
-
     def set_pool(self, blocks_total: int) -> list[int]:
         """Resize the KV pool; if it shrank below what is held, preempt the newest until it fits."""
         self.pool.resize(blocks_total)
         self.cap_tokens = min(self.sm.model.max_context, blocks_total * BLOCK)
-        self.s_prompt.hi = max(1, self.cap_tokens - 1)
-        self.s_output.hi = max(1, self.cap_tokens)
-        self.s_think.hi = max(0, self.cap_tokens)
+        self.source.set_cap(self.cap_tokens)
         self.stats.set_max_batch(self._hist_cap(self.sched))
         out = []
         while self.pool.used > self.pool.total and self.R.n:
@@ -245,11 +177,8 @@ class Lane:
 
     @property
     def next_arrival(self) -> float:
-        """Time of the next request (or stage change) this lane will get (inf past the run's bounds)."""
-        t = self.arrivals.next_time
-        if self.script is not None:
-            t = min(t, self.budget.bound(min(self.script.next_time, self.next_stage)))
-        return t
+        """Time of the next request (or stage change) this lane's source will give it (inf past the run's bounds)."""
+        return self.source.next_time
 
     @property
     def waiting(self) -> int:
@@ -276,54 +205,15 @@ class Lane:
 
     # ---- arrivals -----------------------------------------------------------------------------
     def _arrive(self, t: float) -> None:
-        """Turn every send, Poisson and scripted arrival at or before t into a queued request."""
-        if self.next_stage <= t:
-            self._enter_stages(t)
-        tt, uu, gg = self.arrivals.due_tagged(t, self.script)
-        if len(tt):
-            self._create(tt, uu, None if self.script is None else self.script.content(gg, uu, tt))
-
-    def _enter_stages(self, t: float) -> None:
-        """Stages that began by t take over: their users (new ones send at the stage's start) and think time."""
-        assert isinstance(self.script, PlanScript)
-        plan = self.script.plan
-        stages = plan.wl.stages
-        while self.next_stage <= t:
-            s = stages[self.stage]
-            self.arrivals.think_time = plan.think_time[s.index]
-            self.budget.users = s.users
-            self.set_users(s.users, s.start)
-            if self.stage + 1 < len(stages):
-                self.stage += 1
-                self.next_stage = stages[self.stage].start
-            else:
-                self.next_stage = math.inf
-
-    def _create(self, tt: np.ndarray, uu: np.ndarray, content: Requests | None = None) -> None:
-        """Append k new requests to the queue, with seeded (or scripted) lengths clipped to what the model and
-        pool allow."""
-        k = len(tt)
-        b = self.budget
-        if content is None:
-            prompt, think, output, clipped = draw_lengths(self.s_prompt, self.s_think, self.s_output, k)
-        else:
-            prompt = np.minimum(content.prompt, self.s_prompt.hi).astype(np.int64)
-            clipped = content.prompt > prompt
-            think = content.think.copy()
-            output = content.output.copy()
-        r, n_clipped = new_rows(b, tt, uu, prompt, think, output, clipped, self.cap_tokens, self.Q.extend(k))
-        st = self.stats
-        st.clipped += n_clipped
-        if self.fast:
-            r.fast[:] = 1
-        if content is not None:
-            r.group[:] = content.group
-            r.prefix[:] = np.minimum(content.prefix_len, prompt)
-            r.body[:] = content.body
-            r.sess[:] = content.session
-            r.stage[:] = content.stage
+        """Every request this lane's source has due at or before t joins the queue (drawn into its tail)."""
+        src = self.source
+        before = src.clipped
+        r = src.draw(t, self.Q.extend)
+        if r is not None:
+            st = self.stats
+            st.clipped += src.clipped - before
+            st.accepted += len(r)
             self.note_content(r)
-        st.accepted += k
 
     def note_content(self, r: Rows) -> None:
         """Requests joining this lane: once any shares content with another (a group prefix or a body), blocks
@@ -1134,7 +1024,7 @@ class Lane:
         if self.on_done is not None:
             self.on_done(d)
         # Closed-loop users think, then send again (if still active and the run still takes requests).
-        self.arrivals.think(d.user, t)
+        self.source.wake(d.user, t)
         return d.id
 
     # ---- invariants ---------------------------------------------------------------------------
@@ -1171,7 +1061,7 @@ class Lane:
             f"{lane}: a decoding request's cache is not prompt + generated - 1"
         assert (r.gen < r.total).all(), f"{lane}: a running request has all its tokens"
         assert self.n_pf == int(np.count_nonzero(~dec)), f"{lane}: prefill count out of step"
-        a = self.arrivals
+        a = self.source.arrivals
         assert (a.u_next[~a.u_pending] == np.inf).all(), f"{lane}: a user not waiting has a send time"
         ids = np.concatenate([r.id, p.id, q.id])
         assert np.unique(ids).size == ids.size, f"{lane}: a request is in two states at once"

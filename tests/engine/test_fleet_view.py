@@ -128,4 +128,4 @@ def test_engine_for_builds_an_engine_for_one_replica_else_a_fleet() -> None:
     assert isinstance(engine_for(FleetSpec(CLOSED)), Engine)
     assert isinstance(engine_for(FleetSpec(CLOSED, replicas=2)), Fleet)
     assert isinstance(engine_for(FleetSpec(CLOSED, replicas=2, pd=(1, 1))), Fleet)
-    assert engine_for(FleetSpec(EngineConfig(rate=4, requests=5), replicas=2), preroute=False).inbox is None
+    assert engine_for(FleetSpec(EngineConfig(rate=4, requests=5), replicas=2), preroute=False).loop == "events"

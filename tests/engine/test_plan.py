@@ -24,7 +24,7 @@ def test_parsing_lists_ranges_and_splits() -> None:
     assert pl.parse_ints("1-4,8", "--tp") == (1, 2, 3, 4, 8)
     assert pl.parse_pd_list("all", (1, 3)) == ((1, 2), (2, 1))
     assert pl.parse_pd_list("1:1,1:3,1:1", ()) == ((1, 1), (1, 3))
-    assert pl.parse_routers("all") == pl.ROUTERS
+    assert pl.parse_routers("all") == tuple(pl.ROUTERS)
     for bad, match in (("4-2", "backwards"), ("0,1", ">= 1"), ("a", "whole numbers"), ("1-10000000", "more than")):
         with pytest.raises(InputError, match=match):
             pl.parse_ints(bad, "--replicas")
@@ -67,25 +67,25 @@ def test_slo_bounds_never_exceed_what_the_simulation_gives(hw: str, tp: int, rep
     ttft, tpot = pl.slo_bounds(p, BASE, 90.0)
     r = pl.evaluate(p, BASE, SLO)
     assert ttft is not None and tpot is not None
-    assert 0.3 * r["ttft_s"] < ttft <= r["ttft_s"] and 0.5 * r["tpot_s"] < tpot <= r["tpot_s"]
+    assert r.ttft_s is not None and r.tpot_s is not None
+    assert 0.3 * r.ttft_s < ttft <= r.ttft_s and 0.5 * r.tpot_s < tpot <= r.tpot_s
     why = pl.beyond_slo(p, BASE, pl.Slo(ttft=0.99 * ttft, tpot=0.99 * tpot))
     assert why is not None and "TTFT is at least" in why and "TPOT is at least" in why
     assert pl.beyond_slo(p, BASE, pl.Slo(ttft=ttft * 1.01, tpot=tpot * 1.01)) is None
 
 
-def _r(cost: float, usd: float, ttft: float, tpot: float, reps: int) -> dict:
-    cfg = pl.Point("h100-sxm", "generic-14b", 1, reps, None, 256, 8192, "round-robin").as_dict()
-    return {"config": cfg, "cost_per_hour": cost, "usd_per_mtok": usd, "ttft_s": ttft, "tpot_s": tpot,
-            "goodput_rps": 1.0}
+def _r(cost: float, usd: float, ttft: float, tpot: float, reps: int) -> pl.PointResult:
+    p = pl.Point("h100-sxm", "generic-14b", 1, reps, None, 256, 8192, "round-robin")
+    return pl.PointResult(p, cost, ttft, tpot, ttft, tpot, 1.0, 1.0, usd, 100.0, 10, 60.0, 0)
 
 
 def test_pareto_best_and_what_binds() -> None:
     a, b, c, d = _r(1, 0.1, 0.9, 0.05, 1), _r(2, 0.2, 0.3, 0.02, 2), _r(3, 0.3, 0.35, 0.03, 3), _r(4, 0.4, 0.1, 0.02, 4)
     front = pl.pareto([a, b, c, d])
-    assert [r["config"]["replicas"] for r in front] == [1, 2, 4]  # c is beaten by b on all three
+    assert [r.point.replicas for r in front] == [1, 2, 4]  # c is beaten by b on all three
     out = pl.summarize([a, b, c, d], [], pl.Slo(ttft=0.5, tpot=0.03))
     assert out["best"]["replicas"] == 2 and out["feasible"] == 3
-    assert out["infeasible"] == [{"config": a["config"], "why": "p90 TTFT 0.9 s > 0.5 s; p90 TPOT 0.05 s > 0.03 s"}]
+    assert out["infeasible"] == [{"config": a.point.as_dict(), "why": "p90 TTFT 0.9 s > 0.5 s; p90 TPOT 0.05 s > 0.03 s"}]
     none = pl.summarize([a, b, c, d], [], pl.Slo(ttft=0.05, tpot=0.03))
     assert none["best"] is None and none["binding"]["binds"] == "TTFT"
     assert none["binding"]["nearest"]["replicas"] == 4 and none["binding"]["would_need"] == {"TTFT": 0.1}
@@ -102,7 +102,10 @@ def test_pool_and_serial_give_the_same_plan() -> None:
     serial = pl.run_grid(jobs, pl.serial_map)
     pooled = pl.run_grid(jobs, lambda js: pl.pool_map(js, 2))
     assert serial == pooled
-    assert [r["config"] for r in serial] == [p.as_dict() for p in pts]
+    assert [r.point for r in serial] == pts
+    assert list(serial[0].as_dict()) == ["config", "cost_per_hour", "ttft_s", "tpot_s", "ttft_p99_s", "tpot_p99_s",
+                                         "goodput_rps", "goodput_per_dollar", "usd_per_mtok", "throughput_out_tok_s",
+                                         "requests_completed", "sim_time_s", "preemptions"]
     best = pl.summarize(serial, [], SLO)["best"]
     assert best["replicas"] == 1 and best["tp"] == 1 and best["ttft_s"] <= 0.5
 

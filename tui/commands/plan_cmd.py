@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(versioned(out))
         return 0
-    _print(out, results, slo)
+    _print(out, [r.as_dict() for r in results], slo)
     return 0
 
 
@@ -184,7 +184,7 @@ def _nothing_fits(pruned: list[dict[str, Any]], points: list[pl.Point], base: An
     return f"none of the {len(points)} configurations fits ({n} of them because: {why})"
 
 
-def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> list[dict[str, Any]]:
+def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> list[pl.PointResult]:
     """Run the grid, with a progress bar on stderr when it is a terminal."""
     if not show:
         return pl.run_grid(jobs, mapper)

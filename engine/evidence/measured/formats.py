@@ -10,41 +10,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 from engine import validation as V
 from engine.errors import InputError, suggest
+from engine.evidence.measured import results, traces
+from engine.evidence.measured.doc import Doc, Format
 from engine.evidence.measured.record import Measured
-
-
-@dataclass(frozen=True, slots=True)
-class Doc:
-    """A parsed file: `kind` json (one value), jsonl (a list of objects) or csv (a list of rows, keys as written)."""
-
-    label: str
-    kind: str
-    data: Any
-
-    def keys(self) -> set[str]:
-        """The top-level keys of a JSON object, or the keys of the first record of a list (JSON lines, CSV)."""
-        if isinstance(self.data, dict):
-            return set(self.data)
-        if isinstance(self.data, list) and self.data and isinstance(self.data[0], dict):
-            return set(self.data[0])
-        return set()
-
-
-class Format(Protocol):
-    """One file format: `detect` looks only at the Doc's shape; `read` checks it and returns the record."""
-
-    name: str
-    title: str
-
-    def detect(self, doc: Doc) -> bool: ...
-
-    def read(self, doc: Doc) -> Measured: ...
 
 
 def parse(path: str | Path) -> Doc:
@@ -73,9 +45,7 @@ def parse(path: str | Path) -> Doc:
 
 
 def formats() -> dict[str, Format]:
-    """Every known format by name (imported here, not at module load, so the readers can import this module)."""
-    from engine.evidence.measured import results, traces
-
+    """Every known format by name: a new format is one class (results.py or traces.py) and one entry here."""
     return {f.name: f for f in (results.VllmBench(), results.GuideLLM(), results.AIPerf(), results.InferencePerf(),
                                 traces.Mooncake(), traces.BurstGPT())}
 

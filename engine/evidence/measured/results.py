@@ -13,7 +13,7 @@ import numpy as np
 
 from engine import validation as V
 from engine.errors import InputError
-from engine.evidence.measured.formats import Doc
+from engine.evidence.measured.doc import Doc
 from engine.evidence.measured.record import Measured, check_mean, epoch_seconds, make, unit_scale
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError
-from engine.evidence.measured.formats import Doc
+from engine.evidence.measured.doc import Doc
 from engine.evidence.measured.record import Measured, make
 
 
@@ -26,7 +26,6 @@ class Mooncake:
         return doc.kind == "jsonl" and {"timestamp", "input_length", "output_length"} <= doc.keys()
 
     def read(self, doc: Doc) -> Measured:
-        import engine.serving  # noqa: F401  (the trace module's imports need the serving package loaded first)
         from engine.traffic.trace import MOONCAKE_BLOCK_TOKENS, load_trace
 
         t = load_trace(doc.label)

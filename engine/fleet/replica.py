@@ -1,0 +1,245 @@
+"""One replica of a fleet: an Engine with no traffic of its own, fed, stepped and read by the fleet.
+
+An `Engine` draws its own requests (engine.traffic.source) and steps its lanes on its own clock. A replica
+is the same engine built with no users, no rate and no script, so it draws nothing: the fleet queues the
+requests its router sends here (`inject`), hands it copied KV caches (`land`), moves it up to the fleet's next
+event (`step_before`) and hears of every request it finishes (`finished_rows`). Everything a fleet needs to
+know of one replica's tables (load, KV room, cached prefixes, the fewest steps to a finish) is read here, so
+the fleet and its routers never touch a lane.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.fleet.routers import RoutingSnapshot
+from engine.serving.accounting import H
+from engine.serving.engine import Engine
+from engine.serving.lane import Lane
+from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
+
+KV_HISTORY = 128  # steps of KV fill each replica's row carries (ReplicaState.kv_history)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """One replica at a glance (the app's fleet rows): role, KV fill, batch, queue, answers, busy time."""
+
+    index: int
+    role: str  # "both", "prefill", "decode"
+    clock_s: float
+    kv_used: int  # blocks held (copies' pins included)
+    kv_total: int
+    held: int  # blocks pinned by KV copies on their way
+    batch: int  # requests running (copies on their way to the batch not included)
+    queued: int  # requests queued or preempted
+    done: int  # requests finished here (a prefill replica: prompts read)
+    busy_s: float  # simulated seconds spent stepping
+    kv_history: tuple[float, ...] = ()  # KV pool fill (0-1) after each of its last KV_HISTORY steps, oldest first
+
+
+class Replica(Engine):
+    """A fleet's replica (index, role "both", "prefill" or "decode"): its main lane fed from outside."""
+
+    def __init__(self, cfg: EngineConfig, index: int, role: str = "both") -> None:
+        self.index = index
+        self.role = role
+        self.queue_peak = 0
+        self.held = 0  # KV blocks pinned by copies (prefill: until the copy lands; decode: reserved for it)
+        self.inflight = 0  # decode: batch slots reserved for copies on their way
+        self.finished_rows: list[Rows] = []
+        self.calm = -math.inf  # no step that could finish a request starts before this time (see Fleet._calm)
+        self.eventful = 0  # steps ahead that admit a new request, so cannot be a quiet run (see step_before)
+        self.hint = False  # take those steps one by one (set by an open-loop fleet, see Fleet.__init__)
+        self._stages = 1  # workload stages the lane keeps latencies for (see count_stages)
+        # No users, no rate, no bounds, no script: the lane only serves what the fleet injects.
+        super().__init__(replace(cfg, users=0, rate=0.0, requests=None, duration=None, fast_share=0.0,
+                                 workload=None, trace=None))
+
+    def _build(self, cfg: EngineConfig) -> None:
+        """The engine's lanes, then the replica's view of its main lane: per-stage totals for a workload file's
+        stages (each injected row carries its stage), and every finished request reported to the fleet (a prefill
+        replica's prompt to copy, a closed-loop user to wake), however the lane ran the step."""
+        super()._build(cfg)
+        self.lane: Lane = self._lanes[0]
+        self._pinned = 0  # blocks held for KV copies (see hold)
+        self.count_stages(self._stages)
+        self.lane.on_done = self.finished_rows.append
+
+    def count_stages(self, n: int) -> None:
+        """Keep per-stage latencies for n stages of requests fed from outside (each row carries its stage).
+        Before the first step only."""
+        self._stages = n
+        if n > 1:
+            ln = self.lane
+            ln.stats = ln.new_stats(n)
+            ln.staged = True
+
+    # ---- state the fleet reads --------------------------------------------------------------
+    @property
+    def clock(self) -> float:
+        """This replica's own time: its lane's clock (the fleet moves it up to an arrival or a landing)."""
+        return self.lane.clock
+
+    @clock.setter
+    def clock(self, t: float) -> None:
+        self.lane.clock = t
+
+    @property
+    def busy(self) -> bool:
+        """Something queued, preempted or running."""
+        return self.lane.has_work
+
+    @property
+    def load(self) -> int:
+        """Requests queued, preempted or running here."""
+        return self.lane.R.n + self.lane.waiting
+
+    @property
+    def running(self) -> int:
+        """Requests in the batch, plus copies on their way to it."""
+        return self.lane.R.n + self.inflight
+
+    @property
+    def free_blocks(self) -> int:
+        """KV blocks neither a running request nor a copy holds (queued requests will want some of them)."""
+        return self.lane.pool.available  # cached blocks count: they are reclaimed when needed
+
+    def wanted_blocks(self) -> int:
+        """Blocks the requests waiting here (queued or preempted) need to start."""
+        ln = self.lane
+        if not ln.waiting:
+            return 0
+        return int(blocks_for(ln.Q.col("target")).sum()) + int(blocks_for(ln.P.col("target")).sum())
+
+    @property
+    def kv_headroom(self) -> int:
+        """Free KV blocks less what the requests waiting here (queued or preempted) need to start: the room a new
+        request really finds. Free blocks alone read a replica with a long queue behind a full batch (or the
+        batch-size cap) as roomy, so a KV-bound fleet would keep feeding its longest queue."""
+        return self.free_blocks - self.wanted_blocks()
+
+    @property
+    def blocked(self) -> bool:
+        """Nothing running and the head of its queue cannot get blocks while copies pin them: wait for a landing."""
+        ln = self.lane
+        if ln.R.n or not self.held or not ln.waiting:
+            return False
+        head = int(ln.P.col("target").min()) if ln.P.n else int(ln.Q.col("target")[0])
+        need = 1 if ln.sched.name == "chunked" else int(blocks_for(head))
+        return self.free_blocks < need
+
+    @property
+    def cap_tokens(self) -> int:
+        """The longest request (prompt + generated) this replica's context and pool can hold."""
+        return int(self.lane.cap_tokens)
+
+    def cached_blocks(self, keys: np.ndarray) -> int:
+        """How many leading blocks of these content keys (prefix_keys) the prefix cache holds now: what admission
+        would reuse (0 with prefix caching off)."""
+        return self.lane.pool.match(keys)
+
+    def steps_to_finish(self) -> int:
+        """The fewest steps after which a request here can finish: each step emits at most one token per request
+        (no speculative decoding), so a request needs as many steps as tokens it has left (0: nothing here)."""
+        ln = self.lane
+        m = 0
+        for t in (ln.R, ln.P, ln.Q):
+            if t.size:
+                left = int((t.col("total") - t.col("gen")).min())
+                m = left if not m else min(m, left)
+        return m
+
+    def routing(self, wanted: bool, keys: np.ndarray | None) -> RoutingSnapshot:
+        """What a router reads of this replica; the blocks its waiting requests want only if `wanted`, and the
+        cached run of a request's prefix only for its content `keys` (prefix_keys)."""
+        ln = self.lane
+        pool = ln.pool
+        return RoutingSnapshot(self.index, ln.waiting, ln.R.n, pool.available, pool.total,
+                               self.wanted_blocks() if wanted else 0, 0 if keys is None else pool.match(keys))
+
+    def state(self) -> ReplicaState:
+        """This replica at a glance, for the app's fleet rows (a few integers and its recent KV fill)."""
+        ln = self.lane
+        st = ln.stats
+        return ReplicaState(self.index, self.role, ln.clock, ln.pool.used, ln.pool.total, self.held, ln.R.n,
+                            ln.waiting, st.completed, st.busy_s, tuple(st.hist.last(KV_HISTORY)[:, H.KV].tolist()))
+
+    def summary(self, sim: float) -> dict[str, Any]:
+        """This replica's row in `run --json`'s replicas list (busy: share of the fleet's `sim` seconds)."""
+        ln = self.lane
+        return {"requests_completed": ln.stats.completed,
+                "kv_peak_bytes": ln.pool.peak * BLOCK * self.step_model.kv_bytes_per_token,
+                "busy": ln.stats.busy_s / sim if sim else 0.0, "queue_peak": self.queue_peak, "role": self.role}
+
+    # ---- what the fleet does to it ----------------------------------------------------------
+    def inject(self, rows: Rows) -> None:
+        """Queue requests drawn elsewhere (already clipped to fit) at the tail of the lane's FIFO."""
+        ln = self.lane
+        if self.hint:  # with a batch running, async scheduling admits it a step later
+            self.eventful = 2 if ln.R.n else 1
+        ln.stats.accepted += len(rows)
+        self._budget.accepted += len(rows)
+        ln.note_content(rows)
+        ln.Q.append(rows)
+        self.queue_peak = max(self.queue_peak, ln.waiting)
+
+    def hold(self, blocks: int) -> None:
+        """Pin (or, negative, let go of) KV blocks no request here holds: a KV copy on its way out of or into this
+        GPU group. The pool counts them as used."""
+        self.held += blocks
+        self._pinned += blocks
+        pool = self.lane.pool
+        if blocks >= 0:
+            pool.take(blocks)
+        else:
+            pool.give(-blocks)
+
+    def land(self, row: Rows) -> None:
+        """A copied request joins the running batch with the blocks reserved for it (they change hands, not
+        state); it still computes its prompt's last token (see Fleet._handoff)."""
+        self.held -= int(row.blocks[0])
+        self.inflight -= 1
+        ln = self.lane
+        row.seq[0] = ln.seq
+        ln.seq += 1
+        ln.R.append(row)
+        ln.n_pf += 1
+        ln.stats.accepted += 1
+        self._budget.accepted += 1
+
+    def step_before(self, limit: float, max_steps: int) -> int:
+        """Move this replica on without starting a step at or after `limit` (the fleet's next event): a run of up
+        to `max_steps` quiet decode steps priced at once when the lane can (the same numbers as one by one), else
+        one step. Returns the steps taken. With `hint`, the steps right after a request joins (which admit it,
+        so are rarely quiet) are taken one by one without asking for a quiet run: the same numbers, found
+        sooner."""
+        if self.eventful:
+            self.eventful -= 1
+            max_steps = 1
+        ln = self.lane
+        prev = ln.clock
+        k = ln.jump(limit, max_steps) if max_steps >= 2 and self.skip_quiet else 0
+        if not k:
+            ln.step(limit, self._tick + 1, want=False)
+            k = 1
+        self._tick += k
+        self._clock = ln.clock
+        if self._cfg.debug and not self._pinned:  # pinned blocks belong to no request: the check would miscount
+            ln.check(prev)
+        self.queue_peak = max(self.queue_peak, ln.waiting)
+        return k
+
+
+def prefix_keys(row: Rows) -> np.ndarray:
+    """Content keys of the leading blocks of one request's prompt that another request could have cached (its
+    group's shared prefix, a shared prompt, a session's history), as the prefix cache keys them; never the
+    block holding its last token, which admission always computes."""
+    z = np.zeros(1, dtype=np.int64)
+    n = np.minimum((row.target - 1) >> SHIFT, Lane._shareable(row.prompt, row.prefix, row.body, row.sess))
+    return Lane._keys(row.id, row.group, row.prefix, row.body, row.sess, row.prompt, z, np.maximum(n, 0), z)

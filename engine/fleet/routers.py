@@ -1,0 +1,148 @@
+"""Routers: which replica a fleet sends each request to, read from a small snapshot of every replica.
+
+A router is a class with a `name`, a `pick(reps)` that returns the replica it chooses (with why, and the
+figure that decided it), and two class attributes that tell the fleet how it may be run fast:
+
+- `loop`: which open-loop run loop can serve it with the event-ordered loop's numbers. "dealt": it reads no
+  replica at all (only how many there are), so requests may be dealt ahead; "lazy": a replica needs to be
+  moved up to an arrival only when what the router reads there could have changed (see `steady`);
+  "events" (the default, always right): every replica is moved up to every arrival.
+- `steady`: what it reads changes only when a request joins or finishes at a replica (its load), not at
+  every step; a "lazy" router that is not steady is given every replica's state at the arrival, unless
+  `settled` can decide from the replicas whose state there is already exact.
+- `reads`: the snapshot fields that cost something to fill ("wanted_blocks": a sum over the queue;
+  "cached_blocks": the request's prefix looked up in each cache); unlisted ones are left 0.
+
+Adding a router is one class here and one line in ROUTERS (docs/extending/routers.md); `--router`'s choices,
+plan's router axis and the scenes' check all read ROUTERS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, NamedTuple
+
+from engine.serving.tables import BLOCK
+
+
+class RoutingSnapshot(NamedTuple):
+    """One replica as a router sees it when a request arrives (a frozen record; never a lane's tables)."""
+
+    index: int  # the replica's number in the fleet
+    queued: int  # requests queued or preempted there
+    running: int  # requests in its batch
+    free_blocks: int  # KV blocks no request holds (cached ones count: they are reclaimed when needed)
+    kv_blocks: int  # its KV pool's size, in blocks
+    wanted_blocks: int = 0  # blocks its waiting requests need to start (if the router reads it)
+    cached_blocks: int = 0  # leading blocks of this request's prompt its prefix cache holds (if read)
+
+    @property
+    def load(self) -> int:
+        """Requests queued, preempted or running."""
+        return self.queued + self.running
+
+    @property
+    def headroom(self) -> int:
+        """Free KV blocks less what the requests already waiting there need: the room a new request finds."""
+        return self.free_blocks - self.wanted_blocks
+
+
+class Pick(NamedTuple):
+    """A router's choice: the replica's index, why (shown in the app's route log) and the deciding figure."""
+
+    index: int
+    why: str
+    figure: int
+
+
+class Router:
+    """The interface: pick one of `reps` (never empty; the replicas that read prompts) for a request."""
+
+    name: ClassVar[str] = ""
+    loop: ClassVar[str] = "events"
+    steady: ClassVar[bool] = False
+    reads: ClassVar[frozenset[str]] = frozenset()
+
+    def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
+        """The replica this request goes to."""
+        raise NotImplementedError
+
+    def settled(self, known: Sequence[RoutingSnapshot]) -> Pick | None:
+        """For a lazy router that is not steady: its pick if it follows from the replicas in `known` alone (those
+        whose state at the arrival is exact) whatever the others hold, else None (the fleet then catches every
+        replica up to the arrival and calls pick)."""
+        return None
+
+
+class RoundRobin(Router):
+    """Replica i, i+1, ... in turn, reading nothing."""
+
+    name = "round-robin"
+    loop = "dealt"
+    steady = True
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
+        i = self.next
+        self.next = (i + 1) % len(reps)
+        return Pick(reps[i].index, self.name, i)
+
+
+class LeastLoaded(Router):
+    """Fewest requests queued, preempted or running; ties to the lowest index."""
+
+    name = "least-loaded"
+    loop = "lazy"
+    steady = True  # a load changes only when a request joins or finishes
+
+    def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
+        r = min(reps, key=_by_load)
+        return Pick(r.index, self.name, r.load)
+
+
+class KvAware(Router):
+    """The most KV room once the requests already waiting are placed; ties to the least loaded, then the lowest
+    index. Free blocks change at every step, so it is not steady; a replica with its whole pool free cannot be
+    beaten, which settles many arrivals without moving the busy replicas up to them."""
+
+    name = "kv-aware"
+    loop = "lazy"
+    reads = frozenset({"wanted_blocks"})
+
+    def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
+        r = min(reps, key=lambda s: (-s.headroom, s.load, s.index))
+        return Pick(r.index, self.name, r.headroom)
+
+    def settled(self, known: Sequence[RoutingSnapshot]) -> Pick | None:
+        r = min(known, key=lambda s: (-s.headroom, s.load, s.index))
+        return Pick(r.index, self.name, r.headroom) if r.headroom >= r.kv_blocks else None
+
+
+class PrefixAware(Router):
+    """The replica whose prefix cache holds the longest run of the request's leading blocks (a group's shared
+    prefix, a session's history); with no hit anywhere (or prefix caching off), the least loaded."""
+
+    name = "prefix-aware"
+    reads = frozenset({"cached_blocks"})
+
+    def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
+        best = min(reps, key=lambda s: (-s.cached_blocks, s.load, s.index))
+        if best.cached_blocks:
+            return Pick(best.index, "prefix", best.cached_blocks * BLOCK)  # tokens of its prefix cached there
+        r = min(reps, key=_by_load)
+        return Pick(r.index, LeastLoaded.name, r.load)
+
+
+def _by_load(s: RoutingSnapshot) -> tuple[int, int]:
+    """Least loaded first, then the lowest index."""
+    return s.load, s.index
+
+
+ROUTERS: dict[str, type[Router]] = {cls.name: cls for cls in (RoundRobin, LeastLoaded, KvAware, PrefixAware)}
+
+
+def make_router(name: str) -> Router:
+    """A fresh router by name (each fleet has its own: a router may keep state, as round-robin's turn)."""
+    return ROUTERS[name]()

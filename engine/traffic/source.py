@@ -1,0 +1,252 @@
+"""A request source: where requests come from, apart from whoever serves them.
+
+A `RequestSource` holds everything that decides when requests arrive and what they send: closed-loop users
+(send, wait for the answer, think, send again), Poisson arrivals, a workload file's stages (users and think
+time change over time, shared prefixes and sessions), a trace. It hands out request rows (ids, seeded or
+scripted lengths clipped to fit, content) and is told when an answer finishes (`wake`), so a user thinks and
+sends again. It knows nothing of lanes, pools or replicas: one engine's lane pulls its requests from its own
+source each step; a fleet pulls from one source for the whole fleet and routes each row to a replica.
+
+Every random stream is its own seeded generator (lengths, think times, gaps), so the rows a source hands out
+never depend on who serves them or how the draws are grouped: a fleet of any size sees the requests one
+engine would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.errors import InputError
+from engine.serving.tables import Rows
+from engine.traffic.arrivals import Arrivals, Budget, PlanScript, Script, TraceScript
+from engine.traffic.trace import load_trace
+from engine.traffic.workload import Dist, Sampler, parse_dist, seeded_rngs
+from engine.traffic.workload_file import Plan, Requests, load_workload
+from engine.validation import MAX_SECONDS
+
+_NOBODY = np.zeros(0, dtype=np.int64)
+_NOBODY.flags.writeable = False
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The config's length distributions, parsed once (one-line InputErrors for bad ones)."""
+
+    prompt: Dist
+    output: Dist
+    think: Dist
+    think_time: Dist
+
+    @classmethod
+    def of(cls, cfg: EngineConfig) -> Workload:
+        """--prompt, --output, --think and --think-time parsed."""
+        return cls(parse_dist(cfg.prompt, "--prompt", 1), parse_dist(cfg.output, "--output", 1),
+                   parse_dist(cfg.think, "--think", 0), parse_dist(cfg.think_time, "--think-time", 0))
+
+
+def load_script(cfg: EngineConfig) -> Script | None:
+    """The workload file's plan or the trace the config names (one-line InputErrors for bad files)."""
+    if cfg.workload is None and cfg.trace is None:
+        return None
+    if cfg.workload is not None and cfg.trace is not None:
+        raise InputError("--workload and --trace both say where requests come from: give one")
+    if cfg.fast_share > 0:
+        raise InputError("--fast-share splits closed-loop users; it does not apply to --workload or --trace")
+    if cfg.workload is not None:
+        wl = load_workload(cfg.workload, cfg.prompt, cfg.output, cfg.think)
+        return PlanScript(Plan(wl, cfg.seed))
+    return TraceScript(load_trace(cfg.trace, cfg.trace_speed))
+
+
+def run_bounds(cfg: EngineConfig, script: Script | None) -> tuple[int | None, int, float | None]:
+    """Request limit, closed-loop users and duration: a workload file runs its stages' time; a trace its rows
+    (--requests and --duration cut either short)."""
+    if isinstance(script, PlanScript):
+        d = script.plan.wl.duration
+        return cfg.requests, script.plan.wl.stages[0].users, d if cfg.duration is None else min(d, cfg.duration)
+    if isinstance(script, TraceScript):
+        n = len(script.trace)
+        return (n if cfg.requests is None else min(n, cfg.requests)), 0, cfg.duration
+    return cfg.requests, cfg.users, cfg.duration
+
+
+def draw_lengths(s_prompt: Sampler, s_think: Sampler, s_output: Sampler,
+                 k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """k requests' seeded prompt, think and output lengths, and which of them a sampler pulled down."""
+    before = s_think.clipped + s_output.clipped  # samplers count what they pull down: unchanged, nothing was
+    prompt = s_prompt.take(k)
+    think = s_think.take(k)
+    output = s_output.take(k)
+    if s_think.clipped + s_output.clipped == before:
+        return prompt, think, output, s_prompt.last_clipped
+    return prompt, think, output, s_prompt.last_clipped | s_think.last_clipped | s_output.last_clipped
+
+
+def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, think: np.ndarray, output: np.ndarray,
+             clipped: np.ndarray, cap_tokens: int, into: Rows | None = None) -> tuple[Rows, int]:
+    """New request rows with the next ids, lengths clipped so a request's whole cache (prompt + every generated
+    token) fits the context and the pool; also the number of requests clipped, each counted once. `into`: blank
+    rows to fill (a table's, see Table.extend), else fresh ones."""
+    k = len(tt)
+    room = cap_tokens - prompt
+    over = think + output > room
+    if over.any():
+        clipped = clipped | over
+        think = np.where(over, np.minimum(think, room - 1), think)
+        output = np.where(over, np.maximum(1, room - think), output)
+    r = Rows.new(k) if into is None else into
+    r.id[:] = np.arange(b.next_id, b.next_id + k)
+    r.user[:] = uu
+    r.prompt[:] = prompt
+    r.think[:] = think
+    r.total[:] = think + output
+    r.target[:] = prompt
+    r.arrival[:] = tt
+    b.next_id += k
+    b.accepted += k
+    return r, int(np.count_nonzero(clipped))
+
+
+class RequestSource:
+    """The requests of one stream of users and arrivals: `next_time`, `draw(t)`, `wake(users, t)`.
+
+    An engine's lanes each own one (the fast lane serves its share of the users; they share one Budget of ids
+    and bounds); a fleet owns one for every replica. `cap_tokens` is the longest request (prompt + generated)
+    the servers hold: drawn lengths are clipped to it, and the clipped requests counted (`clipped`).
+    """
+
+    __slots__ = ("budget", "arrivals", "script", "fast", "s_prompt", "s_output", "s_think", "cap_tokens", "stage",
+                 "next_stage", "clipped", "outstanding")
+
+    def __init__(self, wl: Workload, budget: Budget, rngs: list[np.random.Generator], cap_tokens: int,
+                 script: Script | None = None, fast: bool = False, fast_share: float = 0.0,
+                 rate: float = 0.0) -> None:
+        self.budget = budget
+        self.fast = fast
+        # Independent streams, so lengths never depend on how arrivals interleave. Every sampled length is
+        # bounded (a draw of 1e30 tokens becomes the cap, and counts as clipped).
+        self.s_prompt = Sampler(wl.prompt, rngs[0], True, 1, max(1, cap_tokens - 1))
+        self.s_output = Sampler(wl.output, rngs[1], True, 1, max(1, cap_tokens))
+        self.s_think = Sampler(wl.think, rngs[2], True, 0, max(0, cap_tokens))
+        self.cap_tokens = cap_tokens
+        self.arrivals = Arrivals(budget, fast, fast_share, rate,
+                                 Sampler(wl.think_time, rngs[3], False, 0.0, MAX_SECONDS),
+                                 Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
+        self.clipped = 0  # requests whose drawn lengths were cut to fit, each counted once
+        # Users with a request out (queued, running or preempted where it is served): they do not send again when
+        # a stage re-activates them. The server sets this; by default nobody is out.
+        self.outstanding: Callable[[], np.ndarray] = _nobody
+        # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.
+        self.script = script
+        self.stage = -1
+        self.next_stage = math.inf
+        if isinstance(script, PlanScript):
+            self.stage, self.next_stage = 0, 0.0
+            budget.users = script.plan.wl.stages[0].users
+        self.arrivals.set_users(budget.users, 0.0, _NOBODY)
+
+    @classmethod
+    def for_config(cls, cfg: EngineConfig, cap_tokens: int, script: Script | None = None) -> RequestSource:
+        """The whole workload of a configuration as one source (a fleet's): the streams, lengths, content and
+        stages one engine's main lane draws, with the run's bounds in a Budget of its own."""
+        budget = Budget(*run_bounds(cfg, script))
+        rngs = seeded_rngs(cfg.seed, 10)[:5]  # the main lane's streams (a fast lane draws from the next five)
+        return cls(Workload.of(cfg), budget, rngs, cap_tokens, script, False, cfg.fast_share,
+                   cfg.rate * (1.0 - cfg.fast_share))
+
+    # ---- reading ------------------------------------------------------------------------------
+    @property
+    def next_time(self) -> float:
+        """When the next request (or workload stage) is due (inf: none within the run's bounds)."""
+        t = self.arrivals.next_time
+        if self.script is not None:
+            t = min(t, self.budget.bound(min(self.script.next_time, self.next_stage)))
+        return t
+
+    @property
+    def stages(self) -> tuple[Any, ...]:
+        """A workload file's stages (empty for any other workload)."""
+        return self.script.plan.wl.stages if isinstance(self.script, PlanScript) else ()
+
+    @property
+    def requests_accepted(self) -> int:
+        """Requests the run has taken so far (drawn, whoever served them)."""
+        return self.budget.accepted
+
+    # ---- changes ------------------------------------------------------------------------------
+    def set_cap(self, cap_tokens: int) -> None:
+        """The servers' longest request changed (a resized pool): lengths drawn from now on fit the new one."""
+        self.cap_tokens = cap_tokens
+        self.s_prompt.hi = max(1, cap_tokens - 1)
+        self.s_output.hi = max(1, cap_tokens)
+        self.s_think.hi = max(0, cap_tokens)
+
+    def set_users(self, n: int, t: float) -> None:
+        """Users [0, n) are active; ours start sending at t if idle; the rest stop after their answer."""
+        self.arrivals.set_users(n, t, self.outstanding())
+
+    def wake(self, users: np.ndarray, t: float) -> None:
+        """Closed-loop users whose answers finished at t think, then send again (if still active)."""
+        self.arrivals.think(users, t)
+
+    # ---- drawing ------------------------------------------------------------------------------
+    def draw(self, t: float, into: Callable[[int], Rows] | None = None) -> Rows | None:
+        """Every send, Poisson and scripted arrival at or before t as request rows, in time order (None: none
+        due). `into(k)`: k blank rows to fill (a lane's queue, Table.extend), else fresh rows."""
+        if self.next_stage <= t:
+            self._enter_stages(t)
+        tt, uu, gg = self.arrivals.due_tagged(t, self.script)
+        if not len(tt):
+            return None
+        return self._create(tt, uu, into, None if self.script is None else self.script.content(gg, uu, tt))
+
+    def _enter_stages(self, t: float) -> None:
+        """Stages that began by t take over: their users (new ones send at the stage's start) and think time."""
+        assert isinstance(self.script, PlanScript)
+        plan = self.script.plan
+        stages = plan.wl.stages
+        while self.next_stage <= t:
+            s = stages[self.stage]
+            self.arrivals.think_time = plan.think_time[s.index]
+            self.budget.users = s.users
+            self.set_users(s.users, s.start)
+            if self.stage + 1 < len(stages):
+                self.stage += 1
+                self.next_stage = stages[self.stage].start
+            else:
+                self.next_stage = math.inf
+
+    def _create(self, tt: np.ndarray, uu: np.ndarray, into: Callable[[int], Rows] | None,
+                content: Requests | None) -> Rows:
+        """k new requests with seeded (or scripted) lengths clipped to what the model and pool allow."""
+        k = len(tt)
+        if content is None:
+            prompt, think, output, clipped = draw_lengths(self.s_prompt, self.s_think, self.s_output, k)
+        else:
+            prompt = np.minimum(content.prompt, self.s_prompt.hi).astype(np.int64)
+            clipped = content.prompt > prompt
+            think = content.think.copy()
+            output = content.output.copy()
+        r, n_clipped = new_rows(self.budget, tt, uu, prompt, think, output, clipped, self.cap_tokens,
+                                None if into is None else into(k))
+        self.clipped += n_clipped
+        if self.fast:
+            r.fast[:] = 1
+        if content is not None:
+            r.group[:] = content.group
+            r.prefix[:] = np.minimum(content.prefix_len, prompt)
+            r.body[:] = content.body
+            r.sess[:] = content.session
+            r.stage[:] = content.stage
+        return r
+
+
+def _nobody() -> np.ndarray:
+    """No user has a request out (a source whose server does not say)."""
+    return _NOBODY
