@@ -27,6 +27,7 @@ import numpy as np
 from engine.errors import InputError, suggest
 from engine.serving.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_SESSION, stream_id
 from engine.traffic.workload_file import Requests
+from engine.validation import MAX_COUNT, MAX_JSON_DEPTH, MAX_SECONDS, parse_json, read_text
 
 # Accepted column names (lower case) for each field; the first of each is the one the docs use.
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -104,10 +105,7 @@ def load_trace(name: str | Path, speed: float = 1.0) -> Trace:
         raise InputError(f"--trace-speed must be a finite number > 0, got {speed!r}")
     path = resolve(str(name))
     label = str(name)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{label}: cannot read the trace ({getattr(e, 'strerror', None) or e})") from None
+    text = read_text(path, "trace")  # one line for binary, UTF-16, NUL bytes or an unreadable file
     jsonl = path.suffix.lower() in (".jsonl", ".ndjson") or text.lstrip().startswith("{")
     cols, lines, names = _read_jsonl(text, label) if jsonl else _read_csv(text, label)
     return _build(cols, lines, names, label, speed)
@@ -120,18 +118,23 @@ def _read_csv(text: str, label: str) -> tuple[dict[str, list[Any]], np.ndarray, 
         header = next(rd)
     except StopIteration:
         raise InputError(f"{label}: the trace is empty") from None
+    except csv.Error as e:  # e.g. a field over the csv module's 131,072-character limit
+        raise InputError(f"{label}:{rd.line_num}: unreadable CSV: {e}") from None
     names = [h.strip().lower() for h in header]
     pick = _pick(names, label)
     cols: dict[str, list[Any]] = {f: [] for f in pick}
     lines: list[int] = []
-    for row in rd:
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != len(names):
-            raise InputError(f"{label}:{rd.line_num}: expected {len(names)} columns, got {len(row)}")
-        for f, j in pick.items():
-            cols[f].append(row[j].strip())
-        lines.append(rd.line_num)
+    try:
+        for row in rd:
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(names):
+                raise InputError(f"{label}:{rd.line_num}: expected {len(names)} columns, got {len(row)}")
+            for f, j in pick.items():
+                cols[f].append(row[j].strip())
+            lines.append(rd.line_num)
+    except csv.Error as e:
+        raise InputError(f"{label}:{rd.line_num}: unreadable CSV: {e}") from None
     return cols, np.array(lines, dtype=np.int64), {f: header[j].strip() for f, j in pick.items()}
 
 
@@ -143,10 +146,7 @@ def _read_jsonl(text: str, label: str) -> tuple[dict[str, list[Any]], np.ndarray
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{label}:{n}: not valid JSON: {e.msg}") from None
+        obj = _json_line(line, f"{label}:{n}")
         if not isinstance(obj, dict):
             raise InputError(f"{label}:{n}: expected a JSON object per line")
         low = {str(k).strip().lower(): v for k, v in obj.items()}
@@ -164,14 +164,33 @@ def _read_jsonl(text: str, label: str) -> tuple[dict[str, list[Any]], np.ndarray
     return cols, np.array(lines, dtype=np.int64), pick
 
 
+def _json_line(line: str, where: str) -> Any:
+    """One JSON line. A line with more brackets than MAX_JSON_DEPTH goes through the validation layer's depth
+    check (json recurses per level: 100,000 brackets are a RecursionError); integers past Python's 4,300-digit
+    limit are one line too."""
+    if line.count("[") + line.count("{") > MAX_JSON_DEPTH:
+        return parse_json(line, where)
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{where}: not valid JSON: {e.msg}") from None
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{where}: unreadable JSON: {str(e).split(';')[0]}") from None
+
+
 def _pick(names: list[str], label: str, line: int = 1) -> dict[str, int]:
-    """Which column holds each field (InputError when a required one is missing)."""
+    """Which column holds each field (InputError when a required one is missing, or when two columns could give
+    one field: a duplicated name, or two of a field's spellings, would otherwise be chosen between silently)."""
     out: dict[str, int] = {}
     for f, aliases in COLUMNS.items():
-        for a in aliases:
-            if a in names:
-                out[f] = names.index(a)
-                break
+        given = [a for a in aliases if a in names]
+        for a in given:
+            if names.count(a) > 1:
+                raise InputError(f"{label}:{line}: the column {a} appears {names.count(a)} times; keep one")
+        if len(given) > 1:
+            raise InputError(f"{label}:{line}: columns {' and '.join(given)} both give the {f}; keep one")
+        if given:
+            out[f] = names.index(given[0])
     for f in _REQUIRED:
         if f not in out:
             raise InputError(f"{label}:{line}: no {f} column (one of {', '.join(COLUMNS[f])}); columns are "
@@ -179,25 +198,31 @@ def _pick(names: list[str], label: str, line: int = 1) -> dict[str, int]:
     return out
 
 
-def _numbers(vals: list[Any], lines: np.ndarray, label: str, col: str, whole: bool, minimum: float) -> np.ndarray:
-    """A numeric column; InputError at the first bad row."""
+def _numbers(vals: list[Any], lines: np.ndarray, label: str, col: str, whole: bool, minimum: float,
+             maximum: float = MAX_COUNT) -> np.ndarray:
+    """A numeric column in [minimum, maximum]; InputError at the first bad row. JSON true/false are not numbers
+    (numpy would read true as 1 token), and the bound keeps counts inside int64 with room for their sums (1e19
+    tokens wrapped negative) and times where a step of a millisecond still moves the clock."""
     try:
+        if any(isinstance(v, bool) for v in vals):
+            raise TypeError("a JSON true/false is not a number")
         a = np.array(vals, dtype=np.float64)
-        ok = np.isfinite(a) & (a >= minimum)
+        ok = np.isfinite(a) & (a >= minimum) & (a <= maximum)
         if whole:
             ok &= a == np.floor(a)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         a = None
         ok = None
     if ok is None or not ok.all():
         for j, v in enumerate(vals):
             try:
-                x = float(v)
-            except (ValueError, TypeError):
+                x = math.nan if isinstance(v, bool) else float(v)
+            except (ValueError, TypeError, OverflowError):
                 x = math.nan
-            if not (math.isfinite(x) and x >= minimum and (not whole or x == int(x))):
+            if not (math.isfinite(x) and minimum <= x <= maximum and (not whole or x == int(x))):
                 kind = "a whole number" if whole else "a number"
-                raise InputError(f"{label}:{lines[j]}: {col}: must be {kind} >= {minimum:g}, got {v!r}")
+                raise InputError(f"{label}:{lines[j]}: {col}: must be {kind} >= {minimum:g} and <= {maximum:g},"
+                                 f" got {str(v)[:40]!r}")
     assert a is not None
     return a.astype(np.int64) if whole else a
 
@@ -205,7 +230,7 @@ def _numbers(vals: list[Any], lines: np.ndarray, label: str, col: str, whole: bo
 def _times(vals: list[Any], lines: np.ndarray, label: str, col: str) -> np.ndarray:
     """Arrival times in seconds: numbers as they are (none negative), date-times relative to the first."""
     try:
-        t = _numbers(vals, lines, label, col, False, -math.inf)
+        t = _numbers(vals, lines, label, col, False, -math.inf, math.inf)
     except InputError:
         pass
     else:
@@ -214,6 +239,10 @@ def _times(vals: list[Any], lines: np.ndarray, label: str, col: str) -> np.ndarr
             j = int(neg[0])
             raise InputError(f"{label}:{lines[j]}: {col}: negative arrival time {vals[j]!r}")
         return t
+    for j, v in enumerate(vals):  # numpy reads "5" as the year 5: a number among date-times is refused
+        if isinstance(v, (int, float)) or _is_number(v):
+            raise InputError(f"{label}:{lines[j]}: {col}: {str(v)[:40]!r} is a number among date-times; give every"
+                             " time as seconds or every time as an ISO date-time")
     try:
         ts = np.array(vals, dtype="datetime64[ns]")
     except (ValueError, TypeError):
@@ -225,6 +254,15 @@ def _times(vals: list[Any], lines: np.ndarray, label: str, col: str) -> np.ndarr
                                  f"got {v!r}") from None
         raise
     return (ts - ts[0]).astype(np.int64) / 1e9
+
+
+def _is_number(v: Any) -> bool:
+    """Whether text reads as a plain number."""
+    try:
+        float(v)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
 
 
 def _ids(vals: list[Any]) -> np.ndarray:
@@ -267,7 +305,12 @@ def _build(cols: dict[str, list[Any]], lines: np.ndarray, names: dict[str, str],
     else:
         plen = prompt.copy()  # no length given: each prompt is the start of its prefix id's one shared text
     plen = np.where(prefix >= 0, plen, 0)
-    arrival = (t - t[0]) / speed
+    with np.errstate(over="ignore"):  # a span past float64 is inf, refused just below
+        arrival = (t - t[0]) / speed
+    if arrival[-1] > MAX_SECONDS:  # past it, a millisecond step no longer moves a float64 clock reliably
+        raise InputError(f"{label}: the trace spans {arrival[-1]:.3g} s at --trace-speed {speed:g}, over the"
+                         f" {MAX_SECONDS:.0e} s a run's clock can hold; give times in seconds or a higher"
+                         " --trace-speed")
     return Trace(label, arrival, prompt, output, session, prefix, plen, float(speed))
 
 

@@ -20,6 +20,9 @@ MODEL = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32
          "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 131072}
 
 
+_TRACE = "arrival_s,prompt_tokens,output_tokens\n"
+
+
 def _model(**kw: object) -> str:
     d = {**MODEL, **kw}
     return json.dumps({k: v for k, v in d.items() if v is not None})
@@ -39,6 +42,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "scene_bin.toml": bytes(range(256)) * 4,
         # issue 30: a header line of spaces made the line finder's pattern backtrack cubically (3,000: 13 s)
         "ws_header.toml": b"[" + b" " * 6000 + b"x\n",
+        "tr_bin.csv": bytes(range(256)) * 4, "tr_deep.jsonl": b'{"arrival_s": ' + b"[" * 100_000 + b"\n",
     }
     for name, data in raw.items():
         (d / name).write_bytes(data)
@@ -73,6 +77,15 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "wl_rate.toml": "[[stage]]\nrate = 1e12\nduration = 1\n",
         "wl_nan.toml": "[[stage]]\nrate = nan\nduration = 1\n",
         "wl_stages.toml": "[[stage]]\nrate = 5\nduration = 1\n" * 10_001,
+        # issue 30, classes 4 and 5: traces through the validation layer's limits
+        "tr_1e19.csv": _TRACE + "0,10000000000000000000,5\n",
+        "tr_true.jsonl": '{"arrival_s": 0, "prompt_tokens": true, "output_tokens": 5}\n',
+        "tr_bigint.jsonl": '{"arrival_s": 0, "prompt_tokens": ' + "9" * 5000 + ', "output_tokens": 5}\n',
+        "tr_field.csv": _TRACE + '0,"' + "7" * 200_000 + '",5\n',
+        "tr_dup.csv": "arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,100,5,200\n",
+        "tr_alias.csv": "arrival_s,prompt_tokens,input_tokens,output_tokens\n0,100,200,5\n",
+        "tr_date.csv": _TRACE + "2024-01-01T00:00:00,100,5\n5,100,5\n",
+        "tr_far.csv": _TRACE + "0,100,5\n1e300,100,5\n", "tr_ok.csv": _TRACE + "0,100,5\n10,100,5\n",
     }
     for name, t in text.items():
         (d / name).write_text(t, encoding="utf-8")
@@ -123,6 +136,17 @@ REFUSED = [
     ("run --workload {f}/wl_rate.toml --requests 5", "stage[1].rate: must be a finite number"),
     ("run --workload {f}/wl_nan.toml --requests 5", "stage[1].rate: must be a finite number"),
     ("run --workload {f}/wl_stages.toml --requests 5", "more than 10,000 stages"),
+    ("run --trace {f}/tr_bin.csv", "not UTF-8 text"),
+    ("run --trace {f}/tr_deep.jsonl", "nested deeper than"),
+    ("run --trace {f}/tr_1e19.csv", "prompt_tokens: must be a whole number >= 1 and <= 1e+09"),
+    ("run --trace {f}/tr_true.jsonl", "prompt_tokens: must be a whole number"),
+    ("run --trace {f}/tr_bigint.jsonl", "4300 digits"),
+    ("run --trace {f}/tr_field.csv", "field larger than field limit"),
+    ("run --trace {f}/tr_dup.csv", "the column prompt_tokens appears 2 times"),
+    ("run --trace {f}/tr_alias.csv", "columns prompt_tokens and input_tokens both give the prompt"),
+    ("run --trace {f}/tr_date.csv", "'5' is a number among date-times"),
+    ("run --trace {f}/tr_far.csv", "the trace spans 1e+300 s"),
+    ("run --trace {f}/tr_ok.csv --trace-speed 1e-9", "s at --trace-speed 1e-09, over the 1e+09 s"),
     # 3. wrong answers
     ("run --output uniform:1,1e30 --requests 20", "--output"),
     ("run --output normal:100,1e300 --requests 20", "--output"),
