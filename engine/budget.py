@@ -34,6 +34,7 @@ class Estimate:
     memory_bytes: float
     steps: float
     step_s: float  # the shortest step it can take (a decode of one sequence): what bounds the clock's pace
+    alone: float = math.inf  # steps if every request ran by itself (a fleet cannot take more: see for_fleet)
 
 
 def _shortest_step(sm: StepModel, d_prompt: Dist) -> float:
@@ -77,7 +78,7 @@ def estimate(cfg: EngineConfig, sm: StepModel, blocks: int, d_prompt: Dist, d_ou
         steps = math.inf  # a step that takes no time never moves the clock towards --duration
     if cfg.requests is None and cfg.duration is None:
         steps = math.inf
-    return Estimate(memory_bytes=memory, steps=steps, step_s=step_s)
+    return Estimate(memory_bytes=memory, steps=steps, step_s=step_s, alone=n_req * (gen + 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +119,7 @@ def estimate_loads(cfg: EngineConfig, sm: StepModel, blocks: int, loads: Sequenc
     rate or users for its duration, as estimate() does for --rate/--users), the steps added up and the memory taken
     at the largest stretch; --requests and --duration cut the run short as they do the run. The shortest step is
     priced once per prompt length, so 100,000 stages cost 100,000 small sums, not 100,000 step pricings."""
-    memory, steps, step_min = 0.0, 0.0, math.inf
+    memory, steps, step_min, alone = 0.0, 0.0, math.inf, 0.0
     left_req = float(cfg.requests) if cfg.requests is not None else math.inf
     left_s = cfg.duration if cfg.duration is not None else math.inf
     priced: dict[float, float] = {}
@@ -133,11 +134,41 @@ def estimate_loads(cfg: EngineConfig, sm: StepModel, blocks: int, loads: Sequenc
             priced[ld.prompt.mean] = _shortest_step(sm, ld.prompt)
         est = estimate(one, sm, blocks, ld.prompt, ld.output, ld.think, ld.think_time, priced[ld.prompt.mean])
         if not ld.rate and not ld.users:  # a quiet stretch: the clock jumps over it
-            est = Estimate(est.memory_bytes, 1.0, est.step_s)
+            est = Estimate(est.memory_bytes, 1.0, est.step_s, 1.0)
         memory, steps, step_min = max(memory, est.memory_bytes), steps + est.steps, min(step_min, est.step_s)
+        alone += est.alone
         left_s -= dur
         left_req -= min(cap, ld.rate * dur) if not ld.users else 0.0  # closed loops: charged to the end
-    return Estimate(memory_bytes=memory, steps=steps, step_s=step_min if math.isfinite(step_min) else 0.0)
+    return Estimate(memory_bytes=memory, steps=steps, step_s=step_min if math.isfinite(step_min) else 0.0,
+                    alone=alone)
+
+
+def script_loads(script: Any) -> list[Load]:
+    """A run's script (engine.traffic.arrivals: a workload file's PlanScript or a TraceScript) as loads."""
+    plan = getattr(script, "plan", None)
+    if plan is not None:
+        return stage_loads(plan.wl.stages)
+    t = script.trace
+    return [trace_load(t.arrival, t.prompt, t.output)]
+
+
+def for_run(cfg: EngineConfig, sm: StepModel, blocks: int, script: Any, d_prompt: Dist, d_output: Dist,
+            d_think: Dist, d_think_time: Dist) -> Estimate:
+    """One estimate for every way work enters a run: a workload file or a trace by its loads, else the config's
+    own users or rate with the given length distributions."""
+    if script is not None:
+        return estimate_loads(cfg, sm, blocks, script_loads(script))
+    return estimate(cfg, sm, blocks, d_prompt, d_output, d_think, d_think_time)
+
+
+def for_fleet(one: Estimate, replicas: int, blocks: int, max_batch: int) -> Estimate:
+    """A fleet of `replicas` serving the run `one` estimates for a single engine: every replica holds its own KV
+    pool tables and batch histogram; the steps are the engine's, once per replica that has work (each steps on its
+    own clock), but never more than every request running alone."""
+    per_replica = POOL_BLOCK_BYTES * blocks + 8 * min(max_batch, blocks)
+    memory = one.memory_bytes + (replicas - 1) * per_replica
+    steps = min(replicas * one.steps, max(one.steps, one.alone))
+    return Estimate(memory_bytes=memory, steps=steps, step_s=one.step_s, alone=one.alone)
 
 
 def check(est: Estimate, bounded: bool, force: bool) -> None:

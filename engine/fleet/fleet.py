@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import budget
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.fleet.pd import KV_LINK_LATENCY_S, CopyState, KVCopies
@@ -41,7 +42,7 @@ from engine.serving.accounting import H, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
 from engine.serving.snapshot import Snapshot
 from engine.serving.tables import Rows
-from engine.traffic.source import RequestSource, load_script
+from engine.traffic.source import RequestSource, Workload, load_script
 
 __all__ = ["KV_HISTORY", "KV_LINK_LATENCY_S", "ROUTERS", "CopyState", "Fleet", "FleetSpec", "ReplicaState", "Route",
            "engine_for", "parse_pd", "scripted"]
@@ -76,10 +77,13 @@ class Fleet:
         self.spec = spec
         n_pf = spec.pd[0] if spec.pd else 0
         roles = ["prefill"] * n_pf + ["decode"] * (spec.replicas - n_pf) if spec.pd else ["both"] * spec.replicas
-        self.reps = [Replica(cfg, i, role) for i, role in enumerate(roles)]
+        script = load_script(cfg)
+        first = Replica(cfg, 0, roles[0])
+        self.estimate = _check_budget(cfg, first, script, spec.replicas)  # before building the rest: 4,096 replicas take gigabytes
+        self.reps = [first, *(Replica(cfg, i, role) for i, role in enumerate(roles) if i)]
         # The workload, drawn once for the whole fleet: the streams, lengths, content and stages one engine's main
         # lane draws, clipped to what a replica holds.
-        self.src = RequestSource.for_config(cfg, self.reps[0].cap_tokens, load_script(cfg))
+        self.src = RequestSource.for_config(cfg, first.cap_tokens, script)
         self.src.outstanding = self._users_out  # a stage re-activating users skips those with a request out
         self.limit, self.duration = self.src.budget.limit, self.src.budget.duration
         if self.src.stages:
@@ -571,6 +575,18 @@ def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:
 def scripted(cfg: EngineConfig) -> bool:
     """The workload comes from a file or a trace (the engine's scripts), not from users, rate and lengths."""
     return cfg.workload is not None or cfg.trace is not None
+
+
+def _check_budget(cfg: EngineConfig, first: Replica, script: Any, replicas: int) -> budget.Estimate:
+    """Refuse (one line, the estimate and the limit; --force overrides) a fleet whose tables would not fit in memory
+    or whose steps would not finish: the run as one engine would take it, then per replica (engine.budget)."""
+    wl = Workload.of(cfg)
+    blocks = first.kv_blocks_total
+    one = budget.for_run(cfg, first.step_model, blocks, script, wl.prompt, wl.output, wl.think, wl.think_time)
+    bounded = script is not None or cfg.requests is not None or cfg.duration is not None
+    est = budget.for_fleet(one, replicas, blocks, cfg.max_batch)
+    budget.check(est, bounded=bounded, force=cfg.force)
+    return est
 
 
 def _validate(spec: FleetSpec) -> None:

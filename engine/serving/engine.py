@@ -72,9 +72,12 @@ class Engine:
         script = load_script(cfg)
         if script is None:  # a file's lengths are clipped to the pool and context, and reported
             self._check_lengths(sm, blocks)
-            wl = self._wl
-            est = budget.estimate(cfg, sm, blocks, wl.prompt, wl.output, wl.think, wl.think_time)
-            budget.check(est, bounded=cfg.requests is not None or cfg.duration is not None, force=cfg.force)
+        # One estimate for every way work enters (the config's users or rate, a workload file, a trace); a script
+        # always ends (its stages' time, its rows), so its steps are always checked.
+        wl = self._wl
+        self.estimate = budget.for_run(cfg, sm, blocks, script, wl.prompt, wl.output, wl.think, wl.think_time)
+        budget.check(self.estimate, bounded=script is not None or cfg.requests is not None or cfg.duration is not None,
+                     force=cfg.force)
         self._budget = Budget(*run_bounds(cfg, script))
         rngs = seeded_rngs(cfg.seed, 10)
         self._lanes = [self._lane(False, blocks, rngs[:5], script)]

@@ -5,6 +5,9 @@ or a trace of many rows are refused with the estimate and the limit, and an ordi
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,8 +15,10 @@ import pytest
 from engine import budget
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.fleet.fleet import Fleet, FleetSpec
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
+from engine.serving.engine import Engine
 from engine.traffic.workload import Dist
 from engine.traffic.workload_file import parse_workload
 
@@ -80,3 +85,48 @@ def test_a_trace_is_charged_its_rows() -> None:
 
 def big_lengths() -> tuple[Dist, Dist, Dist, Dist]:
     return Dist("fixed", 800.0), Dist("fixed", 300.0), Dist("fixed", 0.0), Dist("fixed", 0.0)
+
+
+# ---- wired: every way work enters a run is estimated before it starts ------------------------------------------
+
+def _trace(tmp_path: Path, rows: int) -> str:
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.01},800,300\n" for i in range(rows)))
+    return str(p)
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_a_trace_and_a_workload_file_are_refused_by_the_engine_and_the_fleet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replicas: int) -> None:
+    """Before, a run driven by a file skipped the estimate: a trace or workload of any size started running."""
+    monkeypatch.setattr(budget, "STEPS_LIMIT", 2e3)
+    wl = tmp_path / "w.toml"
+    wl.write_text("[[stage]]\nrate = 20\nduration = 600\n[prompt]\ntokens = 800\n[output]\ntokens = 300\n")
+    for src in ({"trace": _trace(tmp_path, 2000)}, {"workload": str(wl)}):
+        cfg = EngineConfig(model="llama-3.1-8b", **src)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="simulated steps, over the limit of 2.0e\\+03"):
+            build(cfg, replicas)
+        build(replace(cfg, force=True), replicas)  # --force builds it anyway
+
+
+def test_the_largest_fleet_is_refused_by_its_memory_before_its_replicas_are_built() -> None:
+    """4,096 replicas of an 8B model hold ~5 GB of pool tables: refused in about a second, not built until the
+    machine runs out of memory."""
+    cfg = EngineConfig(model="llama-3.1-8b", rate=10.0, duration=60.0)
+    with pytest.raises(InputError, match="would hold about 5.3 GB"):
+        build(cfg, 4096)
+    assert build(cfg, 64).estimate.steps < budget.STEPS_LIMIT
+
+
+def test_a_fleet_is_charged_no_more_steps_than_its_requests_alone() -> None:
+    one = budget.Estimate(1e6, 8e4, 0.007, alone=1.2e5)
+    assert budget.for_fleet(one, 4096, 1000, 256).steps == 1.2e5
+    assert budget.for_fleet(one, 1, 1000, 256).steps == 8e4
+    assert budget.for_fleet(one, 2, 1000, 256).memory_bytes == 1e6 + budget.POOL_BLOCK_BYTES * 1000 + 8 * 256
+
+
+def build(cfg: EngineConfig, replicas: int) -> Any:
+    """An Engine (1) or a Fleet."""
+    if replicas == 1:
+        return Engine(cfg)
+    return Fleet(FleetSpec(cfg, replicas))
