@@ -24,6 +24,8 @@ MEMORY_LIMIT_BYTES = 2e9  # request and user tables a run may hold (the engine i
 STEPS_LIMIT = 1e7  # simulated steps: about five minutes at the ~33k ticks/s of a small batch (measured)
 ROW_BYTES = 2 * 18 * 8  # one request row: 18 int64/float64 columns, tables grow by doubling (x2)
 USER_BYTES = 8 + 1 + 1 + 8  # per closed-loop user: next send time, waiting flag, outstanding flag, index
+# A plan's whole grid: ten runs' worth, ~50 min on one core at that pace (less over a plan's worker pool).
+PLAN_STEPS_LIMIT = 10 * STEPS_LIMIT
 POOL_BLOCK_BYTES = 6 * 8  # per KV block: the prefix cache's key, references, LRU stamp and free-slot stacks
 
 
@@ -184,6 +186,15 @@ def check(est: Estimate, bounded: bool, force: bool) -> None:
                 else f"would take about {_count(est.steps)} simulated steps")
         raise InputError(f"this run {what}, over the limit of {_count(STEPS_LIMIT)}; use fewer --requests or a"
                          " shorter --duration (--force to try anyway)")
+
+
+def check_plan(steps: float, points: int, force: bool) -> None:
+    """Refuse (one line: the estimate and the limit) a plan whose points' simulated steps add up past
+    PLAN_STEPS_LIMIT: a grid is capped by its work, not only by its number of points."""
+    if not force and steps > PLAN_STEPS_LIMIT:
+        raise InputError(f"this plan would simulate about {_count(steps)} steps over its {points:,} configurations,"
+                         f" over the limit of {_count(PLAN_STEPS_LIMIT)}; narrow the search space or the workload"
+                         " (--force to try anyway)")
 
 
 def _bytes(v: float) -> str:

@@ -79,7 +79,8 @@ class Fleet:
         roles = ["prefill"] * n_pf + ["decode"] * (spec.replicas - n_pf) if spec.pd else ["both"] * spec.replicas
         script = load_script(cfg)
         first = Replica(cfg, 0, roles[0])
-        self.estimate = _check_budget(cfg, first, script, spec.replicas)  # before building the rest: 4,096 replicas take gigabytes
+        # Estimated before the rest are built: 4,096 replicas take gigabytes.
+        self.estimate = _check_budget(cfg, first, script, spec.replicas)
         self.reps = [first, *(Replica(cfg, i, role) for i, role in enumerate(roles) if i)]
         # The workload, drawn once for the whole fleet: the streams, lengths, content and stages one engine's main
         # lane draws, clipped to what a replica holds.

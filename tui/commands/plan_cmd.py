@@ -19,8 +19,8 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from engine import budget, vllm_flags
 from engine import options as O
-from engine import vllm_flags
 from engine.errors import InputError
 from engine.fleet import plan as pl
 from engine.numbers import fixed
@@ -140,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
     pruned = []
     keep = []
     beyond: list[tuple[pl.Point, str]] = []  # points that fit but provably miss the SLOs
+    work: dict[pl.Point, float] = {}  # each point's estimated simulated steps (engine.budget)
     for pt in points:
-        why = pl.prune(pt, base, args.budget_per_hour)
+        why = pl.prune(pt, base, args.budget_per_hour, work)
         if why is None and (miss := pl.beyond_slo(pt, base, slo)) is not None:
             beyond.append((pt, miss))
         elif why is None:
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if not keep:
         raise InputError(_nothing_fits(pruned, points, base, args.budget_per_hour))
     pruned += [{"config": pt.as_dict(), "why": why} for pt, why in beyond]
+    budget.check_plan(sum(work[pt] for pt in keep), len(keep), base.force)  # the grid's work, not its size
     jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
     results = _run_jobs(jobs, mapper, show=sys.stderr.isatty())
     out = pl.summarize(results, pruned, slo)
