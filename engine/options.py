@@ -208,7 +208,8 @@ OPTIONS: tuple[Option, ...] = (
        default=0.0, lo=0.0),
     _o("spec_tokens", "--spec-tokens", "int", WL, "s_cache",
        "speculative decoding: tokens drafted per decode step, verified in one pass (default 0: off)",
-       "投机解码：每个解码步起草的词元数，一次前向就验证完（默认 {default}：关闭）", default=0, lo=0),
+       "投机解码：每个解码步起草的词元数，一次前向就验证完（默认 {default}：关闭）", default=0, lo=0,
+       hi=V.MAX_SPEC_TOKENS),
     _o("spec_accept", "--spec-accept", "float", WL, "s_cache",
        "probability each drafted token is accepted, in [0, 1] (default 0.7)",
        "每个草稿词元被接受的概率，取值 [0, 1]（默认 {default}）", default=0.7),
@@ -330,6 +331,7 @@ def config_from(values: Any, base: EngineConfig | None = None) -> EngineConfig:
         raise InputError("--fast-max-batch does nothing without --fast-share (there is no fast lane): give both")
     if a.runtime is not None and a.ideal:
         raise InputError(f"--runtime {a.runtime} does nothing with --ideal (peak figures, no runtime): drop one")
+    _check_idle(a)
     requests = a.requests
     if requests is None and a.duration is None and not scripted and base is None:
         requests = max(DEFAULT_REQUESTS, 3 * users)
@@ -339,6 +341,28 @@ def config_from(values: Any, base: EngineConfig | None = None) -> EngineConfig:
     if base is not None and a.think_time is None and not scripted and kw["users"] > 0:
         kw["think_time"] = base.think_time
     return EngineConfig(**kw)
+
+
+def _given(a: Any, name: str) -> bool:
+    """Whether option `name` was set to something other than its table default (argparse fills defaults in, so
+    a value equal to the default cannot be told from silence, and changes nothing)."""
+    v = getattr(a, name, None)
+    return v is not None and v != BY_NAME[name].default
+
+
+def _check_idle(a: Any) -> None:
+    """An option that would change nothing in this run is refused, naming the option it needs: silence would let
+    a user read a result as if it had been applied (issue 30, class 7)."""
+    if not getattr(a, "spec_tokens", 0):
+        for name in ("spec_accept", "spec_draft"):
+            if _given(a, name):
+                raise InputError(f"{BY_NAME[name].flag} does nothing without --spec-tokens N (speculative"
+                                 " decoding is off): give both")
+    if _given(a, "trace_speed") and getattr(a, "trace", None) is None:
+        raise InputError("--trace-speed does nothing without --trace FILE: give both")
+    if getattr(a, "kv_blocks", None) is not None and getattr(a, "gpu_memory_utilization", None) is not None:
+        raise InputError("--gpu-memory-utilization does nothing beside --kv-blocks (which sets the KV pool itself,"
+                         " and the report would show a capacity the run did not use): give one")
 
 
 def _check_sources(a: Any, scripted: bool) -> None:
@@ -362,4 +386,9 @@ def setup_from(values: Any, cfg: EngineConfig) -> FleetSpec:
 
     pd = parse_pd(values.pd) if values.pd else None
     replicas = values.replicas if values.replicas is not None else (sum(pd) if pd else 1)
+    if values.kv_link_gbps is not None and pd is None:
+        raise InputError("--kv-link-gbps sets the link P/D copies KV over: it does nothing without --pd P:D")
+    if _given(values, "router") and replicas == 1:
+        raise InputError(f"--router {values.router} picks among replicas: with one there is nothing to pick;"
+                         " give --replicas N (2 or more)")
     return FleetSpec(cfg, replicas=replicas, router=values.router, pd=pd, kv_link_gbps=values.kv_link_gbps)

@@ -26,6 +26,9 @@ T = TypeVar("T")
 MAX_COUNT = 10**9  # users, requests, batch, blocks, tokens: int64-safe, with room for sums
 MAX_SECONDS = 1e9  # ~32 years of simulated time: any clock sum of these stays finite and exact to the ms
 MAX_MULT = 1e6  # what-if multipliers on FLOP/s and bandwidth
+# Draft tokens per speculative step: MTP and EAGLE heads propose 1-8 (vLLM's num_speculative_tokens examples use 1-5),
+# so 64 is generous; past it the per-token acceptance arrays of a step grow with the option itself (1e9 hung).
+MAX_SPEC_TOKENS = 64
 MAX_JSON_DEPTH = 64  # nesting of a config.json; HF configs nest 3 deep
 
 

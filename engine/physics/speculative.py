@@ -23,6 +23,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.physics.specs import count_params, load_model
 from engine.physics.step import StepModel
+from engine.validation import MAX_SPEC_TOKENS
 
 DRAFT_KINDS = ("mtp", "ngram")
 
@@ -47,8 +48,8 @@ def sample_accepted(rng: np.random.Generator, n: int, k: int, a: float) -> np.nd
 def check(k: int, a: float, what: str = "") -> None:
     """One-line InputErrors for impossible speculative settings."""
     pre = f"{what}: " if what else ""
-    if isinstance(k, bool) or int(k) != k or k < 0:
-        raise InputError(f"{pre}--spec-tokens must be a whole number >= 0, got {k!r}")
+    if isinstance(k, bool) or int(k) != k or not 0 <= k <= MAX_SPEC_TOKENS:
+        raise InputError(f"{pre}--spec-tokens must be a whole number >= 0 and <= {MAX_SPEC_TOKENS}, got {k!r}")
     if not (isinstance(a, (int, float)) and math.isfinite(a) and 0.0 <= a <= 1.0):
         raise InputError(f"{pre}--spec-accept must be an acceptance probability in [0, 1], got {a!r}")
 

@@ -7,6 +7,7 @@ inputs tried); each row here is one of them (or its family), run in-process with
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,17 @@ REFUSED = [
     ("run --trace {f}/tr_date.csv", "'5' is a number among date-times"),
     ("run --trace {f}/tr_far.csv", "the trace spans 1e+300 s"),
     ("run --trace {f}/tr_ok.csv --trace-speed 1e-9", "s at --trace-speed 1e-09, over the 1e+09 s"),
+    ("run --spec-tokens 1000000000 --requests 5", "--spec-tokens: must be a whole number between 0 and 64"),
+    ("""run --speculative-config '{{"num_speculative_tokens": 1000000000}}' --requests 5""", "between 0 and 64"),
+    ("validate --table ''", "--table needs a name"),
+    ("plan --replicas 4000 --rate 10 --duration 30 --workers 1", "would hold about"),
+    # issue 30, class 7: options that would change nothing are refused, naming what they need
+    ("run --kv-link-gbps 10 --requests 5", "--kv-link-gbps sets the link P/D copies KV over"),
+    ("run --router least-loaded --requests 5", "with one there is nothing to pick"),
+    ("run --spec-accept 0.5 --requests 5", "--spec-accept does nothing without --spec-tokens"),
+    ("run --spec-draft ngram --requests 5", "--spec-draft does nothing without --spec-tokens"),
+    ("run --trace-speed 2 --requests 5", "--trace-speed does nothing without --trace"),
+    ("run --gpu-memory-utilization 0.5 --kv-blocks 2000 --requests 5", "does nothing beside --kv-blocks"),
     # 3. wrong answers
     ("run --output uniform:1,1e30 --requests 20", "--output"),
     ("run --output normal:100,1e300 --requests 20", "--output"),
@@ -182,7 +194,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("line", "phrase"), REFUSED, ids=[r[0][:60] for r in REFUSED])
 def test_refused_with_one_line(files: Path, line: str, phrase: str) -> None:
-    argv = line.format(f=files).split()
+    argv = shlex.split(line.format(f=files))  # quoted words stay one argument ('' is an empty one)
     o = call(argv, seconds=20)
     assert_contract(o, argv)
     assert o.code == 2, f"{line}: exit {o.code}"

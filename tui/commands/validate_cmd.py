@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from engine.errors import InputError
 from engine.evidence.replay import TABLE as SERVING_TABLE
 from engine.evidence.replay import TABLE_TITLE as SERVING_TITLE
 from engine.evidence.validate import TABLE_FILES, TABLE_TITLES, report, subset_stats
@@ -33,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
     """Print (or dump as JSON) the validation report; bad names raise InputError (one line, exit 2)."""
     if args.runtime_override is not None:
         load_runtime(args.runtime_override)  # an unknown name is an InputError (one line, exit 2)
-    out = report([args.table] if args.table else None, args.runtime_override)
+    if args.table is not None and not args.table.strip():  # an empty name is a mistake, not "every table"
+        raise InputError(f"--table needs a name: one of {', '.join([*TABLE_FILES, SERVING_TABLE])}"
+                         " (leave --table out for every table)")
+    out = report([args.table] if args.table is not None else None, args.runtime_override)
     if args.json:
         print_json(out)
         return 0
