@@ -247,3 +247,36 @@ def test_overload_is_reported() -> None:
     assert r["overloaded"] and r["requests_unfinished"] > r["requests_completed"]
     assert r["requests_unfinished"] == r["queue_end"] + r["running_end"]
     assert r["requests_accepted"] == r["requests_completed"] + r["requests_unfinished"]
+
+
+# ---- issue 30, class 11: answers that mislead ---------------------------------------------------------------
+
+@pytest.mark.parametrize("extra", [["--slo-ttft", "0.00001"], ["--budget-per-hour", "0.01"]])
+def test_plan_json_answers_even_when_nothing_is_feasible(extra: list[str]) -> None:
+    """Before, a JSON reader got an empty stdout (the reason went to stderr only)."""
+    argv = ["plan", "--replicas", "1", "--rate", "5", "--requests", "20", "--workers", "1", "--json", *extra]
+    o = call(argv, seconds=60)
+    assert o.code == 2 and len(o.err.strip().splitlines()) == 1
+    r = json.loads(o.out)
+    assert r["best"] is None and r["feasible"] == 0 and r["reason"] in o.err
+
+
+def test_plan_header_names_the_workload_file() -> None:
+    """Before: 'plan · 0 req/s · ... · None requests'."""
+    wl = Path(__file__).resolve().parents[2] / "scenes/workloads/shared-system-prompt.toml"
+    o = call(["plan", "--replicas", "1", "--workload", str(wl), "--requests", "30", "--workers", "1"], seconds=60)
+    head = o.out.splitlines()[0]
+    assert o.code == 0 and "shared-system-prompt.toml" in head and "30 requests" in head
+    assert "None" not in head and "0 req/s" not in head
+
+
+def test_an_overloaded_workload_file_is_flagged(tmp_path: Path) -> None:
+    """Before, `overloaded` was set only for --rate: a workload file offering 60 req/s of 3,000-token prompts to one
+    H100 (about 140 finish in 30 s) was not flagged."""
+    wl = tmp_path / "over.toml"
+    wl.write_text("[[stage]]\nrate = 60\nduration = 30\n[prompt]\ntokens = 3000\n[output]\ntokens = 300\n")
+    r = json.loads(call(["run", "--workload", str(wl), "--json"], seconds=60).out)
+    assert r["overloaded"] and r["queue_end"] > r["max_batch"]
+    calm = tmp_path / "calm.toml"
+    calm.write_text("[[stage]]\nrate = 1\nduration = 30\n[prompt]\ntokens = 300\n[output]\ntokens = 30\n")
+    assert not json.loads(call(["run", "--workload", str(calm), "--json"], seconds=60).out)["overloaded"]

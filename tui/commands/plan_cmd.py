@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -26,6 +27,7 @@ from engine.fleet import plan as pl
 from engine.numbers import fixed
 from engine.physics.specs import load_hardware, load_model
 from engine.traffic.workload import parse_dist
+from engine.validation import printable_line
 from tui.commands.options import (
     add_options,
     console,
@@ -154,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         # near the nearest point comes.
         keep, beyond = [pt for pt, _ in beyond], []
     if not keep:
-        raise InputError(_nothing_fits(pruned, points, base, args.budget_per_hour))
+        _refuse(args, pl.summarize([], pruned, slo), _nothing_fits(pruned, points, base, args.budget_per_hour))
     pruned += [{"config": pt.as_dict(), "why": why} for pt, why in beyond]
     budget.check_plan(sum(work[pt] for pt in keep), len(keep), base.force)  # the grid's work, not its size
     jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
@@ -164,14 +166,39 @@ def run(args: argparse.Namespace) -> int:
     out["wall_s"] = time.perf_counter() - t0
     out["backend"] = backend
     out["workload"] = {"users": base.users, "rate": base.rate, "prompt": base.prompt, "output": base.output,
-                       "think": base.think, "requests": base.requests, "duration": base.duration, "seed": base.seed}
+                       "think": base.think, "requests": base.requests, "duration": base.duration, "seed": base.seed,
+                       "workload_file": base.workload, "trace": base.trace}
     if out["best"] is None and (slo.ttft is not None or slo.tpot is not None):
-        raise InputError(pl.binding_line(out["binding"], slo))
+        _refuse(args, out, pl.binding_line(out["binding"], slo))
     if args.json:
         print_json(versioned(out))
         return 0
     _print(out, [r.as_dict() for r in results], slo)
     return 0
+
+
+def _load_words(w: dict[str, Any]) -> str:
+    """What every point serves, for the report's header: a workload file or trace by its name (before, a workload
+    file read '0 req/s ... None requests'), else users or rate with the lengths; the bound when there is one."""
+    src = w.get("workload_file") or w.get("trace")
+    if src:
+        load = f"{'workload' if w.get('workload_file') else 'trace'} {escape(printable_line(str(src)))}"
+    else:
+        users = f"{w['users']} users" if w["users"] else f"{w['rate']:g} req/s"
+        load = f"{users} · prompt {escape(str(w['prompt']))} · output {escape(str(w['output']))}"
+    if w["requests"] is not None:
+        load += f" · {w['requests']} requests"
+    elif w["duration"] is not None:
+        load += f" · {w['duration']:g} s"
+    return load
+
+
+def _refuse(args: argparse.Namespace, out: dict[str, Any], reason: str) -> None:
+    """Nothing is feasible: the one line on stderr and exit 2, and with --json the report with that reason on
+    stdout too, so a JSON reader gets an answer instead of an empty stdout."""
+    if args.json:
+        print_json(versioned({**out, "reason": reason}))
+    raise InputError(reason)
 
 
 def _nothing_fits(pruned: list[dict[str, Any]], points: list[pl.Point], base: Any, budget: float | None) -> str:
@@ -200,11 +227,8 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
     """The Rich report: the best deployment, the Pareto front as a table and a plot, and what was left out."""
     con = console()
     k = slo.key
-    w = out["workload"]
-    load = f"{w['users']} users" if w["users"] else f"{w['rate']:g} req/s"
     targets = " and ".join(f"{k} {n} <= {v:g} s" for n, v in (("TTFT", slo.ttft), ("TPOT", slo.tpot)) if v)
-    con.print(f"[bold]plan[/] · {load} · prompt {w['prompt']} · output {w['output']} · {w['requests']} requests"
-              f" · {targets or 'no SLO'}")
+    con.print(f"[bold]plan[/] · {_load_words(out['workload'])} · {targets or 'no SLO'}")
     con.print(f"{out['evaluated']} configurations simulated, {out['pruned']} pruned before simulating"
               f" ({out['pruned_slo']} of them provably miss the SLOs),"
               f" {out['feasible']} meet the SLOs · {out['backend']} · {out['wall_s']:.1f} s")

@@ -123,13 +123,23 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     served_rate = m["requests_completed"] / m["sim_time_s"] if m["sim_time_s"] else 0.0
     out["finished_req_s"] = served_rate
     # Open loop: arrivals outrun capacity when the queue is left holding more than one batch of requests
-    # and fewer finish per second than arrive (a closed loop cannot: its users wait for their answers).
-    out["overloaded"] = bool(cfg.rate > 0 and queued > cfg.max_batch and served_rate < 0.9 * cfg.rate)
+    # and fewer finish per second than arrive (a closed loop cannot: its users wait for their answers). A workload
+    # file or a trace offers what it sent over the run (before, such runs were never flagged).
+    out["overloaded"] = bool(queued > cfg.max_batch and served_rate < 0.9 * offered_rate(cfg, m))
     out["percentiles_cover"] = "finished requests only"
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
     return json_safe(out)
+
+
+def offered_rate(cfg: Any, m: dict[str, Any]) -> float:
+    """Requests per second the run offered: --rate, or for a workload file or trace the requests it sent over the
+    simulated time (0 for closed-loop --users)."""
+    if cfg.rate > 0:
+        return float(cfg.rate)
+    scripted = cfg.workload is not None or cfg.trace is not None
+    return m["requests_accepted"] / m["sim_time_s"] if scripted and m["sim_time_s"] else 0.0
 
 
 def run_inputs(args: argparse.Namespace) -> list[str | None]:
@@ -180,9 +190,10 @@ def _print(r: dict[str, Any]) -> None:
         con.print(f"{r['requests_unfinished']:,} requests unfinished when the run stopped: {r['queue_end']:,} waiting"
                   f" in the queue, {r['running_end']:,} part-way through")
     if r["overloaded"]:
-        con.print(f"[bold yellow]warning:[/] arrivals outrun capacity: {r['rate']:g} req/s arrive,"
+        offered = r["rate"] or r["requests_accepted"] / r["sim_time_s"]
+        con.print(f"[bold yellow]warning:[/] arrivals outrun capacity: {offered:,.3g} req/s arrive,"
                   f" {r['finished_req_s']:,.1f} req/s finish; the queue grows for as long as the run lasts and"
-                  " latency with it. Lower --rate or add capacity (--tp, --max-batch, --kv-dtype fp8)")
+                  " latency with it. Lower the rate or add capacity (--tp, --max-batch, --kv-dtype fp8)")
     t = Table(header_style="bold", show_edge=False, title="latency", title_justify="left")
     t.add_column("")
     for p in ("p50", "p90", "p99"):
