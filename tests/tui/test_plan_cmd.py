@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from engine.fleet import plan as pl
 from tui.cli import main
 
 WORK = ["--rate", "4", "--requests", "100", "--prompt", "lognormal:800,0.6", "--output", "lognormal:120,0.6"]
@@ -117,3 +118,20 @@ def test_a_trace_plans_on_one_engine_and_on_fleets(capsys: pytest.CaptureFixture
     r = cli("run", "--trace", "azure-conv-sample", "--replicas", "2", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["requests_completed"] == 300
+
+
+def test_an_interrupted_plan_keeps_what_finished(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C after the first point: that point's report on stdout, one line saying so, exit 130 (issue 30, class
+    8). Before, everything finished was lost with the run."""
+    from tests.fuzz.harness import call
+    from tui.commands import plan_cmd
+
+    def first_then_interrupt(jobs: list) -> object:
+        yield 0, pl._evaluate_job(jobs[0])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan_cmd, "mapper_for", lambda args: (first_then_interrupt, "test"))
+    o = call(["plan", *WORK, "--replicas", "1-3", "--json"], seconds=60)
+    assert o.code == 130 and o.err.count("\n") == 1 and "after 1 of 3 configurations" in o.err
+    out = json.loads(o.out)
+    assert out["stopped"] == {"by": "Ctrl+C", "finished": 1, "of": 3} and out["evaluated"] == 1

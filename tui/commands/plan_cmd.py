@@ -160,20 +160,27 @@ def run(args: argparse.Namespace) -> int:
     pruned += [{"config": pt.as_dict(), "why": why} for pt, why in beyond]
     budget.check_plan(sum(work[pt] for pt in keep), len(keep), base.force)  # the grid's work, not its size
     jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
-    results = _run_jobs(jobs, mapper, show=sys.stderr.isatty())
+    results, stopped = _run_jobs(jobs, mapper, show=sys.stderr.isatty())
     out = pl.summarize(results, pruned, slo)
+    if stopped is not None:  # a partial report: what finished before the signal, and how much that is
+        out["stopped"] = {"by": stopped[0], "finished": len(results), "of": len(jobs)}
     out["pruned_slo"] = len(beyond)  # of the pruned: points that fit but provably miss the SLOs
     out["wall_s"] = time.perf_counter() - t0
     out["backend"] = backend
     out["workload"] = {"users": base.users, "rate": base.rate, "prompt": base.prompt, "output": base.output,
                        "think": base.think, "requests": base.requests, "duration": base.duration, "seed": base.seed,
                        "workload_file": base.workload, "trace": base.trace}
-    if out["best"] is None and (slo.ttft is not None or slo.tpot is not None):
+    if stopped is None and out["best"] is None and (slo.ttft is not None or slo.tpot is not None):
         _refuse(args, out, pl.binding_line(out["binding"], slo))
     if args.json:
         print_json(versioned(out))
-        return 0
-    _print(out, [r.as_dict() for r in results], slo)
+    else:
+        _print(out, [r.as_dict() for r in results], slo)
+    if stopped is not None:
+        sys.stdout.flush()
+        sys.stderr.write(f"tokensim: stopped ({stopped[0]}) after {len(results)} of {len(jobs)} configurations;"
+                         f" every worker stopped, the report covers the {len(results)} that finished\n")
+        return stopped[1]
     return 0
 
 
@@ -213,14 +220,29 @@ def _nothing_fits(pruned: list[dict[str, Any]], points: list[pl.Point], base: An
     return f"none of the {len(points)} configurations fits ({n} of them because: {why})"
 
 
-def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> list[pl.PointResult]:
-    """Run the grid, with a progress bar on stderr when it is a terminal."""
-    if not show:
-        return pl.run_grid(jobs, mapper)
-    with Progress(TextColumn("[bold]planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console(stderr=True), transient=True) as bar:
-        task = bar.add_task("", total=len(jobs))
-        return pl.run_grid(jobs, mapper, lambda i, r: bar.advance(task))
+def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> tuple[list[pl.PointResult], tuple[str, int] | None]:
+    """Run the grid, with a progress bar on stderr when it is a terminal: every result in grid order, and None; or,
+    stopped by Ctrl+C or SIGTERM once some points had finished, those results and (the signal, its exit code). The
+    mapper's workers are stopped on the way out (engine.fleet.pool); nothing finished is thrown away."""
+    from tui.cli import Terminated
+
+    done: dict[int, pl.PointResult] = {}
+    try:
+        if not show:
+            return pl.run_grid(jobs, mapper, done.__setitem__), None
+        with Progress(TextColumn("[bold]planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=console(stderr=True), transient=True) as bar:
+            task = bar.add_task("", total=len(jobs))
+
+            def seen(i: int, r: pl.PointResult) -> None:
+                done[i] = r
+                bar.advance(task)
+            return pl.run_grid(jobs, mapper, seen), None
+    except (KeyboardInterrupt, Terminated) as e:
+        if not done:
+            raise
+        how = ("Ctrl+C", 130) if isinstance(e, KeyboardInterrupt) else ("SIGTERM", 143)
+        return [done[i] for i in sorted(done)], how
 
 
 def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> None:
