@@ -38,7 +38,7 @@ from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
 from engine.fleet.routers import ROUTERS, Pick, RoutingSnapshot, make_router
 from engine.fleet.spec import FleetSpec, parse_pd
 from engine.physics.step import StepModel
-from engine.serving.accounting import H, explain, rolling, run_metrics
+from engine.serving.accounting import H, check_conserved, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
 from engine.serving.snapshot import Snapshot
 from engine.serving.tables import Rows
@@ -230,11 +230,27 @@ class Fleet:
         if until == math.inf and self.limit is None and self.duration is None:
             raise InputError("an unbounded workload never finishes: give --requests N or --duration S")
         if max_ticks is None and until == math.inf:
-            if self.loop == "dealt":
-                return self._run_dealt()
-            if self.loop == "lazy":
-                return self._run_lazy()
+            loops = {"dealt": self._run_dealt, "lazy": self._run_lazy}
+            n = loops[self.loop]() if self.loop in loops else self._run_events(None, math.inf)
+            self.check_conserved()
+            return n
         return self._run_events(max_ticks, until)
+
+    def check_conserved(self) -> None:
+        """Every request the fleet's source handed out is answered, on a replica (running, queued, preempted), drawn
+        but not yet routed, or (P/D) a read prompt on its way to a decode replica (accounting.check_conserved).
+        With P/D a prefill replica's finished rows are prompts read, not answers: only decode replicas answer."""
+        lanes = [r.lane for r in self.reps]
+        moving = 0
+        if self.spec.pd:
+            done = sum(r.lane.stats.completed for r in self.back)
+            moving = len(self.xfer.waiting) + len(self.xfer.landings) + sum(
+                len(rows) for r in self.front for rows in r.finished_rows)
+        else:
+            done = sum(ln.stats.completed for ln in lanes)
+        check_conserved("fleet", self.src.requests_accepted, done, sum(ln.R.n for ln in lanes),
+                        sum(ln.Q.size for ln in lanes) + sum(len(rows) for rows in self.ahead),
+                        sum(ln.P.n for ln in lanes), moving)
 
     def advance_to(self, t: float, max_ticks: int | None = None) -> int:
         """Every event before simulated time t (the app's clock: the workload may be unbounded); returns replica

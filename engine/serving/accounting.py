@@ -694,3 +694,13 @@ def explain(lanes: list[LaneLike]) -> dict[str, Any]:
     s = lanes_split(lanes)
     return {"parts": list(PARTS), "requests": int(len(s.ids)), "ttft_s": split_summary(s.ids, s.ttft),
             "e2e_s": split_summary(s.ids, s.e2e)}
+
+
+def check_conserved(where: str, accepted: int, completed: int, running: int, queued: int, preempted: int,
+                    moving: int = 0) -> None:
+    """The conservation invariant (issue 30, class 2): every request a run accepted is finished, running, queued,
+    preempted or (P/D) on its way between replicas, once each. AssertionError naming `where` and the counts when
+    a request vanished or was counted twice."""
+    held = completed + running + queued + preempted + moving
+    assert held == accepted, (f"{where}: accepted {accepted} != done {completed} + running {running} + queued"
+                              f" {queued} + preempted {preempted} + moving {moving}")

@@ -22,7 +22,7 @@ import numpy as np
 
 from engine.physics.speculative import Drafter, sample_accepted
 from engine.physics.step import StepCost, StepModel, StepParts
-from engine.serving.accounting import H, LaneStats, finished_times
+from engine.serving.accounting import H, LaneStats, check_conserved, finished_times
 from engine.serving.kvpool import KVPool
 from engine.serving.prefix_cache import TAG_REQUEST, chain_keys, stream_id
 from engine.serving.scheduler import Scheduler
@@ -203,7 +203,19 @@ class Lane:
                 m = max(m, int((t.col("prompt") + t.col("total")).max()))
         return m
 
+    def check_conserved(self) -> None:
+        """Every request this lane accepted is done, running, preempted or queued (accounting.check_conserved)."""
+        st = self.stats
+        check_conserved("fast lane" if self.fast else "lane", st.accepted, st.completed, self.R.n, self.Q.size,
+                        self.P.n)
+
     # ---- arrivals -----------------------------------------------------------------------------
+    def arrive_until(self, t: float) -> None:
+        """Take every request due at or before t into the queue without stepping (the run's end: see
+        Engine.run)."""
+        if self.next_arrival <= t:
+            self._arrive(t)
+
     def _arrive(self, t: float) -> None:
         """Every request this lane's source has due at or before t joins the queue (drawn into its tail)."""
         src = self.source
@@ -1032,13 +1044,9 @@ class Lane:
         """Every invariant of the loop; AssertionError with the first one that fails."""
         R, P, Q = self.R, self.P, self.Q
         r, p, q = R.rows(), P.rows(), Q.rows()
-        st = self.stats
         lane = "fast lane" if self.fast else "lane"
         assert self.clock >= prev_clock, f"{lane}: clock went back from {prev_clock} to {self.clock}"
-        count = R.n + P.n + Q.size + st.completed
-        assert count == st.accepted, \
-            f"{lane}: running {R.n} + preempted {P.n} + queued {Q.size} + done {st.completed}" \
-            f" != accepted {st.accepted}"
+        self.check_conserved()
         pool = self.pool
         private = int((r.blocks - r.full).sum())
         assert private == pool.private, f"{lane}: private blocks held by requests {private} != pool's {pool.private}"

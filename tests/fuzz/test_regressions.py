@@ -280,3 +280,32 @@ def test_an_overloaded_workload_file_is_flagged(tmp_path: Path) -> None:
     calm = tmp_path / "calm.toml"
     calm.write_text("[[stage]]\nrate = 1\nduration = 30\n[prompt]\ntokens = 300\n[output]\ntokens = 30\n")
     assert not json.loads(call(["run", "--workload", str(calm), "--json"], seconds=60).out)["overloaded"]
+
+
+# ---- issue 30, class 2: every arrival is accounted for ---------------------------------------------------------
+
+def test_arrivals_during_the_last_long_step_are_reported_queued() -> None:
+    """A 120,000-token prompt's prefill runs ~5 s past a 10 s run: before, the ~19 requests that arrived meanwhile
+    vanished (1 accepted); now they are accepted and reported queued, on one engine and on a fleet alike."""
+    base = ["run", "--model", "llama-3.1-8b", "--rate", "2", "--duration", "10", "--prompt", "120000", "--output",
+            "5", "--json"]
+    for extra in ([], ["--replicas", "2", "--router", "least-loaded"], ["--pd", "1:1"]):
+        r = json.loads(call([*base, *extra], seconds=120).out)
+        assert r["requests_accepted"] >= 15, extra
+        assert r["requests_accepted"] == r["requests_completed"] + r["queue_end"] + r["running_end"]
+        assert r["queue_end"] >= 13, extra
+
+
+def test_the_conservation_invariant_catches_a_vanished_request() -> None:
+    """check_conserved is what every run path ends with: a request taken out of a queue behind its back fails it."""
+    from engine.config import EngineConfig
+    from engine.serving.engine import Engine
+
+    eng = Engine(EngineConfig(model="llama-3.1-8b", rate=20.0, duration=5.0, prompt="4000", output="50"))
+    eng.run()
+    lane = eng.lanes[0]
+    lane.check_conserved()
+    assert lane.Q.size > 0
+    lane.stats.accepted += 1
+    with pytest.raises(AssertionError, match="lane: accepted"):
+        lane.check_conserved()
