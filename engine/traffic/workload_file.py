@@ -36,7 +36,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.serving.prefix_cache import NO_GROUP, NONE, TAG_GROUP, TAG_PROMPT, stream_id
 from engine.traffic.workload import Dist, Sampler, parse_dist, seeded_rngs
-from engine.validation import MAX_COUNT, MAX_SECONDS, show
+from engine.validation import MAX_COUNT, MAX_SECONDS, printable, read_text, show
 
 _STAGE_KEYS = ("rate", "users", "think_time", "duration", "prompt", "output")
 _PROMPT_KEYS = ("tokens", "shared_prefix", "groups", "users_per_group")
@@ -203,12 +203,15 @@ def load_workload(path: str | Path, prompt: str = "1000", output: str = "200", t
     p = Path(path)
     name = str(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        p.stat()
     except OSError as e:
         raise InputError(f"{name}: cannot read the workload file ({e.strerror or e})") from None
+    text = read_text(p, "workload file")  # one line for binary, UTF-16, NUL bytes or an unreadable file
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        data = printable(tomllib.loads(text))  # its names are printed: no terminal escapes in them
+    except (ValueError, RecursionError) as e:  # an integer over 4,300 digits, or arrays nested thousands deep
+        if not isinstance(e, tomllib.TOMLDecodeError):
+            raise InputError(f"{name}: unreadable TOML: {str(e).split(';')[0] or type(e).__name__}") from None
         m = re.search(r"\(at line (\d+), column \d+\)", str(e))
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
         raise InputError(f"{name}:{m.group(1)}: not valid TOML: {msg}" if m else f"{name}: not valid TOML: {msg}") \

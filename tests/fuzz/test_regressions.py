@@ -43,7 +43,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "scene_bin.toml": bytes(range(256)) * 4,
         # issue 30: a header line of spaces made the line finder's pattern backtrack cubically (3,000: 13 s)
         "ws_header.toml": b"[" + b" " * 6000 + b"x\n",
-        "tr_bin.csv": bytes(range(256)) * 4, "tr_deep.jsonl": b'{"arrival_s": ' + b"[" * 100_000 + b"\n",
+        "tr_bin.csv": bytes(range(256)) * 4, "wl_bin.toml": bytes(range(256)) * 4,
+        "wl_deep.toml": b"a = " + b"[" * 100_000, "wl_utf16.toml": "[[stage]]\nrate = 1\nduration = 5\n".encode("utf-16"), "tr_deep.jsonl": b'{"arrival_s": ' + b"[" * 100_000 + b"\n",
     }
     for name, data in raw.items():
         (d / name).write_bytes(data)
@@ -138,6 +139,9 @@ REFUSED = [
     ("run --workload {f}/wl_nan.toml --requests 5", "stage[1].rate: must be a finite number"),
     ("run --workload {f}/wl_stages.toml --requests 5", "more than 10,000 stages"),
     ("run --trace {f}/tr_bin.csv", "not UTF-8 text"),
+    ("run --workload {f}/wl_bin.toml", "not UTF-8 text"),
+    ("run --workload {f}/wl_deep.toml", "unreadable TOML"),
+    ("run --workload {f}/wl_utf16.toml", "UTF-16"),
     ("run --trace {f}/tr_deep.jsonl", "nested deeper than"),
     ("run --trace {f}/tr_1e19.csv", "prompt_tokens: must be a whole number >= 1 and <= 1e+09"),
     ("run --trace {f}/tr_true.jsonl", "prompt_tokens: must be a whole number"),
