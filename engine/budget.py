@@ -19,6 +19,7 @@ from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.physics.step import StepModel
 from engine.traffic.workload import Dist
+from engine.validation import MAX_SECONDS
 
 MEMORY_LIMIT_BYTES = 2e9  # request and user tables a run may hold (the engine itself needs ~100 MB more)
 STEPS_LIMIT = 1e7  # simulated steps: about five minutes at the ~33k ticks/s of a small batch (measured)
@@ -37,6 +38,7 @@ class Estimate:
     steps: float
     step_s: float  # the shortest step it can take (a decode of one sequence): what bounds the clock's pace
     alone: float = math.inf  # steps if every request ran by itself (a fleet cannot take more: see for_fleet)
+    sim_s: float = 0.0  # simulated seconds the run spans (its arrivals' span, or its --duration)
 
 
 def _shortest_step(sm: StepModel, d_prompt: Dist) -> float:
@@ -80,7 +82,20 @@ def estimate(cfg: EngineConfig, sm: StepModel, blocks: int, d_prompt: Dist, d_ou
         steps = math.inf  # a step that takes no time never moves the clock towards --duration
     if cfg.requests is None and cfg.duration is None:
         steps = math.inf
-    return Estimate(memory_bytes=memory, steps=steps, step_s=step_s, alone=n_req * (gen + 1))
+    return Estimate(memory_bytes=memory, steps=steps, step_s=step_s, alone=n_req * (gen + 1),
+                    sim_s=_span(cfg, n_req, d_think_time.mean + gen * step_s))
+
+
+def _span(cfg: EngineConfig, n_req: float, cycle: float) -> float:
+    """Simulated seconds until the run's last request is sent: --duration, or --requests spread at --rate or over
+    the users' send-think cycles (an open loop at 1e-300 req/s spans 1e300 s)."""
+    if cfg.duration is not None:
+        return cfg.duration
+    if not math.isfinite(n_req):
+        return 0.0  # unbounded (the app): its clock moves only as far as the user watches
+    if cfg.users:
+        return n_req / cfg.users * cycle
+    return n_req / cfg.rate if cfg.rate > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,11 +185,15 @@ def for_fleet(one: Estimate, replicas: int, blocks: int, max_batch: int) -> Esti
     per_replica = POOL_BLOCK_BYTES * blocks + 8 * min(max_batch, blocks)
     memory = one.memory_bytes + (replicas - 1) * per_replica
     steps = min(replicas * one.steps, max(one.steps, one.alone))
-    return Estimate(memory_bytes=memory, steps=steps, step_s=one.step_s, alone=one.alone)
+    return Estimate(memory_bytes=memory, steps=steps, step_s=one.step_s, alone=one.alone, sim_s=one.sim_s)
 
 
 def check(est: Estimate, bounded: bool, force: bool) -> None:
     """Refuse (one line: the estimate and the limit) what would not fit in memory or, for a bounded run, finish."""
+    if est.sim_s > MAX_SECONDS:  # not a matter of patience, so --force does not lift it: the numbers would be wrong
+        raise InputError(f"this run would span about {est.sim_s:.2g} simulated seconds, past the {MAX_SECONDS:.0e} s"
+                         " in which a float64 clock still resolves a step of a millisecond; use a higher rate, a"
+                         " shorter think time or fewer --requests")
     if force:
         return
     if est.memory_bytes > MEMORY_LIMIT_BYTES:

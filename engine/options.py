@@ -277,7 +277,7 @@ OPTIONS: tuple[Option, ...] = (
        "预填充/解码分离：P 个预填充副本和 D 个解码副本，KV 在两者之间拷贝", metavar="P:D", field=None),
     _o("kv_link_gbps", "--kv-link-gbps", "float", FL, "s_fleet",
        "P/D KV copy link per GPU, GB/s one way (default: half the GPU's interconnect_gbps)",
-       "P/D 之间拷贝 KV 的链路，每 GPU 单向 GB/s（默认为 GPU 的 interconnect_gbps 的一半）", lo=0.0, lo_open=True,
+       "P/D 之间拷贝 KV 的链路，每 GPU 单向 GB/s（默认为 GPU 的 interconnect_gbps 的一半）", lo=1e-3,
        field=None),
     _o("budget_per_hour", "--budget-per-hour", "float", FL, "s_fleet",
        "refuse a fleet that costs more $ per hour than this", "集群每小时花费超过这么多 $ 就拒绝运行",

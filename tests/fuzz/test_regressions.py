@@ -156,6 +156,11 @@ REFUSED = [
     ("""run --speculative-config '{{"num_speculative_tokens": 1000000000}}' --requests 5""", "between 0 and 64"),
     ("validate --table ''", "--table needs a name"),
     ("plan --replicas 4000 --rate 10 --duration 30 --workers 1", "would hold about"),
+    # issue 30, class 4: a run whose clock would pass 1e9 s (TPOT and prefill read 0 at 1e300 s) is refused
+    ("run --rate 1e-300 --requests 5", "would span about 5e+300 simulated seconds"),
+    ("run --rate 1e-300 --requests 5 --force", "past the 1e+09 s"),
+    ("run --users 2 --think-time 1e8 --requests 50", "would span about 2.5e+09"),
+    ("run --pd 1:1 --kv-link-gbps 1e-300 --requests 5", "--kv-link-gbps: must be a finite number >= 0.001"),
     # issue 30, class 7: options that would change nothing are refused, naming what they need
     ("run --kv-link-gbps 10 --requests 5", "--kv-link-gbps sets the link P/D copies KV over"),
     ("run --router least-loaded --requests 5", "with one there is nothing to pick"),
