@@ -38,13 +38,14 @@ class UsersList(ScrollView):
         # list row -> (key, strip) for the rows on screen in the current frame, at width _width
         self._rows: dict[int, tuple[_Key, Strip]] = {}
         self._width = 0
+        self._title: str | None = None  # the title last set (reading border_title back renders it to markup)
 
     def show(self, frame: Frame) -> None:
         """Take a new frame: size the virtual canvas, re-render the visible rows, repaint those that changed."""
         self.frame = frame
         title = users.title(frame)
-        if title != self.border_title:
-            self.border_title = title
+        if title != self._title:
+            self.border_title = self._title = title
         region = self.scrollable_content_region
         size = Size(region.width, frame.row_count)
         if size != self.virtual_size:
