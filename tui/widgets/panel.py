@@ -8,10 +8,13 @@ compositor's work: together they are most of a frame's cost at 30 frames a secon
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.filter import LineFilter
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
@@ -24,7 +27,42 @@ def row_key(row: Text) -> tuple[object, ...]:
     return (row.plain, str(row.style), tuple(row.spans))
 
 
-class FramePanel(Widget):
+# The mixin is typed as a Widget but is a plain class at run time: Textual follows a widget's first DOMNode
+# base for its default CSS, so a Widget subclass listed first would hide the ScrollView's from the users list.
+if TYPE_CHECKING:
+    _Mixin = Widget
+else:
+    _Mixin = object
+
+
+class PaintedLines(_Mixin):
+    """Mixin for the floor's widgets: hand the compositor the same lines again while nothing marked them dirty.
+
+    Every frame the compositor asks each widget under the screen's changed area for its lines, and Textual
+    rebuilds them from its line cache (colours, title, filters) even when none changed; keeping them saved
+    0.3-1.4 ms of the 3-4 ms of compositing a frame at 1,000 users in the render bench. Textual's own line
+    cache trusts `_set_dirty` to say when lines change (a repaint, a new size or style, a new title all go
+    through it), so this keeps what it painted until then, for the same crop and line filters."""
+
+    _painted: tuple[Region, tuple[LineFilter, ...], list[Strip]] | None = None
+
+    def _set_dirty(self, *regions: Region) -> None:
+        """Some lines are about to change: forget what was painted (Textual's hook, textual pinned)."""
+        self._painted = None
+        super()._set_dirty(*regions)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The lines Textual would paint, or the ones it painted last when nothing has changed since."""
+        filters = tuple(self.get_line_filters())
+        hit = self._painted
+        if hit is not None and hit[0] == crop and hit[1] == filters:
+            return hit[2]
+        strips = super().render_lines(crop)
+        self._painted = (crop, filters, strips)
+        return strips
+
+
+class FramePanel(PaintedLines, Widget):
     """A panel that shows one Frame. Subclasses define `title_for` and `rows`; `show` is the only setter."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002

@@ -13,6 +13,7 @@ from textual.strip import Strip
 from tui.frame import Frame
 from tui.render import users
 from tui.render.users import Pieces
+from tui.widgets.panel import PaintedLines
 
 _Key = tuple[tuple[str, str], ...]
 
@@ -28,7 +29,7 @@ def _strip(pieces: Pieces, width: int, base: Style) -> Strip:
     return Strip([Segment(text, base + _style(style)) for text, style in pieces], width)
 
 
-class UsersList(ScrollView):
+class UsersList(PaintedLines, ScrollView):
     """A virtual list: only the rows on screen are ever rendered, and only changed ones repainted."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
