@@ -68,7 +68,8 @@ class LiveEngine:
         self._eng.skip_quiet = False  # one step at a time: each step's tokens are sent at that step's end
         self._ln = self._eng.lane
         self._next_id = 0
-        self._done: list[Rows] = []
+        self._done: list[Rows] = []  # finished since pop_finished; the first _seen of them already emitted
+        self._seen = 0
         self._pending: dict[int, Rows] = {}  # sent, not yet reached by the lane's clock (in order of sending)
         self._lag = 0.0
         self._eng.on_complete(self._done.append)
@@ -159,21 +160,30 @@ class LiveEngine:
         R = self._ln.R
         ids, gen = R.col("id").copy(), R.col("gen").copy()
         done = np.zeros(0, dtype=np.int64)
-        if self._done:
-            d = Rows.join(self._done) if len(self._done) > 1 else self._done[0]
+        fresh = self._done[self._seen:]
+        self._seen = len(self._done)
+        if fresh:
+            d = Rows.join(fresh) if len(fresh) > 1 else fresh[0]
             done = d.id.copy()
             ids, gen = np.concatenate([ids, done]), np.concatenate([gen, d.gen])
         return Emission(float(self._ln.clock), ids, gen, done)
 
     def pop_finished(self) -> list[Finished]:
         """Requests finished since the last call, with their times (for latency histograms)."""
-        rows, self._done = self._done, []
+        rows = self._done[:]
+        self._done.clear()  # (the same list: the engine's on_complete appends to it)
+        self._seen = 0
         out: list[Finished] = []
         for d in rows:
             for j in range(len(d)):
                 out.append(Finished(int(d.id[j]), float(d.arrival[j]), float(d.admit[j]), float(d.first[j]),
                                     float(d.done[j]), int(d.prompt[j]), int(d.gen[j]), int(d.hit[j])))
         return out
+
+    @property
+    def busy(self) -> bool:
+        """A request is queued, running or sent and not yet reached: the clock has work ahead."""
+        return bool(self._pending) or self._ln.has_work
 
     # ---- what /metrics reads ------------------------------------------------------------------
     @property

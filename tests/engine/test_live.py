@@ -118,3 +118,15 @@ def test_identical_prompts_and_shared_prefixes_hit_the_cache():
 def test_content_key_is_stable():
     assert content_key("abc") == content_key("abc") != content_key("abd")
     assert 0 < content_key("") < 1 << 56 and np.int64(content_key("x" * 100))
+
+
+def test_finished_requests_are_emitted_once_and_popped_once():
+    le = LiveEngine(EngineConfig())
+    a = le.submit(50, 2, 0.0)
+    ems = _drive(le, 0.2)
+    assert [e.done.tolist() for e in ems if e.done.size] == [[a]]
+    assert [f.rid for f in le.pop_finished()] == [a] and le.pop_finished() == []
+    b = le.submit(50, 2, 0.3)
+    ems = _drive(le, 0.6)
+    assert [e.done.tolist() for e in ems if e.done.size] == [[b]]
+    assert [f.rid for f in le.pop_finished()] == [b]
