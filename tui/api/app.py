@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -200,6 +201,9 @@ def build_app(driver: Driver, spec: ServerSpec) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         nonlocal task
+        # anyio (Starlette's async layer) loads its asyncio backend on first use, ~150 ms of imports: do it now,
+        # or the first request's stream would stall the engine's clock by that much.
+        await anyio.sleep(0)
         task = asyncio.create_task(driver.run())
         task.add_done_callback(_report_crash)
         yield
