@@ -193,3 +193,41 @@ def test_waiting_cap_answers_503():
         assert sorted(codes) == [200, 200, 503, 503], codes
         _, m = _get(base + "/metrics")
         assert _metric(m, "tokensim:requests_rejected_total") == 2
+
+
+async def test_driver_memory_is_flat_over_waves_of_requests():
+    """A small soak without HTTP: waves of 150 streams through the driver (engine 200x faster than the wall).
+    Once the engine's bounded histories have filled (two waves), three more leave nothing behind: no stream,
+    no request, traced memory within 512 KB (it moves by ~150 KB wave to wave, up and down)."""
+    need("prometheus_client")
+    import asyncio
+    import tracemalloc
+
+    from engine.config import EngineConfig
+    from engine.serving.live import LiveEngine
+    from tui.api.driver import Driver
+
+    d = Driver(LiveEngine(EngineConfig(users=0, scheduler="chunked", max_batch=512)), 200.0, "m")
+    task = asyncio.create_task(d.run())
+
+    async def wave() -> None:
+        streams = [d.submit(300, 10, prompt_text=str(i)) for i in range(150)]
+        for s in streams:
+            while not s.done:
+                s.event.clear()
+                await s.event.wait()
+
+    tracemalloc.start()
+    try:
+        for _ in range(2):
+            await asyncio.wait_for(wave(), 60)
+        base = tracemalloc.get_traced_memory()[0]
+        for _ in range(3):
+            await asyncio.wait_for(wave(), 60)
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+        task.cancel()
+    assert not d.streams and d.live.running == 0 and d.live.waiting == 0
+    assert d.generation_tokens == 5 * 150 * 10
+    assert grown < 512 * 1024, grown

@@ -74,6 +74,16 @@ class _Chunks:
         self.chat = chat
         obj = "chat.completion.chunk" if chat else "text_completion"
         self.head = json.dumps({"id": rid, "object": obj, "created": int(time.time()), "model": model})[:-1]
+        self._cache: dict[str, str] = {}
+
+    def token(self, j: int) -> str:
+        """The SSE event of answer token j (one filler word): formatted once per word and stream, since a
+        stream sends hundreds of them and 1,000 streams share the server's one core."""
+        w = text.filler(j, 1)
+        ev = self._cache.get(w)
+        if ev is None:
+            ev = self._cache[w] = self.piece(w)
+        return ev
 
     def piece(self, words: str, finish: str | None = None, role: bool = False) -> str:
         """An SSE event carrying `words` (and a finish reason on the last)."""
@@ -106,8 +116,8 @@ async def _sse(driver: Driver, s: Stream, p: Parsed, rid: str, model: str) -> As
                 await s.event.wait()
                 s.event.clear()
             upto = s.total - 1 if s.done else s.gen  # the last token goes out with the finish reason
-            for j in range(sent, upto):
-                yield ch.piece(text.filler(j, 1))
+            if upto > sent:  # the tokens of the steps since the last wake (one, unless this stream lags), in one write
+                yield "".join(ch.token(j) for j in range(sent, upto))
             sent = max(sent, upto)
             if s.done:
                 break
