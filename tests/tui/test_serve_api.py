@@ -231,3 +231,17 @@ async def test_driver_memory_is_flat_over_waves_of_requests():
     assert not d.streams and d.live.running == 0 and d.live.waiting == 0
     assert d.generation_tokens == 5 * 150 * 10
     assert grown < 512 * 1024, grown
+
+
+@pytest.mark.parametrize("argv, says", [(["--output", "nope"], "--output"), (["--time-scale", "0"], "--time-scale"),
+                                        (["--max-num-seqs", "-4"], "--max-num-seqs"), (["--model", "nope-9b"], "nope-9b")])
+def test_bad_options_are_one_line_and_exit_2(argv, says):
+    need("uvicorn")
+    import subprocess
+    import sys
+
+    from tests.tui.api_server import free_port
+
+    p = subprocess.run([sys.executable, "-m", "tui.cli", "serve-api", "--port", str(free_port()), *argv],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -18,7 +18,7 @@ from engine.errors import InputError
 from engine.traffic.workload import Sampler, parse_dist
 from tui.commands.options import add_model_options, nonneg_int, positive_float, positive_int, runtime_for_run, seed_int
 from tui.commands.run_cmd import DEFAULT_MAX_BATCHED_TOKENS, fraction
-from tui.commands.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, port_number
+from tui.commands.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, check_port_free, port_number
 
 DEFAULT_OUTPUT = "256"  # answer tokens when a request gives no max_tokens
 MAX_CONNECTIONS = 4096  # uvicorn answers 503 beyond this many open connections (a flood cannot exhaust the host)
@@ -96,8 +96,9 @@ def build(args: argparse.Namespace):  # -> (Starlette, Driver); untyped here so 
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted."""
+    """Serve until interrupted (a port in use or an address not of this machine: one line, exit 2)."""
     app, _ = build(args)
+    check_port_free(args.host, args.port)
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
