@@ -130,3 +130,22 @@ def test_finished_requests_are_emitted_once_and_popped_once():
     ems = _drive(le, 0.6)
     assert [e.done.tolist() for e in ems if e.done.size] == [[b]]
     assert [f.rid for f in le.pop_finished()] == [b]
+
+
+def test_abort_a_preempted_request_with_prefix_caching():
+    """KV pressure preempts; aborting the preempted request keeps every invariant (prefix-cache references too)."""
+    le = LiveEngine(EngineConfig(kv_pool_blocks=300, max_batch=8, prefix_caching=True, debug=True,
+                                 scheduler="chunked", max_batched_tokens=2048))
+    ids = [le.submit(1000, 2500, 0.0, prompt_text=f"p{i}", prefix_text="sys", prefix_tokens=200) for i in range(4)]
+    t, gone = 0.0, None
+    while le.busy:
+        t += 0.05
+        le.advance(t)
+        P = le._ln.P
+        if P.n and gone is None:
+            gone = int(P.col("id")[0])
+            assert le.abort(gone)
+            le.check()
+    le.check()
+    assert gone is not None and le.preemptions >= 1 and le.aborted == 1 and le.kv_usage == 0.0
+    assert sorted(f.rid for f in le.pop_finished()) == sorted(set(ids) - {gone})
