@@ -161,31 +161,33 @@ def _body(p: Parsed, rid: str, model: str, output: int) -> dict[str, Any]:
             "usage": _usage(p.prompt_tokens, output)}
 
 
+async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSpec) -> Response:
+    """Check a request, queue it in the engine, and answer it as a stream or whole (or refuse it)."""
+    try:
+        body = await _read_json(request, spec.max_body)
+        p = parse_request(body, chat, spec.model, spec.max_model_len, spec.count, spec.draw_output)
+        s = driver.submit(p.prompt_tokens, p.output, p.prefix_text, p.prompt_text, p.prefix_tokens)
+    except ApiError as e:
+        return error(e.status, e.message, e.kind, e.param)
+    except QueueFull:
+        return error(503, f"the waiting queue is full ({driver.max_waiting} requests): try again later",
+                     "ServiceUnavailableError")
+    rid = f"{'chatcmpl' if chat else 'cmpl'}-{s.rid}"
+    if p.stream:
+        return StreamingResponse(_sse(driver, s, p, rid, spec.model), media_type="text/event-stream")
+    if not await _whole(request, driver, s):
+        return Response(status_code=499)  # nobody is there to read it (nginx's "client closed request")
+    return JSONResponse(_body(p, rid, spec.model, s.total))
+
+
 def build_app(driver: Driver, spec: ServerSpec) -> Starlette:
     """The Starlette app serving `driver`'s engine; the driver's task runs for the app's lifetime."""
 
-    async def generate(request: Request, chat: bool) -> Response:
-        try:
-            body = await _read_json(request, spec.max_body)
-            p = parse_request(body, chat, spec.model, spec.max_model_len, spec.count, spec.draw_output)
-            s = driver.submit(p.prompt_tokens, p.output, p.prefix_text, p.prompt_text, p.prefix_tokens)
-        except ApiError as e:
-            return error(e.status, e.message, e.kind, e.param)
-        except QueueFull:
-            return error(503, f"the waiting queue is full ({driver.max_waiting} requests): try again later",
-                         "ServiceUnavailableError")
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{s.rid}"
-        if p.stream:
-            return StreamingResponse(_sse(driver, s, p, rid, spec.model), media_type="text/event-stream")
-        if not await _whole(request, driver, s):
-            return Response(status_code=499)  # nobody is there to read it (nginx's "client closed request")
-        return JSONResponse(_body(p, rid, spec.model, s.total))
-
     async def completions(request: Request) -> Response:
-        return await generate(request, chat=False)
+        return await _generate(request, False, driver, spec)
 
     async def chat(request: Request) -> Response:
-        return await generate(request, chat=True)
+        return await _generate(request, True, driver, spec)
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
