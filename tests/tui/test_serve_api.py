@@ -71,8 +71,16 @@ def test_openai_client_streaming_and_not(server):
 
 
 def test_tokens_arrive_on_the_engine_clock(server):
-    """At --time-scale 10, 300 tokens at ~12 ms a step take ~0.36 s of wall time, and each token its own step."""
+    """At --time-scale 10 a 300-token answer takes a tenth of the engine's time for it, and no token comes before
+    the engine makes it (a loaded host may make them late, never early)."""
+    from engine.config import EngineConfig
+    from engine.serving.live import LiveEngine
+
     base, driver = server
+    alone = LiveEngine(EngineConfig(users=0, scheduler="chunked", max_model_len=4096))
+    alone.submit(1000, 300, 0.0, prompt_text="x")  # what the server's engine does with this request, by itself
+    ems = alone.advance(100.0)
+    first_t, mid_t, end_t = ems[0].t, ems[149].t, ems[-1].t
     t0 = time.monotonic()
     req = urllib.request.Request(base + "/v1/completions", headers={"content-type": "application/json"},
                                  data=json.dumps({"prompt": "x" * 4000, "max_tokens": 300, "stream": True}).encode())
@@ -81,12 +89,9 @@ def test_tokens_arrive_on_the_engine_clock(server):
         for line in r:
             if line.startswith(b"data: {"):
                 stamps.append(time.monotonic() - t0)
-    wall = stamps[-1]
     assert len(stamps) == 300
-    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:], strict=False))
-    median = gaps[len(gaps) // 2]
-    assert 0.0004 < median < 0.004, median  # a decode step of this model (~12 ms) at 10x
-    assert 0.15 < wall < 2.0, wall
+    assert stamps[0] >= first_t / 10 * 0.95 and stamps[149] >= mid_t / 10 * 0.95
+    assert end_t / 10 * 0.95 <= stamps[-1] < end_t / 10 + 2.0, (stamps[-1], end_t)
 
 
 def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server):
