@@ -70,10 +70,16 @@ async def _keep(client: httpx.AsyncClient, url: str, stats: dict[str, int], unti
 
 
 async def _watch(base: str, pid: int, until: float, samples: list[tuple[float, float, float, float]]) -> None:
-    async with httpx.AsyncClient(timeout=10) as c:
+    # A new connection per scrape: with 1,000 streams the client's own loop can pause past the server's
+    # keep-alive, and a reused connection would race its close.
+    async with httpx.AsyncClient(timeout=10, limits=httpx.Limits(max_keepalive_connections=0)) as c:
         t0 = time.monotonic()
         while time.monotonic() < until:
-            m = (await c.get(base + "/metrics")).text
+            try:
+                m = (await c.get(base + "/metrics")).text
+            except httpx.HTTPError:
+                await asyncio.sleep(1.0)
+                continue
             samples.append((time.monotonic() - t0, _gauge(m, "tokensim:engine_lag_seconds"),
                             _gauge(m, "vllm:num_requests_running"), _rss_mb(pid)))
             await asyncio.sleep(1.0)
