@@ -166,6 +166,7 @@ class LaneStats:
     ticks: int = 0
     accepted: int = 0
     completed: int = 0
+    aborted: int = 0  # requests dropped before finishing (a client went away: Lane.abort)
     preemptions: int = 0
     out_tokens: int = 0
     visible_tokens: int = 0

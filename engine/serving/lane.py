@@ -1027,6 +1027,23 @@ class Lane:
         self.source.wake(d.user, t)
         return d.id
 
+    def abort(self, rid: int) -> bool:
+        """Drop request `rid` wherever it is (its client went away, as vLLM aborts a request on disconnect): a
+        running one gives back its blocks (keyed ones stay cached for others), and it is counted aborted, never
+        finished. False if no request here has that id (it already finished)."""
+        for table in (self.R, self.P, self.Q):
+            hit = np.flatnonzero(table.col("id") == rid)
+            if not hit.size:
+                continue
+            row = table.remove_at(int(hit[0]))
+            if table is self.R:
+                self._release(row)
+                if row.cached[0] < row.target[0]:
+                    self.n_pf -= 1
+            self.stats.aborted += 1
+            return True
+        return False
+
     # ---- invariants ---------------------------------------------------------------------------
     def check(self, prev_clock: float) -> None:
         """Every invariant of the loop; AssertionError with the first one that fails."""
@@ -1035,10 +1052,10 @@ class Lane:
         st = self.stats
         lane = "fast lane" if self.fast else "lane"
         assert self.clock >= prev_clock, f"{lane}: clock went back from {prev_clock} to {self.clock}"
-        count = R.n + P.n + Q.size + st.completed
+        count = R.n + P.n + Q.size + st.completed + st.aborted
         assert count == st.accepted, \
             f"{lane}: running {R.n} + preempted {P.n} + queued {Q.size} + done {st.completed}" \
-            f" != accepted {st.accepted}"
+            f" + aborted {st.aborted} != accepted {st.accepted}"
         pool = self.pool
         private = int((r.blocks - r.full).sum())
         assert private == pool.private, f"{lane}: private blocks held by requests {private} != pool's {pool.private}"

@@ -297,6 +297,17 @@ class Table:
                     row[:m] = row[:n][mask]
         self.n = n - gone.size
 
+    def remove_at(self, j: int) -> Rows:
+        """Remove live row `j` (counted from the first live row), keeping order, and return it (copies): one
+        request leaving out of turn, e.g. an aborted one. O(rows after it), which a single removal can afford."""
+        a = self.start + j
+        row = self.cols.pick(slice(a, a + 1)).copy()
+        c, n = self.cols, self.n
+        c.i[:, a:n - 1] = c.i[:, a + 1:n]
+        c.f[:, a:n - 1] = c.f[:, a + 1:n]
+        self.n = n - 1
+        return row
+
     def pop_last(self) -> Rows:
         """Remove the last row and return it (copies)."""
         self.n -= 1
@@ -325,6 +336,12 @@ class Queue(Table):
             c.f[:, :live] = c.f[:, self.head:self.n]
             self.n, self.head = live, 0
         super().reserve(extra)
+
+    def remove_at(self, j: int) -> Rows:
+        row = super().remove_at(j)
+        if self.head == self.n:
+            self.head = self.n = 0
+        return row
 
     def pop(self, k: int) -> None:
         """Drop k rows from the head (they were admitted); an emptied queue rewinds."""
