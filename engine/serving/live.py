@@ -14,12 +14,12 @@ cache queries and hits).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from engine.config import EngineConfig
-from engine.serving.engine import Engine
+from engine.fleet.replica import Replica
 from engine.serving.prefix_cache import TAG_GROUP, TAG_PROMPT, stream_id
 from engine.serving.tables import Rows
 
@@ -63,16 +63,15 @@ class LiveEngine:
     """An Engine fed one request at a time, stepped to a clock given from outside, reporting token events."""
 
     def __init__(self, cfg: EngineConfig) -> None:
-        self._eng = Engine(replace(cfg, users=0, rate=0.0, requests=None, duration=None, fast_share=0.0,
-                                   workload=None, trace=None))
+        self._eng = Replica(cfg, 0)  # a replica: a lane with no users or arrivals of its own, fed from outside
         self._eng.skip_quiet = False  # one step at a time: each step's tokens are sent at that step's end
         self._ln = self._eng.lane
         self._next_id = 0
-        self._done: list[Rows] = []  # finished since pop_finished; the first _seen of them already emitted
+        self._done: list[Rows] = self._eng.finished_rows  # finished since pop_finished (the lane appends them);
+        # the first _seen of them already emitted
         self._seen = 0
         self._pending: dict[int, Rows] = {}  # sent, not yet reached by the lane's clock (in order of sending)
         self._lag = 0.0
-        self._eng.on_complete(self._done.append)
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache (vLLM counts tokens)
         self.prefix_hits = 0  # of which found cached
 
@@ -128,7 +127,7 @@ class LiveEngine:
                     return
                 ln.clock = a
             del self._pending[rid]
-            self._eng.accept(r)
+            self._eng.inject(r)
 
     def advance(self, t: float, max_steps: int = 256) -> list[Emission]:
         """Take every step that starts at or before sim time t (at most max_steps: the caller reports lag), and
@@ -141,7 +140,7 @@ class LiveEngine:
                 break
             hits = ln.stats.cached_in_tokens
             reads = ln.stats.in_tokens
-            self._eng.step_lane(math.inf, 1)
+            self._eng.step_before(math.inf, 1)
             self.prefix_hits += ln.stats.cached_in_tokens - hits
             self.prefix_queries += ln.stats.in_tokens - reads
             out.append(self._emission())

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from engine.serving.live import LiveEngine, content_key
 
 ARRIVALS = [0.0, 0.013, 0.05, 0.051, 0.2, 0.9, 0.905]
@@ -45,7 +45,7 @@ def test_live_matches_a_trace_run(tmp_path):
     fin = sorted(le.pop_finished(), key=lambda f: f.rid)
     assert [f.output for f in fin] == OUTPUTS
     e2e_live = sorted(round(f.done - f.arrival, 9) for f in fin)
-    path = eng.lane.stats.path_s  # the run's TTFT and e2e include the request path outside the GPU steps
+    path = eng.lanes[0].stats.path_s  # the run's TTFT and e2e include the request path outside the GPU steps
     e2e_run = sorted(round(x - path, 9) for x in lat[:, 3])
     assert e2e_live == pytest.approx(e2e_run, abs=1e-9)
     ttft_live = sorted(f.first - f.arrival for f in fin)

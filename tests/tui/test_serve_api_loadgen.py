@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.serving import Engine
+from engine.serving.engine import Engine
 from tests.tui.api_server import in_ci, need, serving
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "aiperf"
@@ -68,7 +68,7 @@ def predict(rec: dict[str, np.ndarray], tmp: Path) -> tuple[np.ndarray, np.ndarr
     eng = Engine(replace(CONFIG, trace=str(trace)))
     eng.run()
     lat = eng.latencies()
-    return np.sort(lat[:, 0] - eng.lane.stats.path_s), np.sort(lat[:, 2])
+    return np.sort(lat[:, 0] - eng.lanes[0].stats.path_s), np.sort(lat[:, 2])
 
 
 def check_agreement(rec: dict[str, np.ndarray], tmp: Path) -> None:

@@ -13,11 +13,11 @@ from importlib import metadata
 
 import numpy as np
 
-from engine.config import SCHEDULERS, EngineConfig
+from engine import options as O
+from engine.config import MAX_BATCHED_TOKENS, SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.traffic.workload import Sampler, parse_dist
-from tui.commands.options import add_model_options, nonneg_int, positive_float, positive_int, runtime_for_run, seed_int
-from tui.commands.run_cmd import DEFAULT_MAX_BATCHED_TOKENS, fraction
+from tui.commands.options import add_model_options, nonneg_int, positive_float, positive_int, seed_int
 from tui.commands.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, check_port_free, port_number
 
 DEFAULT_OUTPUT = "256"  # answer tokens when a request gives no max_tokens
@@ -30,13 +30,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("serving (as vLLM names them)")
     s.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
     s.add_argument("--max-num-seqs", type=positive_int, default=256, help="most sequences in a step (default 256)")
-    s.add_argument("--max-num-batched-tokens", type=positive_int, default=DEFAULT_MAX_BATCHED_TOKENS,
-                   help=f"token budget of a step (default {DEFAULT_MAX_BATCHED_TOKENS})")
+    s.add_argument("--max-num-batched-tokens", type=positive_int, default=MAX_BATCHED_TOKENS,
+                   help=f"token budget of a step (default {MAX_BATCHED_TOKENS})")
     s.add_argument("--max-model-len", type=positive_int, default=None,
                    help="longest request, prompt + answer; longer ones get a 400 (default: the model's context)")
     s.add_argument("--scheduler", choices=SCHEDULERS, default="chunked",
                    help="batching policy (default chunked, vLLM V1's chunked prefill)")
-    s.add_argument("--gpu-memory-utilization", type=fraction, default=None,
+    s.add_argument("--gpu-memory-utilization", type=O.BY_NAME["gpu_memory_utilization"].parse(), default=None,
                    help="KV pool by vLLM's memory rule with this share of GPU memory")
     s.add_argument("--kv-blocks", type=positive_int, default=None, help="a KV pool of this many 16-token blocks")
     s.add_argument("--prefix-caching", choices=("on", "off"), default="on",
@@ -65,7 +65,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     """The engine the options describe (no workload of its own: HTTP clients are the workload)."""
     return EngineConfig(
         hardware=args.hardware, model=args.model, tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
-        ideal=args.ideal, runtime=runtime_for_run(args), scheduler=args.scheduler, max_batch=args.max_num_seqs,
+        ideal=args.ideal, runtime=args.runtime or "vllm", scheduler=args.scheduler, max_batch=args.max_num_seqs,
         max_batched_tokens=args.max_num_batched_tokens, users=0, rate=0.0, seed=args.seed,
         kv_pool_blocks=args.kv_blocks, gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len, prefix_caching=args.prefix_caching == "on")
