@@ -1,7 +1,7 @@
 """The serving loop: a tick-based engine that schedules requests onto GPUs and prices every step.
 
     tables      request tables, one numpy array per field (struct of arrays, no object per request)
-    kvpool      a lane's KV blocks: private, shared and cached (prefix caching), offloaded to host memory
+    prefix_cache a lane's KV pool (BlockPool): private, shared and cached blocks (prefix caching), host offload
     scheduler   the batching policies (static, continuous, chunked) behind one interface
     arrivals    closed-loop users, Poisson arrivals, a workload file's stages or a trace; the shared budget
     lane        one GPU group: its tables, pool, arrivals and clock; one step per tick

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from engine.physics.step import StepCost
-from engine.serving.kvpool import KVPool
+from engine.serving.prefix_cache import BlockPool
 from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, Ring, Rows, done_rows
 
 HISTORY_POINTS = 512  # per-tick UI history (kv_util, queue, tok/s, step time): the last 512 ticks
@@ -351,7 +351,7 @@ class LaneLike(Protocol):
     """What the metrics read of a lane."""
 
     stats: LaneStats
-    pool: KVPool
+    pool: BlockPool
     clock: float
 
     @property

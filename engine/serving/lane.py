@@ -23,7 +23,7 @@ import numpy as np
 from engine.physics.speculative import Drafter, sample_accepted
 from engine.physics.step import StepCost, StepModel, StepParts
 from engine.serving.accounting import H, LaneStats, finished_times
-from engine.serving.kvpool import KVPool
+from engine.serving.prefix_cache import BlockPool
 from engine.serving.prefix_cache import TAG_REQUEST, chain_keys, stream_id
 from engine.serving.scheduler import Scheduler
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for
@@ -154,7 +154,7 @@ class Lane:
         self.R = Table(64)
         self.Q = Queue(64)
         self.P = Table(16)
-        self.pool = KVPool(pool_blocks, spec.prefix_caching, spec.host_blocks)
+        self.pool = BlockPool(pool_blocks, spec.prefix_caching, spec.host_blocks)
         self._load_s = 0.0  # host-to-GPU copies of this step's cache hits (seconds, charged to the step)
         self._loaded_seen = 0
         self.caching = spec.prefix_caching
