@@ -33,6 +33,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.physics.batch import Batch
 from engine.physics.step import StepModel
 from engine.serving.accounting import H, Percentiles, explain, rolling, run_metrics
 from engine.serving.engine import Engine, prefix_keys
@@ -317,7 +318,8 @@ class Fleet:
                      and spec.replicas > 1 and not cfg.spec_tokens and not cfg.kv_offload_gb)
         # The cheapest step this model can take (one token, no context; a decode replaying a full CUDA graph or a
         # prefill chunk without logits), less a margin for rounding in the lanes' clock sums.
-        self.dt_min = 0.999 * min(sm.cost_agg(1, 1, 0.0, 0.0, 0.5, 0.5, lg, attn_decode=ad).time_s
+        self.dt_min = 0.999 * min(sm.price(Batch(tokens=1, seqs=1, sum_ctx=0.0, sum_win=0.0, attn_full=0.5,
+                                                 attn_win=0.5, logits=lg, attn_decode=ad)).time
                                   for lg, ad in ((1, 0.5), (0, 0.0)))
 
     # ---- what `tokensim run` reads (the same names as Engine's) ----------------------------------

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.physics.speculative import Drafter, sample_accepted
+from engine.physics.batch import Batch
+from engine.physics.speculative import Drafter
 from engine.physics.step import StepCost, StepModel, StepParts
-from engine.serving.accounting import H, LaneStats, finished_times
-from engine.serving.prefix_cache import BlockPool
-from engine.serving.prefix_cache import TAG_REQUEST, chain_keys, stream_id
+from engine.serving import steps
+from engine.serving.accounting import LaneStats, finished_times
+from engine.serving.prefix_cache import TAG_REQUEST, BlockPool, chain_keys, stream_id
 from engine.serving.scheduler import Scheduler
+from engine.serving.steps import StepPlan
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for
 from engine.traffic.arrivals import Arrivals, Budget, PlanScript, Script
 from engine.traffic.workload import Dist, Sampler
@@ -41,20 +43,6 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
 _ALL = np.int64(1) << 40  # "every block" in _shareable
-_ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
-_ONES[0].flags.writeable = False
-
-
-def _ones(n: int) -> np.ndarray:
-    """n read-only int64 ones (a view of a shared array that doubles when a batch outgrows it)."""
-    a = _ONES[0]
-    if n > a.size:
-        a = np.ones(max(n, 2 * a.size), dtype=np.int64)
-        a.flags.writeable = False
-        _ONES[0] = a
-    return a[:n]
-
-
 @dataclass(frozen=True, slots=True)
 class TickResult:
     """What one tick did. Id arrays are read-only; `cost` is None for an idle tick (no tokens, clock jumps)."""
@@ -148,14 +136,14 @@ class Lane:
         self.sched = sched
         self.budget = budget
         self.clock = 0.0
-        self._async = sm.runtime.async_scheduling and not sm.opts.ideal
-        self._chosen_at: float | None = None  # when the next step's batch was chosen (async scheduling), else None
+        self.async_sched = sm.runtime.async_scheduling and not sm.opts.ideal
+        self.chosen_at: float | None = None  # when the next step's batch was chosen (async scheduling), else None
         self._request_s = 0.0 if sm.opts.ideal else sm.runtime.request_overhead_s
         self.R = Table(64)
         self.Q = Queue(64)
         self.P = Table(16)
         self.pool = BlockPool(pool_blocks, spec.prefix_caching, spec.host_blocks)
-        self._load_s = 0.0  # host-to-GPU copies of this step's cache hits (seconds, charged to the step)
+        self.load_s = 0.0  # host-to-GPU copies of this step's cache hits (seconds, charged to the step)
         self._loaded_seen = 0
         self.caching = spec.prefix_caching
         self.spec_k = spec.spec_tokens
@@ -173,7 +161,7 @@ class Lane:
                                  Sampler(spec.think_time, rngs[3], False, 0.0, MAX_SECONDS),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
         # The call that builds the last step's StepCost, kept until someone reads last_cost (headless runs never do).
-        self._priced: Callable[[], StepCost] | None = None
+        self.priced: Callable[[], StepCost] | None = None
         stages = len(script.plan.wl.stages) if isinstance(script, PlanScript) else 1
         self.stats = self.new_stats(stages)
         self.rec: Recorder | None = None  # engine.serving.trace_out's recorder, when the run is traced
@@ -231,17 +219,10 @@ class Lane:
     def last_cost(self) -> StepCost | None:
         """The cost of the step that ran last (None before the first), priced when first asked: a headless run
         never asks, so its steps are priced for their time, FLOPs and bytes only (StepModel.parts_agg)."""
-        if self._priced is not None:
-            self.stats.last_cost = self._priced()
-            self._priced = None
+        if self.priced is not None:
+            self.stats.last_cost = self.priced()
+            self.priced = None
         return self.stats.last_cost
-
-    def _price(self, tokens: int, seqs: int, sum_ctx: float, sum_win: float, attn: float, attn_win: float,
-               logits: int, attn_dec: float) -> tuple[float, StepParts]:
-        """Price one step from its aggregates (StepModel.cost_agg's): its time and parts, kept as the last step."""
-        t, p = self.sm.parts_agg(tokens, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
-        self._priced = partial(self.sm.cost_of, t, p, tokens, seqs)
-        return t, p
 
     @property
     def next_arrival(self) -> float:
@@ -357,7 +338,7 @@ class Lane:
     def _preempt_newest(self) -> int:
         """Evict the newest running request: free its blocks; it waits (ahead of fresh arrivals) to be recomputed."""
         if self.caching:
-            self._fill(np.array([self.R.n - 1]), every=True)  # its own blocks too: it will want them back
+            self.fill(np.array([self.R.n - 1]), every=True)  # its own blocks too: it will want them back
         row = self.R.pop_last()
         self._release(row)
         if row.cached[0] < row.target[0]:
@@ -383,7 +364,7 @@ class Lane:
         n = self.R.n
         return self.sched.max_batch <= n or (n > 0 and not self.sched.admits_while_running()) or not self.waiting
 
-    def _admission_blocked(self, free: int, tokens_planned: int, prefill_planned: bool) -> bool:
+    def admission_blocked(self, free: int, tokens_planned: int, prefill_planned: bool) -> bool:
         """No waiting request can join now. Admission takes a leading run of candidates, and a policy's answer
         for a candidate depends only on those ahead of it, so the first in line decides whether any joins."""
         if self._admission_closed():
@@ -457,7 +438,7 @@ class Lane:
                 # Blocks found only in host memory came back over the host link before the step could run.
                 moved = self.pool.loaded - self._loaded_seen
                 self._loaded_seen = self.pool.loaded
-                self._load_s += moved * BLOCK * self.sm.kv_bytes_per_token / (self.sm.hw.host_link_gbps * 1e9)
+                self.load_s += moved * BLOCK * self.sm.kv_bytes_per_token / (self.sm.hw.host_link_gbps * 1e9)
             fresh = np.maximum(np.minimum(a.cached, a.prompt) - a.input, 0)  # prompt tokens never read before
             a.input[:] += fresh
             a.hit[:] += fresh
@@ -568,8 +549,9 @@ class Lane:
         # Recomputing them is a prefill of those tokens on top of what precedes them (the step's fixed costs
         # are shared with the rest of the batch, so only the marginal compute and KV traffic count).
         ctx = float(int(np.argmax(back)) * BLOCK)
-        full = sm.cost_agg(tokens, 1, ctx, 0.0, tokens * (ctx + tokens / 2), 0.0, 0, attn_decode=0.0)
-        recompute = full.t_compute_s + full.t_attn_compute_s
+        full = sm.price(Batch(tokens=tokens, seqs=1, sum_ctx=ctx, sum_win=0.0, attn_full=tokens * (ctx + tokens / 2),
+                              attn_win=0.0, logits=0, attn_decode=0.0))
+        recompute = full.t_cmp + full.t_attn_cmp
         return len(hits) if load <= recompute else int(np.argmax(back))
 
     # ---- the prefix cache: keys, filling, releasing -------------------------------------------------
@@ -590,7 +572,7 @@ class Lane:
         reuses them): no one else can hit them, and keying them would cost every request work for nothing."""
         return np.where(sess != 0, _ALL, np.where(body != 0, prompt >> SHIFT, prefix >> SHIFT))
 
-    def _fill(self, idx: np.ndarray, every: bool = False) -> None:
+    def fill(self, idx: np.ndarray, every: bool = False) -> None:
         """Running rows `idx` may have completed blocks: key the shareable ones (all of them when `every`) into
         the cache; where another request computed the same block, the row shares that one and its copy is freed."""
         c = self.R.cols
@@ -630,10 +612,10 @@ class Lane:
         if self.next_arrival <= t0:
             self._arrive(t0)
         R = self.R
-        # Under async scheduling this step's batch was chosen when the previous busy step started (_chosen_at):
+        # Under async scheduling this step's batch was chosen when the previous busy step started (chosen_at):
         # requests that arrived since wait for the next step (with nothing running, nothing was chosen ahead).
-        cut = t0 if self._chosen_at is None or R.n == 0 else self._chosen_at
-        self._chosen_at = t0 if self._async else None
+        cut = t0 if self.chosen_at is None or R.n == 0 else self.chosen_at
+        self.chosen_at = t0 if self.async_sched else None
         pool = self.pool
         # 1. Keep the running batch going; under KV pressure evict the newest until the step fits.
         new, nb, need = self._plan_running()
@@ -653,403 +635,31 @@ class Lane:
         pre = np.array(preempted, dtype=np.int64) if preempted and want else _EMPTY
         if n == 0:
             return self._idle(limit, tick, admitted, pre)
-        if k and whole and new is None and not self.spec_k and not self._load_s:
-            # The common mixed step: every running row decodes, every admitted row reads its whole prompt.
-            pool.alloc(need)
-            return self._join_step(n_run, n, nb, chunks, tick, admitted, pre, want)
-        if k:
-            if new is None and self.spec_k:
-                # Prefill joins: this step is a plain mixed step, decode rows verify nothing (one token each).
-                need = int(np.count_nonzero((R.cols.cached[:n_run] & (BLOCK - 1)) == 0))
-            new = np.concatenate([_ones(n_run) if new is None else new, chunks])
-            nb = None
-        pool.alloc(need)
-        # 3. Price the step from aggregates, advance the clock, apply, account.
-        if new is None:
-            if self.spec_k:
-                return self._spec_step(n, need, tick, admitted, pre, want)
-            return self._decode_step(n, nb, tick, admitted, pre, want)
-        return self._mixed_step(n, new, tick, admitted, pre, want)
+        # 3. The first step kind that takes the plan builds its batch record, prices it and applies it.
+        return steps.run(self, StepPlan(n_run, n, new, nb, need, chunks, whole, tick, admitted, pre, want))
 
-    def _result(self, tick: int, dt: float, ids: np.ndarray, counts: np.ndarray, admitted: np.ndarray,
+    def jump(self, stop: float, max_steps: int) -> int:
+        """Run up to `max_steps` quiet decode steps at once (engine.serving.steps.jump); returns how many ran."""
+        return steps.jump(self, stop, max_steps)
+
+    def price(self, b: Batch) -> tuple[float, StepParts]:
+        """Price one step's batch record (StepModel.price): its time and parts, kept as the last step."""
+        p = self.sm.price(b)
+        self.priced = partial(self.sm.record, b, p)
+        return p.time, p
+
+    def advance(self, dt: float) -> float:
+        """Move the lane's clock by a step of dt seconds; returns the step's end."""
+        t1 = self.clock + dt
+        self.clock = t1
+        return t1
+
+    def result(self, tick: int, dt: float, ids: np.ndarray, counts: np.ndarray, admitted: np.ndarray,
                 pre: np.ndarray, completed: np.ndarray) -> TickResult:
         """The TickResult of the step just accounted (its StepCost built now, from the lazy record)."""
         return TickResult(tick, self.clock, dt, self.last_cost, self.fast, ids, counts, admitted, pre, completed)
 
-    def _spec_step(self, n: int, need: int, tick: int, admitted: np.ndarray, pre: np.ndarray,
-                   want: bool) -> TickResult | None:
-        """A speculative decode step: the drafter proposes K tokens per row, one verify pass computes K+1 on top
-        of each cache, each row keeps its accepted run plus one token, and the rejected drafts' KV is rolled back."""
-        c = self.R.cols
-        K = self.spec_k
-        cached = c.cached[:n]
-        gen = c.gen[:n]
-        model = self.sm.model
-        q = np.minimum(K + 1, c.total[:n] - gen)  # a row near its end verifies only what it still writes
-        nf = q.astype(np.float64)
-        tokens = int(q.sum())
-        sum_ctx = float(cached.sum())
-        attn = float((nf * (cached + nf / 2)).sum())
-        if model.sliding_layers > 0:
-            sum_win = float(model.local_seen(cached).sum())
-            attn_win = float(model.local_pairs(cached, nf).sum())
-        else:
-            sum_win = attn_win = 0.0
-        t_step, p = self._price(tokens, n, sum_ctx, sum_win, attn, attn_win, tokens, attn)
-        dt = t_step + self.spec.drafter.time(n, sum_ctx)  # type: ignore[union-attr]
-        t1 = self.clock + dt
-        self.clock = t1
-        acc = sample_accepted(self.spec_rng, n, K, self.spec.spec_accept)
-        emitted = np.minimum(acc + 1, q)
-        before = gen.copy()
-        cached += emitted
-        gen += emitted
-        held = int(c.blocks[:n].sum()) + need  # what the verify pass held (its K+1 tokens' blocks)
-        c.blocks[:n] = blocks_for(cached)
-        self.pool.give(held - int(c.blocks[:n].sum()))  # the rejected drafts' blocks go back
-        if self.shared_content:
-            self._fill(np.flatnonzero((cached >> SHIFT) > c.full[:n]))
-        think = c.think[:n]
-        vis = (before <= think) & (gen > think)
-        if vis.any():
-            c.visible[:n][vis] = t1
-        n_out = int(emitted.sum())
-        vis_tokens = int((gen - np.maximum(before, think)).clip(0).sum())
-        st = self.stats
-        st.spec_steps += n
-        st.spec_tokens += n_out
-        st.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # a row's tokens of one step arrive together
-        ids = c.id[:n].copy() if want else _EMPTY
-        counts = emitted.copy() if want else _EMPTY
-        done = gen >= c.total[:n]
-        completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, tokens, n, n_out, vis_tokens, 0, 0, 0.0, t1, dt)
-        return self._result(tick, dt, ids, counts, admitted, pre, completed) if want else None
-
-    def jump(self, stop: float, max_steps: int) -> int:
-        """Run up to `max_steps` decode steps at once while none of them can meet an event; returns how many ran
-        (0: the next step is not quiet, take it with step()).
-
-        Quiet means: every row decodes (no prefill), no step starts at or after the next arrival or `stop`, no
-        waiting request can be admitted (admission is monotone in free blocks, and they only shrink), and the
-        pool holds every new block (no preemption). The steps are priced in one vectorised call; completions end
-        the run (the last step may finish requests). Counts, clocks and the per-tick history come out exactly as
-        step() by step() would give them (the same aggregates, and sums taken in the same order).
-        """
-        R = self.R
-        n = R.n
-        t0 = self.clock
-        if n == 0 or self.n_pf or max_steps < 2 or self.next_arrival <= t0 or self.spec_k:
-            return 0
-        c = R.cols
-        cached = c.cached[:n]
-        gen = c.gen[:n]
-        # The first step finishing a request ends the run.
-        k = min(max_steps, int((c.total[:n] - gen).min()))
-        model = self.sm.model
-        if model.sliding_layers and model.chunked:
-            k = min(k, int(model.sliding_window))  # _window_sums' closed form holds for k <= the chunk
-        if k < 2:
-            return 0
-        # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16.
-        lag = (-cached) & (BLOCK - 1)
-        if not self._admission_blocked(self.pool.available - int(np.count_nonzero(lag == 0)), n, False):
-            return 0
-        opens = np.bincount(lag, minlength=BLOCK)
-        j = np.arange(k)
-        need = opens[j & (BLOCK - 1)]
-        grown = np.cumsum(need)
-        used = self.pool.used + grown
-        over = grown > self.pool.available  # cached blocks are reclaimed before anyone is preempted
-        if over.any():
-            k = int(np.argmax(over))  # the step that would preempt is taken by step()
-            if k < 2:
-                return 0
-            j, need, used, grown = j[:k], need[:k], used[:k], grown[:k]
-        # Price: step j has every row one token further on (cached + j) and adds one token each.
-        s0 = int(cached.sum())
-        sum_ctx = (s0 + j * n).astype(np.float64)
-        attn = sum_ctx + 0.5 * n
-        if model.sliding_layers > 0:
-            sum_win = _window_sums(cached, k, int(model.sliding_window), model.chunked)[:len(j)]
-            attn_win = sum_win + 0.5 * n
-        else:
-            sum_win = attn_win = 0.0  # one float for every step: the window terms are not priced per step
-        tok = float(n)  # every step of the run has the same batch: its token-only terms are priced once
-        dts, flops, byts = self.sm.totals_agg(tok, sum_ctx, sum_win, attn, attn_win, tok, attn)
-        clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
-        k = min(len(j), int(np.searchsorted(clock[:-1], min(self.next_arrival, stop), side="left")))
-        if k < 2:
-            return 0
-        dts, flops, byts, used, grown, ends = dts[:k], flops[:k], byts[:k], used[:k], grown[:k], clock[1:k + 1]
-        t1 = float(ends[-1])
-        # Apply: caches and generated counts move k on; visible answers start where they start.
-        think = c.think[:n]
-        if self.think_zero:
-            vis_tokens = n * k
-        else:
-            jv = think - gen  # the step at whose end a row's first visible token comes out
-            now = (jv >= 0) & (jv < k)
-            if now.any():
-                c.visible[:n][now] = ends[jv[now]]
-            vis_tokens = int((k - np.clip(jv, 0, k)).sum())
-        cached += k
-        gen += k
-        c.blocks[:n] = blocks_for(cached)
-        self.pool.alloc(int(grown[-1]))
-        if self.shared_content:
-            self._fill(np.flatnonzero((cached >> SHIFT) > c.full[:n]))
-        self.stats.itl.add_steps(dts, c.stage[:n] if self.staged else 0, n)
-        self.clock = t1
-        if self._async:
-            self._chosen_at = float(clock[k - 1])  # the last jumped step's start
-        # Account each step as _account would, in the same order.
-        st = self.stats
-        st.ticks += k
-        st.out_tokens += n * k
-        st.visible_tokens += vis_tokens
-        # Add one step at a time, as _account's += does: np.add.accumulate is a left fold (numpy's sum would pair
-        # them up); five totals in one call, each row its running total then the run's steps.
-        fold = np.empty((5, k + 1))
-        fold[:, 0] = (st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes)
-        fold[0:2, 1:] = dts
-        fold[2:4, 1:] = flops
-        fold[4, 1:] = byts
-        st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
-            np.add.accumulate(fold, axis=1)[:, -1].tolist()
-        st.batch_hist[min(n, st.max_batch)] += k
-        done = gen >= c.total[:n]
-        if done.any():
-            self._complete(done, t1)
-        h = np.zeros((k, len(H)))
-        h[:, H.TIME] = ends
-        h[:, H.DT] = dts
-        h[:, H.KV] = used / self.pool.total
-        h[-1, H.KV] = self.pool.util  # the history row is taken after the last step's completions free blocks
-        h[:, H.QUEUE] = self.waiting
-        h[:, H.BATCH] = n
-        h[:, H.OUT] = n
-        h[:, H.COUT] = dts
-        h[:, H.FLOPS] = flops
-        h[:, H.BYTES] = byts
-        st.hist.push(h)
-        if self.rec is not None:
-            self.rec.steps(self, ends, dts, n, byts, flops)
-        last = k - 1
-        # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
-        win = (0.0, 0.0) if isinstance(sum_win, float) else (float(sum_win[last]), float(attn_win[last]))
-        at = float(attn[last])
-        self._priced = partial(self.sm.cost_agg, n, n, float(sum_ctx[last]), win[0], at, win[1], n, attn_decode=at)
-        st.last_batch = n
-        return k
-
-    def _decode_step(self, n: int, nb: np.ndarray, tick: int, admitted: np.ndarray, pre: np.ndarray,
-                     want: bool) -> TickResult | None:
-        """A pure decode step: every running row adds one token on top of its cache."""
-        c = self.R.cols
-        cached = c.cached[:n]
-        model = self.sm.model
-        sum_ctx = float(cached.sum())
-        attn = sum_ctx + 0.5 * n
-        if model.sliding_layers > 0:
-            sum_win = float(model.local_seen(cached).sum())
-            attn_win = sum_win + 0.5 * n
-        else:
-            sum_win = attn_win = 0.0
-        dt, p = self._price(n, n, sum_ctx, sum_win, attn, attn_win, n, attn)
-        t1 = self.clock + dt
-        self.clock = t1
-        gen = c.gen[:n]
-        cached += 1
-        c.blocks[:n] += nb
-        gen += 1
-        if self.shared_content:
-            self._fill(np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
-        ids = c.id[:n].copy() if want else _EMPTY
-        think = c.think[:n]
-        if self.think_zero:
-            vis_tokens = n
-        else:
-            vis = gen == think + 1
-            if vis.any():
-                c.visible[:n][vis] = t1
-            vis_tokens = int(np.count_nonzero(gen > think))
-        self.stats.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # every row had its first token already
-        done = gen >= c.total[:n]
-        completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, n, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
-        return self._result(tick, dt, ids, _ones(n), admitted, pre, completed) if want else None
-
-    def _join_step(self, n_run: int, n: int, nb: np.ndarray | None, chunks: np.ndarray, tick: int,
-                   admitted: np.ndarray, pre: np.ndarray, want: bool) -> TickResult | None:
-        """_mixed_step's common case on fewer and smaller arrays: the running rows [0, n_run) all decode and the
-        rows just admitted [n_run, n) read their whole prompt from an empty cache, so every row emits.
-
-        Same aggregates as _mixed_step (its sums are of whole and half tokens, exact in any order), same updates.
-        """
-        c = self.R.cols
-        dec = c.cached[:n_run]
-        model = self.sm.model
-        s_dec = float(dec.sum())
-        nf = chunks.astype(np.float64)
-        attn_pf = float((nf * (nf / 2)).sum())
-        attn_dec = s_dec + 0.5 * n_run
-        attn = attn_dec + attn_pf
-        t_pf = int(chunks.sum())
-        tokens = n_run + t_pf
-        if model.sliding_layers > 0:
-            sum_win = float(model.local_seen(dec).sum())
-            attn_win = sum_win + 0.5 * n_run + float(model.local_pairs(np.zeros(n - n_run), nf).sum())
-        else:
-            sum_win = attn_win = 0.0
-        dt, p = self._price(tokens, n, s_dec, sum_win, attn, attn_win, n, attn_dec)
-        # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
-        inp = c.input[n_run:n]
-        gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
-        in_new = int(gained.sum())
-        inp += gained
-        recomputed = t_pf - in_new
-        # _mixed_step's cost rule: prefill's share of the step's FLOPs is charged to input tokens.
-        ftot = p.flops_total
-        part = p.fl_mm * t_pf / tokens
-        if attn:
-            part += p.fl_attn * attn_pf / attn
-        part += p.fl_lm * (n - n_run) / n
-        share_in = part / ftot if ftot else 0.0
-        t1 = self.clock + dt
-        self.clock = t1
-        if self.stats.preemptions:
-            self._end_recomputes(~np.isnan(c.mark[:n]), t1)  # every row emits: recomputes that end with this step
-        if n_run:
-            dec += 1
-            c.blocks[:n_run] += nb
-        c.cached[n_run:n] = chunks
-        if self.shared_content:
-            self._fill(np.flatnonzero((c.cached[:n] >> SHIFT) > c.full[:n]))
-        gen = c.gen[:n]
-        gen += 1
-        first = gen[n_run:] == 1  # decode rows had a token already; a recomputed row too
-        n_first = int(np.count_nonzero(first))
-        if n_first == n - n_run:  # (the common case, every admitted row new: slices, not masks)
-            if self.think_zero:  # nothing hidden: the first token is the first visible one
-                c.f[FloatCol.FIRST:FloatCol.VISIBLE + 1, n_run:n] = t1
-            else:
-                c.first[n_run:n] = t1
-        elif n_first:
-            c.first[n_run:n][first] = t1
-            if self.think_zero:
-                c.visible[n_run:n][first] = t1
-        if self.think_zero:
-            vis_tokens = n
-        else:
-            think = c.think[:n]
-            vis = gen == think + 1
-            if vis.any():
-                c.visible[:n][vis] = t1
-            vis_tokens = int(np.count_nonzero(gen > think))
-        # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
-        if self.staged:
-            st = c.stage[:n]
-            self.stats.itl.add(dt, np.concatenate([st[:n_run], st[n_run:][~first]]), n - n_first)
-        else:
-            self.stats.itl.add(dt, 0, n - n_first)
-        ids = c.id[:n].copy() if want else _EMPTY
-        self.n_pf = 0
-        done = gen >= c.total[:n]
-        completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, tokens, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt)
-        return self._result(tick, dt, ids, _ones(n), admitted, pre, completed) if want else None
-
-    def _mixed_step(self, n: int, new: np.ndarray, tick: int, admitted: np.ndarray, pre: np.ndarray,
-                    want: bool) -> TickResult | None:
-        """A step with prefill in it: `new` tokens per row on top of its cache; rows reaching their target emit."""
-        c = self.R.cols
-        cached = c.cached[:n]
-        target = c.target[:n]
-        model = self.sm.model
-        pf = cached < target
-        fresh_end = cached + new
-        emit = (fresh_end >= target) & (new > 0)
-        seqs = int(np.count_nonzero(new))
-        tokens = int(new.sum())
-        nf = new.astype(np.float64)
-        a = nf * (cached + nf / 2)
-        attn = float(a.sum())
-        sum_ctx = float(cached.sum())
-        if model.sliding_layers > 0:
-            sum_win = float(model.local_seen(cached).sum())
-            attn_win = float(model.local_pairs(cached, nf).sum())
-        else:
-            sum_win = attn_win = 0.0
-        logits = int(np.count_nonzero(emit))
-        attn_dec = float(a[~pf].sum())  # rows past their prompt decode
-        t_step, p = self._price(tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
-        # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
-        prompt = c.prompt[:n]
-        reach = np.minimum(fresh_end, prompt)
-        inp = c.input[:n]
-        gained = np.maximum(reach - inp, 0)
-        in_new = int(gained.sum())
-        inp += gained
-        t_pf = int(new[pf].sum())
-        recomputed = t_pf - in_new
-        # Cost rule: a step's time is split between prefill and decode by each side's share of the
-        # step's FLOPs. Every token passes through the same weights, so the matmuls (and the weight
-        # read they share) go by token count; attention goes to whoever attends; the LM head to
-        # whoever needs logits. Prefill time is then charged to input tokens, decode time to output.
-        # Prompt tokens that came from the prefix cache cost only the attention that reads them: that part
-        # of the prefill rows' attention is charged to cached input (its own price line).
-        share_in = share_cached = 0.0
-        if t_pf:
-            ftot = p.flops_total
-            lg_pf = int(np.count_nonzero(emit & pf))
-            part = p.fl_mm * t_pf / tokens
-            if attn:
-                part += p.fl_attn * float(a[pf].sum()) / attn
-                if self.caching:
-                    reads = float((nf[pf] * np.minimum(c.hit[:n][pf], cached[pf])).sum())
-                    share_cached = p.fl_attn * reads / attn / ftot if ftot else 0.0
-            if logits:
-                part += p.fl_lm * lg_pf / logits
-            share_in = part / ftot - share_cached if ftot else 0.0
-        dt = t_step
-        if self._load_s:
-            # Hits copied back from host memory: the step waits for them; the copy is cached input's cost.
-            load, self._load_s = self._load_s, 0.0
-            dt += load
-            f = t_step / dt
-            share_in *= f
-            share_cached = share_cached * f + load / dt
-        t1 = self.clock + dt
-        self.clock = t1
-        if self.stats.preemptions:
-            self._end_recomputes(emit & ~np.isnan(c.mark[:n]), t1)  # rows whose recompute ends with this step
-        # Apply: caches grow, tokens come out, first-token times are stamped.
-        gen = c.gen[:n]
-        cached[:] = fresh_end
-        c.blocks[:n] = blocks_for(fresh_end)
-        if self.shared_content:
-            self._fill(np.flatnonzero((fresh_end >> SHIFT) > c.full[:n]))
-        gen += emit
-        first = emit & (gen == 1)
-        if first.any():
-            c.first[:n][first] = t1
-        think = c.think[:n]
-        vis = emit & (gen == think + 1)
-        if vis.any():
-            c.visible[:n][vis] = t1
-        ids = c.id[:n][emit]  # (a copy: a mask picks)
-        n_emit = len(ids)
-        later = emit & (gen > 1)  # tokens after a request's first: their gap is this step
-        self.stats.itl.add(dt, c.stage[:n][later] if self.staged else 0, int(np.count_nonzero(later)))
-        self.n_pf = int(np.count_nonzero(cached < target))
-        vis_tokens = n_emit if self.think_zero else int(np.count_nonzero(emit & (gen > think)))
-        done = gen >= c.total[:n]
-        completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, tokens, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
-        return self._result(tick, dt, ids, _ones(n_emit), admitted, pre, completed) if want else None
-
-    def _end_recomputes(self, done: np.ndarray, t: float) -> None:
+    def end_recomputes(self, done: np.ndarray, t: float) -> None:
         """Running rows (mask `done`) whose recompute after a preemption ends with the step ending at t: count the
         time it took (_spend) and clear their mark."""
         idx = np.flatnonzero(done)
@@ -1059,7 +669,7 @@ class Lane:
             _spend(r, t, r.rec, r.rec_v)
             c.f[:, idx] = r.f
 
-    def _account(self, p: StepParts, tokens: int, n: int, n_emit: int, vis_tokens: int, in_new: int,
+    def account(self, p: StepParts, tokens: int, n: int, n_emit: int, vis_tokens: int, in_new: int,
                  recomputed: int, share_in: float, t1: float, dt: float, share_cached: float = 0.0) -> None:
         """Add one priced step (parts `p`) of `tokens` tokens over `n` sequences to the lane's totals and per-tick
         history."""
@@ -1092,7 +702,7 @@ class Lane:
     def _idle(self, limit: float, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
         """Nothing runnable: jump to the next arrival (or `limit`), a zero-token tick."""
         t0 = self.clock
-        self._chosen_at = None  # nothing ran: the next step's batch is chosen when it starts
+        self.chosen_at = None  # nothing ran: the next step's batch is chosen when it starts
         # With an empty batch every waiting request fits (lengths are clipped to the pool), so a queue here is a bug.
         assert self.Q.size == 0 and self.P.n == 0, "requests wait but none can be admitted into an empty batch"
         nxt = self.next_arrival
@@ -1107,7 +717,7 @@ class Lane:
         st.last_batch = 0
         return idle_result(tick, t1, t1 - t0, self.fast, admitted, pre)
 
-    def _complete(self, done: np.ndarray, t: float) -> np.ndarray:
+    def complete(self, done: np.ndarray, t: float) -> np.ndarray:
         """Finished rows: hand them to the accounting, free their blocks, start their users thinking, drop them."""
         R = self.R
         gone = done.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
@@ -1186,20 +796,3 @@ def _spend(r: Rows, t: float, total: np.ndarray, before_visible: np.ndarray) -> 
     lost = r.lost_f  # a view: += writes the rows
     lost += np.where(np.isnan(r.first), gap, 0.0)
     r.mark[:] = np.nan
-
-
-def _window_sums(cached: np.ndarray, k: int, w: int, chunked: bool) -> np.ndarray:
-    """Sum over rows of local_seen(cached + j) for j = 0..k-1, exactly (integers), without a k x rows matrix.
-
-    A sliding window sees min(c, w) tokens; a chunked layer sees c mod w (closed form here for k <= w)."""
-    j = np.arange(k)
-    n = cached.size
-    if chunked:
-        r = np.sort(cached % w)
-        # (r + j) mod w = r + j, less w for the rows that crossed into the next chunk (r >= w - j).
-        crossed = n - np.searchsorted(r, w - j, side="left")
-        return (int(r.sum()) + j * n - w * crossed).astype(np.float64)
-    cs = np.sort(cached)
-    below = np.searchsorted(cs, w - j, side="left")  # rows still inside the window: c + j < w
-    prefix = np.concatenate(([0], np.cumsum(cs)))
-    return (prefix[below] + j * below + (n - below) * w).astype(np.float64)
