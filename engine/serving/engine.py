@@ -27,6 +27,7 @@ from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
 from engine.physics.step import StepModel, StepOptions
+from engine.serving import keying
 from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
@@ -592,8 +593,8 @@ def prefix_keys(row: Rows) -> np.ndarray:
     group's shared prefix, a shared prompt, a session's history), as the prefix cache keys them; never the
     block holding its last token, which admission always computes."""
     z = np.zeros(1, dtype=np.int64)
-    n = np.minimum((row.target - 1) >> SHIFT, Lane._shareable(row.prompt, row.prefix, row.body, row.sess))
-    return Lane._keys(row.id, row.group, row.prefix, row.body, row.sess, row.prompt, z, np.maximum(n, 0), z)
+    n = np.minimum((row.target - 1) >> SHIFT, keying.shareable(row.prompt, row.prefix, row.body, row.sess))
+    return keying.block_keys(row.id, row.group, row.prefix, row.body, row.sess, row.prompt, z, np.maximum(n, 0), z)
 
 
 # ---- validation -------------------------------------------------------------------------------------

@@ -23,12 +23,12 @@ import numpy as np
 from engine.physics.batch import Batch
 from engine.physics.speculative import Drafter
 from engine.physics.step import StepCost, StepModel, StepParts
-from engine.serving import steps
+from engine.serving import admission, keying, steps
 from engine.serving.accounting import LaneStats, finished_times
-from engine.serving.prefix_cache import TAG_REQUEST, BlockPool, chain_keys, stream_id
+from engine.serving.prefix_cache import BlockPool
 from engine.serving.scheduler import Scheduler
 from engine.serving.steps import StepPlan
-from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for, spend
 from engine.traffic.arrivals import Arrivals, Budget, PlanScript, Script
 from engine.traffic.workload import Dist, Sampler
 from engine.traffic.workload_file import Requests
@@ -144,7 +144,7 @@ class Lane:
         self.P = Table(16)
         self.pool = BlockPool(pool_blocks, spec.prefix_caching, spec.host_blocks)
         self.load_s = 0.0  # host-to-GPU copies of this step's cache hits (seconds, charged to the step)
-        self._loaded_seen = 0
+        self.loaded_seen = 0
         self.caching = spec.prefix_caching
         self.spec_k = spec.spec_tokens
         self.spec_rng = np.random.default_rng([spec.seed, 0x5BEC, int(spec.fast)])
@@ -169,8 +169,9 @@ class Lane:
         self.on_done: Callable[[Rows], None] | None = None  # told of every finished request (a fleet's router)
         # A workload file or a trace: scripted arrivals and content; a workload file's stages set users over time.
         self.script = script
-        self._blocked: tuple[int, int, int, int] = (-1, -1, 0, 0)  # (head id, keys added, free, planned) that failed
-        self._head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
+        # The queue head that last failed to join: (head id, keys added, free blocks, tokens planned) then.
+        self.blocked_head: tuple[int, int, int, int] = (-1, -1, 0, 0)
+        self.head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
         self.shared_content = False  # some request shares tokens with another (only then are blocks keyed as filled)
         self.stage = -1
         self.next_stage = math.inf
@@ -338,9 +339,9 @@ class Lane:
     def _preempt_newest(self) -> int:
         """Evict the newest running request: free its blocks; it waits (ahead of fresh arrivals) to be recomputed."""
         if self.caching:
-            self.fill(np.array([self.R.n - 1]), every=True)  # its own blocks too: it will want them back
+            keying.fill(self, np.array([self.R.n - 1]), every=True)  # its own blocks too: it will want them back
         row = self.R.pop_last()
-        self._release(row)
+        keying.release(self, row)
         if row.cached[0] < row.target[0]:
             self.n_pf -= 1
         # Recompute every known token (prompt + generated) before decoding resumes.
@@ -352,255 +353,20 @@ class Lane:
         row.preempts[0] += 1
         t = self.clock  # evictions happen between steps
         if not np.isnan(row.mark[0]):
-            _spend(row, t, row.rec, row.rec_v)  # evicted part-way through a recompute
+            spend(row, t, row.rec, row.rec_v)  # evicted part-way through a recompute
         row.mark[0] = t
         self.P.append(row)
         self.stats.preemptions += 1
         return int(row.id[0])
 
-    def _admission_closed(self) -> bool:
-        """No waiting request can join whatever the blocks: no slot, a policy that admits only into an empty
-        batch, or nobody waiting."""
-        n = self.R.n
-        return self.sched.max_batch <= n or (n > 0 and not self.sched.admits_while_running()) or not self.waiting
 
-    def admission_blocked(self, free: int, tokens_planned: int, prefill_planned: bool) -> bool:
-        """No waiting request can join now. Admission takes a leading run of candidates, and a policy's answer
-        for a candidate depends only on those ahead of it, so the first in line decides whether any joins."""
-        if self._admission_closed():
-            return True
-        P = self.P
-        # Preempted requests go first, lowest id first; then the queue's head.
-        if P.n:
-            j = int(np.argmin(P.col("id")))
-            head = P.cols.pick(slice(j, j + 1))
-        else:
-            head = self.Q.cols.pick(slice(self.Q.head, self.Q.head + 1))
-        if self.caching and (self.shared_content or P.n):  # _admit's own test for looking in the cache
-            return self._admit_cached(head, free, tokens_planned, prefill_planned, dry=True)[0] == 0
-        chunk, ok = self.sched.admit_chunks(head.target.copy(), tokens_planned, prefill_planned)
-        return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
 
-    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float,
-               cut: float = math.inf) -> tuple[np.ndarray, bool]:
-        """Admit waiting requests (preempted first, by id, then FIFO) while slots, `free` blocks and the scheduler's
-        budget allow; they move to the end of R holding their first chunk's blocks. Queued requests that arrived
-        after `cut` (async scheduling: when this step's batch was chosen) wait.
 
-        Returns the tokens each admitted row prefills this step, and whether they are whole prompts read from an
-        empty cache (no cache hit and no prompt split: waiting requests hold no cache).
-        """
-        if self._admission_closed():
-            return _EMPTY, False
-        R, P, Q = self.R, self.P, self.Q
-        slots = self.sched.max_batch - R.n
-        if cut < t and Q.size:  # the queue is in arrival order
-            slots = min(slots, P.n + int(Q.col("arrival").searchsorted(cut, side="right")))
-            if slots <= 0:
-                return _EMPTY, False
-        if P.n:
-            order = np.argsort(P.col("id"), kind="stable")[:slots]
-            mq = min(slots - len(order), Q.size)
-            target = np.concatenate([P.col("target")[order], Q.col("target")[:mq]])
-        else:
-            order = _EMPTY
-            mq = min(slots, Q.size)
-            target = Q.col("target")[:mq]
-        # Nothing can be found in the cache unless some content is shared or a preempted request left its own.
-        cached_path = self.caching and (self.shared_content or P.n > 0)
-        if cached_path:
-            cand = Rows.join([P.rows().pick(order), Q.rows(mq)]) if len(order) else Q.rows(mq)
-            k, chunk, hit, hkey = self._admit_cached(cand, free, tokens_planned, prefill_planned)
-            whole = False
-        else:
-            chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
-            bl = blocks_for(chunk)
-            took = bl.cumsum()  # blocks the first j + 1 candidates take
-            ok &= took <= free
-            k = len(ok) if ok.all() else int(ok.argmin())
-            whole = self.sched.whole_prompts or bool((chunk[:k] == target[:k]).all())
-            assert not (self.spec.debug and self.sched.whole_prompts) or (chunk[:k] == target[:k]).all(), \
-                f"scheduler {self.sched.name!r} says whole_prompts but split a prompt"
-        if k == 0:
-            return _EMPTY, False
-        kp = min(k, len(order))
-        # The admitted rows move to the end of R; `a` is a view of them there.
-        a = R.append_view(Rows.join([P.rows().pick(order[:kp]), Q.rows(k - kp)]) if kp else Q.rows(k))
-        chunk = chunk[:k].copy()
-        a.seq[:] = np.arange(self.seq, self.seq + k)
-        self.seq += k
-        if cached_path:
-            # Reused blocks are in the cache already: the row starts with them, computes the rest.
-            a.full[:] = hit[:k]
-            a.hkey[:] = hkey[:k]
-            a.cached[:] = hit[:k] * BLOCK
-            if self.pool.host_total:
-                # Blocks found only in host memory came back over the host link before the step could run.
-                moved = self.pool.loaded - self._loaded_seen
-                self._loaded_seen = self.pool.loaded
-                self.load_s += moved * BLOCK * self.sm.kv_bytes_per_token / (self.sm.hw.host_link_gbps * 1e9)
-            fresh = np.maximum(np.minimum(a.cached, a.prompt) - a.input, 0)  # prompt tokens never read before
-            a.input[:] += fresh
-            a.hit[:] += fresh
-            nf = int(fresh.sum())
-            self.stats.in_tokens += nf
-            self.stats.cached_in_tokens += nf
-            a.blocks[:] = blocks_for(a.cached + chunk)
-        else:
-            self.pool.alloc(int(took[k - 1]))
-            a.blocks[:] = bl[:k]  # a waiting request holds no cache: its chunk's blocks
-        first = np.isnan(a.admit)
-        a.admit[first] = t
-        if kp:
-            back = a.pick(slice(0, kp))  # readmitted after a preemption: their wait ends, their recompute starts
-            _spend(back, t, back.pre, back.pre_v)
-            back.mark[:] = t  # (views: this writes a's rows)
-        if kp:
-            keep = np.ones(P.n, dtype=bool)
-            keep[order[:kp]] = False
-            P.keep(keep)
-        if k > kp:
-            Q.pop(k - kp)
-        self.n_pf += k
-        return chunk, whole
 
-    def _admit_cached(self, cand: Rows, free: int, tokens_planned: int, prefill_planned: bool,
-                      dry: bool = False) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """Admission with prefix caching, candidate by candidate in order: each reuses the longest run of cached
-        blocks of its content (never the block holding its last token, which must be computed), then takes
-        blocks for the rest of its first chunk. Stops at the first that does not fit the budget or the pool.
-        Returns how many were admitted, their chunks, reused blocks and last reused key. `dry`: only whether the
-        first would join (1 or 0), changing nothing."""
-        pool = self.pool
-        reserve = pool.available - free  # the running batch's growth this step
-        n = len(cand)
-        # The same head that did not fit last time still does not while nothing that could help has happened:
-        # no more blocks to be had, no new keys in the cache, no more of the token budget.
-        memo = (int(cand.id[0]), pool.keys_added)
-        if self._blocked[:2] == memo and free <= self._blocked[2] and tokens_planned >= self._blocked[3]:
-            return 0, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        chunks = np.zeros(n, dtype=np.int64)
-        hits = np.zeros(n, dtype=np.int64)
-        hkeys = np.zeros(n, dtype=np.int64)
-        planned, pf_planned = tokens_planned, prefill_planned
-        # Blocks a candidate could find cached: never the one holding its last token (it must be computed), and
-        # only shareable ones unless it was preempted (its own blocks were cached when it left).
-        maxhit = (cand.target - 1) >> SHIFT
-        maxhit = np.where(cand.preempts > 0, maxhit, np.minimum(maxhit, self._shareable(cand.prompt, cand.prefix,
-                                                                                          cand.body, cand.sess)))
-        if not maxhit.any():
-            chunk, ok = self.sched.admit_chunks(cand.target, tokens_planned, prefill_planned)
-            ok &= np.cumsum(blocks_for(chunk)) <= free
-            k = len(ok) if ok.all() else int(np.argmin(ok))
-            if dry:
-                return min(k, 1), chunk, hits, hkeys
-            if k:
-                pool.alloc(int(blocks_for(chunk[:k]).sum()))
-            return k, chunk, hits, hkeys
-        j, batch = 0, 1
-        while j < n:
-            # Keys for a few candidates at a time (1, 4, 16, ...): a blocked queue head costs one request's keys.
-            sl = slice(j, min(n, j + batch))
-            mh = maxhit[sl]
-            if j == 0 and self._head_keys[0] == memo[0] and self._head_keys[1].size == mh[0]:
-                keys = self._head_keys[1]  # a waiting head is tried every tick: its keys do not change
-            else:
-                keys = self._keys(cand.id[sl], cand.group[sl], cand.prefix[sl], cand.body[sl], cand.sess[sl],
-                                  cand.prompt[sl], np.zeros_like(mh), mh, np.zeros(len(mh), dtype=np.int64))
-                if j == 0:
-                    self._head_keys = (memo[0], keys)
-            ends = np.cumsum(mh)
-            tg = cand.target[sl]
-            for i in range(len(mh)):
-                kk = keys[ends[i] - mh[i]:ends[i]]
-                h = pool.match(kk)
-                if h and pool.host:
-                    h = self._worth_loading(kk[:h])
-                rem = int(tg[i]) - h * BLOCK
-                ch, ok = self.sched.admit_chunks(np.array([rem], dtype=np.int64), planned, pf_planned)
-                nb = int(blocks_for(h * BLOCK + ch[0])) - h
-                if dry:
-                    fits = bool(ok[0]) and nb <= pool.available - pool.revivable(kk[:h]) - reserve
-                    return int(fits), chunks, hits, hkeys
-                if not ok[0] or not pool.admit(kk[:h], nb, reserve):
-                    if j + i == 0:
-                        self._blocked = (*memo, free, tokens_planned)
-                    return j + i, chunks, hits, hkeys
-                chunks[j + i], hits[j + i] = ch[0], h
-                if h:
-                    hkeys[j + i] = np.int64(kk[h - 1].astype(np.int64))
-                planned += int(ch[0])
-                pf_planned = True
-            j += len(mh)
-            batch *= 4
-        return n, chunks, hits, hkeys
 
-    def _worth_loading(self, hits: np.ndarray) -> int:
-        """How many of these matched blocks to reuse: all, unless some are only in host memory and copying them
-        back over the host link takes longer than computing them again (then the run stops before the first
-        such block). A preempted request whose blocks went to host memory thus swaps back in or recomputes,
-        whichever is cheaper."""
-        back = self.pool.on_host(hits)
-        if not back.any():
-            return len(hits)
-        sm = self.sm
-        tokens = int(back.sum()) * BLOCK
-        load = tokens * sm.kv_bytes_per_token / (sm.hw.host_link_gbps * 1e9)
-        # Recomputing them is a prefill of those tokens on top of what precedes them (the step's fixed costs
-        # are shared with the rest of the batch, so only the marginal compute and KV traffic count).
-        ctx = float(int(np.argmax(back)) * BLOCK)
-        full = sm.price(Batch(tokens=tokens, seqs=1, sum_ctx=ctx, sum_win=0.0, attn_full=tokens * (ctx + tokens / 2),
-                              attn_win=0.0, logits=0, attn_decode=0.0))
-        recompute = full.t_cmp + full.t_attn_cmp
-        return len(hits) if load <= recompute else int(np.argmax(back))
 
-    # ---- the prefix cache: keys, filling, releasing -------------------------------------------------
-    @staticmethod
-    def _keys(rid: np.ndarray, group: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray,
-              prompt: np.ndarray, first: np.ndarray, count: np.ndarray, parent: np.ndarray) -> np.ndarray:
-        """Content keys of blocks first..first+count-1 of these requests (flattened): the group's prefix, then the
-        body (the request's own stream when it has none), then generated tokens (the body's stream in a session)."""
-        own = stream_id(TAG_REQUEST, rid)
-        b = np.where(body != 0, body, own)
-        gen = np.where(sess != 0, b, own)
-        return chain_keys(parent.astype(np.uint64), first, count, group, prefix, b, prompt, gen)
 
-    @staticmethod
-    def _shareable(prompt: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray) -> np.ndarray:
-        """Leading blocks another request could ask for: a session's every block, a shared prompt's full blocks,
-        else the group prefix's. A request's own tokens are keyed only when it is preempted (so its return
-        reuses them): no one else can hit them, and keying them would cost every request work for nothing."""
-        return np.where(sess != 0, _ALL, np.where(body != 0, prompt >> SHIFT, prefix >> SHIFT))
 
-    def fill(self, idx: np.ndarray, every: bool = False) -> None:
-        """Running rows `idx` may have completed blocks: key the shareable ones (all of them when `every`) into
-        the cache; where another request computed the same block, the row shares that one and its copy is freed."""
-        c = self.R.cols
-        first = c.full[idx]
-        full = c.cached[idx] >> SHIFT
-        if not every:
-            full = np.minimum(full, self._shareable(c.prompt[idx], c.prefix[idx], c.body[idx], c.sess[idx]))
-        cnt = full - first
-        grow = cnt > 0
-        if not grow.all():
-            idx, first, cnt = idx[grow], first[grow], cnt[grow]
-        if not idx.size:
-            return
-        keys = self._keys(c.id[idx], c.group[idx], c.prefix[idx], c.body[idx], c.sess[idx], c.prompt[idx], first,
-                          cnt, c.hkey[idx])
-        self.pool.fill(keys)
-        c.full[idx] += cnt
-        c.hkey[idx] = keys[np.cumsum(cnt) - 1].astype(np.int64)
-
-    def _release(self, r: Rows) -> None:
-        """Rows leaving the batch give back every block: keyed ones go to the cache when no one else holds them."""
-        if not self.caching or not r.full.any():  # (no keyed blocks without caching: check() holds it)
-            self.pool.give(int(r.blocks.sum()))
-            return
-        private = int((r.blocks - r.full).sum())
-        z = np.zeros(len(r), dtype=np.int64)
-        keys = self._keys(r.id, r.group, r.prefix, r.body, r.sess, r.prompt, z, r.full, z)
-        self.pool.release(keys, private)
 
 
     # ---- one tick -----------------------------------------------------------------------------
@@ -628,7 +394,7 @@ class Lane:
         # Decode rows add one token each; anything beyond that is prefill already in this step.
         prefill_planned = new is not None and tokens_planned > n_run - self.n_pf
         # 2. Admit while blocks, batch slots and the token budget allow.
-        chunks, whole = self._admit(pool.available - need, tokens_planned, prefill_planned, t0, cut)
+        chunks, whole = admission.admit(self, pool.available - need, tokens_planned, prefill_planned, t0, cut)
         n = R.n
         k = n - n_run
         admitted = R.cols.id[n_run:n].copy() if k and want else _EMPTY
@@ -661,12 +427,12 @@ class Lane:
 
     def end_recomputes(self, done: np.ndarray, t: float) -> None:
         """Running rows (mask `done`) whose recompute after a preemption ends with the step ending at t: count the
-        time it took (_spend) and clear their mark."""
+        time it took (tables.spend) and clear their mark."""
         idx = np.flatnonzero(done)
         if idx.size:
             c = self.R.cols
             r = c.pick(idx)
-            _spend(r, t, r.rec, r.rec_v)
+            spend(r, t, r.rec, r.rec_v)
             c.f[:, idx] = r.f
 
     def account(self, p: StepParts, tokens: int, n: int, n_emit: int, vis_tokens: int, in_new: int,
@@ -725,7 +491,7 @@ class Lane:
         d = Rows(c.i.take(gone, axis=1), c.f.take(gone, axis=1))
         d.f[FloatCol.DONE] = t
         k = gone.size
-        self._release(d)
+        keying.release(self, d)
         R.drop(gone, done)
         st = self.stats
         st.completed += k
@@ -785,14 +551,3 @@ class Lane:
         assert (a.u_next[~a.u_pending] == np.inf).all(), f"{lane}: a user not waiting has a send time"
         ids = np.concatenate([r.id, p.id, q.id])
         assert np.unique(ids).size == ids.size, f"{lane}: a request is in two states at once"
-
-
-def _spend(r: Rows, t: float, total: np.ndarray, before_visible: np.ndarray) -> None:
-    """Rows `r` spent t - mark seconds waiting or recomputing (`total`, a field of r): count them there, in
-    `before_visible` and LOST_F for rows that had no visible / no token yet, and clear the mark."""
-    gap = t - r.mark
-    total += gap
-    before_visible += np.where(np.isnan(r.visible), gap, 0.0)
-    lost = r.lost_f  # a view: += writes the rows
-    lost += np.where(np.isnan(r.first), gap, 0.0)
-    r.mark[:] = np.nan

@@ -23,6 +23,7 @@ from engine.physics.batch import Batch
 from engine.physics.specs import Model
 from engine.physics.speculative import sample_accepted
 from engine.physics.step import StepParts
+from engine.serving import admission, keying
 from engine.serving.accounting import H
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, blocks_for
 
@@ -204,7 +205,7 @@ def finish(lane: Lane, s: StepPlan, p: StepParts, tokens: int, n_emit: int, vis_
 def fill_new_blocks(lane: Lane, n: int, cached: np.ndarray) -> None:
     """With shared content, key the blocks rows just filled (engine.serving.keying)."""
     if lane.shared_content:
-        lane.fill(np.flatnonzero((cached >> SHIFT) > lane.R.cols.full[:n]))
+        keying.fill(lane, np.flatnonzero((cached >> SHIFT) > lane.R.cols.full[:n]))
 
 
 # ---- the kinds ----------------------------------------------------------------------------------------------
@@ -222,7 +223,7 @@ def decode_step(lane: Lane, s: StepPlan) -> TickResult | None:
     c.blocks[:n] += nb
     gen += 1
     if lane.shared_content:
-        lane.fill(np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
+        keying.fill(lane, np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
     ids = c.id[:n].copy() if s.want else _EMPTY
     vis_tokens = stamp_visible(lane, n, gen, None, t1)
     lane.stats.itl.add(dt, c.stage[:n] if lane.staged else 0, n)  # every row had its first token already
@@ -495,7 +496,7 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarr
         return none
     # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16.
     lag = (-cached) & (BLOCK - 1)
-    if not lane.admission_blocked(lane.pool.available - int(np.count_nonzero(lag == 0)), n, False):
+    if not admission.blocked(lane, lane.pool.available - int(np.count_nonzero(lag == 0)), n, False):
         return none
     opens = np.bincount(lag, minlength=BLOCK)
     grown = np.cumsum(opens[np.arange(k) & (BLOCK - 1)])
