@@ -170,11 +170,7 @@ def admit_cached(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefill
     hits = np.zeros(n, dtype=np.int64)
     hkeys = np.zeros(n, dtype=np.int64)
     planned, pf_planned = tokens_planned, prefill_planned
-    # Blocks a candidate could find cached: never the one holding its last token (it must be computed), and
-    # only shareable ones unless it was preempted (its own blocks were cached when it left).
-    maxhit = (cand.target - 1) >> SHIFT
-    maxhit = np.where(cand.preempts > 0, maxhit, np.minimum(maxhit, keying.shareable(cand.prompt, cand.prefix,
-                                                                                      cand.body, cand.sess)))
+    maxhit = _max_hits(cand)
     if not maxhit.any():
         k, chunk = _admit_unkeyed(lane, cand, free, tokens_planned, prefill_planned, dry)
         return k, chunk, hits, hkeys
@@ -229,3 +225,11 @@ def _admit_unkeyed(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefi
     if k:
         lane.pool.alloc(int(blocks_for(chunk[:k]).sum()))
     return k, chunk
+
+
+def _max_hits(cand: Rows) -> np.ndarray:
+    """Blocks each candidate could find cached: never the one holding its last token (it must be computed), and
+    only shareable ones unless it was preempted (its own blocks were cached when it left)."""
+    maxhit = (cand.target - 1) >> SHIFT
+    return np.where(cand.preempts > 0, maxhit, np.minimum(maxhit, keying.shareable(cand.prompt, cand.prefix,
+                                                                                    cand.body, cand.sess)))

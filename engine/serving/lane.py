@@ -6,8 +6,10 @@ step model prices the batch from its aggregates, the clock moves by the step tim
 finished requests leave and their users start thinking.
 
 A step is planned as `new` tokens per running row (None: one each, a pure decode step); a row emits a
-token when its cache reaches its target. Speculative decoding plugs in there (K+1 new tokens per decode
-row, accepted ones emitted); the pricing and the accounting take any plan.
+token when its cache reaches its target. The plan (engine.serving.steps.StepPlan) goes to the first step kind
+of engine.serving.steps.STEP_KINDS that takes it (decode, join, speculative verify, mixed): the kind builds
+the step's batch record, the lane prices it (Lane.price, the step model's one entry point) and accounts it.
+Admission lives in engine.serving.admission and prefix-cache keying in engine.serving.keying.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing comi
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
-_ALL = np.int64(1) << 40  # "every block" in _shareable
 @dataclass(frozen=True, slots=True)
 class TickResult:
     """What one tick did. Id arrays are read-only; `cost` is None for an idle tick (no tokens, clock jumps)."""
