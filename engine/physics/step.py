@@ -448,7 +448,7 @@ class StepModel:
              attn_decode: Any) -> StepParts:
         """price's bytes, FLOPs and times, written so that floats and numpy arrays both go through."""
         c, m = self._c, self.model
-        touched = self._touched(T)
+        touched = self._touched(T) if m.is_moe else 0.0 * T
         pad, full = self._graph_padding(T, attn_full, attn_decode)
         head = c["w_lm_head"] * (logits > 0)
         w_exp = m.moe_layers * touched * c["w_expert"]
@@ -482,17 +482,15 @@ class StepModel:
         t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
         t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
         busy = T > 0  # an empty step moves nothing and pays no fixed cost
-        t_comm = self._comm_time(T, pad, busy)
+        t_comm = self._comm_time(T, pad, busy) if self.opts.tp > 1 or self.opts.ep > 1 else 0.0 * T
         over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
         time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, self.opts.ideal) + t_comm + over
         return StepParts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
                          t_attn_cmp, t_comm, over, time)
 
     def _touched(self, T: Any) -> Any:
-        """Expected distinct routed experts per MoE layer a step of T tokens reads (0 for a dense model)."""
+        """Expected distinct routed experts per MoE layer a step of T tokens reads (a MoE model's)."""
         m = self.model
-        if not m.is_moe:
-            return 0.0 * T
         e, k = m.experts, m.experts_per_token
         # Uniform routing: each of T tokens picks k of E experts; expected distinct experts touched.
         # Under expert parallel this GPU's E/ep experts see the tokens of all ep GPUs (T each).
