@@ -5,6 +5,9 @@
     scheduler   the batching policies (static, continuous, chunked) behind one interface
     arrivals    closed-loop users, Poisson arrivals, a workload file's stages or a trace; the shared budget
     lane        one GPU group: its tables, pool, arrivals and clock; one step per tick
+    steps       the step kinds (decode, join, speculative verify, mixed) and the quiet-run jump, in a registry
+    admission   which waiting requests join the batch, with which chunk (prefix-cache hits first)
+    keying      prefix-cache block keys: filling, releasing, loading back from host memory
     accounting  what a lane counted, and the run / rolling metrics as typed records
     engine      the Engine facade: builds lanes from an EngineConfig, steps them on one clock, reads out
 
