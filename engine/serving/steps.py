@@ -22,7 +22,7 @@ import numpy as np
 from engine.physics.batch import Batch
 from engine.physics.specs import Model
 from engine.physics.speculative import sample_accepted
-from engine.physics.step import StepParts
+from engine.physics.step import StepCost, StepModel, StepParts
 from engine.serving import admission, keying
 from engine.serving.accounting import H
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, blocks_for
@@ -466,18 +466,23 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     if k < 2:
         return 0
     dts, flops, byts, used, grown, ends = dts[:k], flops[:k], byts[:k], used[:k], grown[:k], clock[1:k + 1]
-    _apply_run(lane, k, ends, int(grown[-1]))
+    gen = c.gen[:n]
+    _apply_run(lane, k, ends, int(grown[-1]), c.cached[:n], gen)
     if lane.async_sched:
         lane.chosen_at = float(clock[k - 1])  # the last jumped step's start
-    _account_run(lane, k, ends, dts, flops, byts, used)
+    _account_run(lane, k, ends, dts, flops, byts, used, gen >= c.total[:n])
     # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
-    last = k - 1
-    win = (0.0, 0.0) if isinstance(b.sum_win, float) else (float(b.sum_win[last]), float(b.attn_win[last]))
-    at = float(b.attn_full[last])
-    lane.priced = partial(lane.sm.cost, Batch(tokens=n, seqs=n, sum_ctx=float(b.sum_ctx[last]), sum_win=win[0],
-                                              attn_full=at, attn_win=win[1], logits=n, attn_decode=at))
+    lane.priced = partial(_last_of_run, lane.sm, b, k - 1, n)
     lane.stats.last_batch = n
     return k
+
+
+def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
+    """The StepCost of step `last` of a run priced as one record `b` (built only when last_cost is read)."""
+    win = (0.0, 0.0) if isinstance(b.sum_win, float) else (float(b.sum_win[last]), float(b.attn_win[last]))
+    at = float(b.attn_full[last])
+    return sm.cost(Batch(tokens=n, seqs=n, sum_ctx=float(b.sum_ctx[last]), sum_win=win[0], attn_full=at,
+                         attn_win=win[1], logits=n, attn_decode=at))
 
 
 def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarray]:
@@ -507,12 +512,11 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarr
     return k, lane.pool.used + grown, grown
 
 
-def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int) -> None:
-    """Caches and generated counts move k on; visible answers start where they start; blocks are taken."""
+def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
+    """Caches and generated counts (views of the running rows) move k on; visible answers start where they start;
+    blocks are taken."""
     n = lane.R.n
     c = lane.R.cols
-    cached = c.cached[:n]
-    gen = c.gen[:n]
     if lane.think_zero:
         vis_tokens = n * k
     else:
@@ -530,12 +534,11 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int) -> None:
 
 
 def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: np.ndarray) -> None:
-    """Account each of the k steps as Lane.account would, in the same order, then let finished rows leave."""
+                 used: np.ndarray, done: np.ndarray) -> None:
+    """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave."""
     n = lane.R.n
-    c = lane.R.cols
     st = lane.stats
-    st.itl.add_steps(dts, c.stage[:n] if lane.staged else 0, n)
+    st.itl.add_steps(dts, lane.R.cols.stage[:n] if lane.staged else 0, n)
     t1 = float(ends[-1])
     lane.clock = t1
     st.ticks += k
@@ -550,7 +553,6 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
     st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
         np.add.accumulate(fold, axis=1)[:, -1].tolist()
     st.batch_hist[min(n, st.max_batch)] += k
-    done = c.gen[:n] >= c.total[:n]
     if done.any():
         lane.complete(done, t1)
     h = np.zeros((k, len(H)))
