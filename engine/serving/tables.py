@@ -421,3 +421,14 @@ def done_view(a: np.ndarray) -> Rows:
     r.cached[:] = r.prompt
     r.blocks[:] = 0
     return r
+
+
+def spend(r: Rows, t: float, total: np.ndarray, before_visible: np.ndarray) -> None:
+    """Rows `r` spent t - mark seconds waiting or recomputing (`total`, a field of r): count them there, in
+    `before_visible` and LOST_F for rows that had no visible / no token yet, and clear the mark."""
+    gap = t - r.mark
+    total += gap
+    before_visible += np.where(np.isnan(r.visible), gap, 0.0)
+    lost = r.lost_f  # a view: += writes the rows
+    lost += np.where(np.isnan(r.first), gap, 0.0)
+    r.mark[:] = np.nan
