@@ -42,8 +42,8 @@ HARMLESS = frozenset({
     "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "moe_layer_freq", "n_group", "topk_group",
     "num_experts_per_tok_eval", "router_aux_loss_coef", "output_router_logits", "norm_topk_prob",
     "max_sequence_length", "max_length", "original_max_position_embeddings",
-    # DeepSeek-V3, GLM-4.5: multi-token-prediction layers, loaded only when speculative decoding runs them
-    "num_nextn_predict_layers",
+    # DeepSeek-V3, GLM-4.5, MiniMax-M2: multi-token-prediction layers, loaded only when speculative decoding runs them
+    "num_nextn_predict_layers", "num_mtp_modules",
 })
 _SIZE_KEY = re.compile(r"(_size$|^num_|expert)")
 _WARNED: set[str] = set()

@@ -372,6 +372,11 @@ def _check_architecture(d: dict[str, Any], where: str) -> None:
     if d.get("is_encoder_decoder") is True:
         raise InputError(f"{where}: unsupported architecture: an encoder-decoder model; tokensim prices"
                          " decoder-only transformers with a KV cache")
+    kinds = d.get("attn_type_list")
+    if isinstance(kinds, list) and 0 in kinds:  # MiniMax-Text-01: 0 marks a linear (lightning) attention layer
+        raise InputError(f"{where}: unsupported architecture: {kinds.count(0)} of its {len(kinds)} layers use linear"
+                         " attention (attn_type_list 0), which keeps no KV cache growing with context; tokensim prices"
+                         " softmax attention only")
 
 
 def _layer_types(d: dict[str, Any], where: str, layers: int) -> list[str] | None:

@@ -46,3 +46,17 @@ def test_glm_spells_the_qk_norm_its_own_way_and_mtp_layers_are_not_a_warning(
     m = model_from_mapping(dict(_QWEN3, model_type="glm4_moe", use_qk_norm=True, num_nextn_predict_layers=1), "glm")
     assert m.qk_norm
     assert "num_nextn_predict_layers" not in capsys.readouterr().err
+
+
+def test_minimax_layouts_load_or_say_why_not(capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.errors import InputError
+
+    # MiniMax-M2 (every layer softmax attention, experts as wide as intermediate_size, MTP modules): loads quietly
+    cfg = {k: v for k, v in _QWEN3.items() if k not in ("moe_intermediate_size", "num_experts")}
+    m2 = model_from_mapping(dict(cfg, model_type="minimax_m2", num_local_experts=16, num_mtp_modules=3,
+                                 use_qk_norm=True), "m2")
+    assert m2.experts == 16 and m2.expert_intermediate == 1024 and m2.qk_norm
+    assert "num_mtp_modules" not in capsys.readouterr().err
+    # MiniMax-Text-01's lightning-attention layers keep no growing KV cache: refused in one line
+    with pytest.raises(InputError, match="7 of its 8 layers use linear attention"):
+        model_from_mapping(dict(_QWEN3, model_type="minimax_text_01", attn_type_list=[0] * 7 + [1]), "t01")
