@@ -60,3 +60,17 @@ def test_minimax_layouts_load_or_say_why_not(capsys: pytest.CaptureFixture[str])
     # MiniMax-Text-01's lightning-attention layers keep no growing KV cache: refused in one line
     with pytest.raises(InputError, match="7 of its 8 layers use linear attention"):
         model_from_mapping(dict(_QWEN3, model_type="minimax_text_01", attn_type_list=[0] * 7 + [1]), "t01")
+
+
+def test_deepseek_v2_lite_shape_with_no_q_lora_loads_at_its_published_size() -> None:
+    # DeepSeek-V2-Lite's layout (MLA without a query low-rank: q_lora_rank null; 64 experts, 6 a token, 2 shared,
+    # first layer dense); its model card gives 15.7B parameters, 2.4B activated (the embedding lookup aside).
+    d = {"model_type": "deepseek_v2", "num_hidden_layers": 27, "hidden_size": 2048, "num_attention_heads": 16,
+         "num_key_value_heads": 16, "vocab_size": 102400, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+         "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+         "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+         "v_head_dim": 128, "n_group": 1, "topk_group": 1}
+    m = model_from_mapping(d, "v2-lite")
+    assert m.is_mla and m.q_lora_rank == 0 and m.moe_layers == 26
+    assert m.params_total == pytest.approx(15.7e9, rel=0.01)
+    assert m.params_active - m.counts["embed"] == pytest.approx(2.4e9, rel=0.05)
