@@ -299,34 +299,37 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
+# runtimes.toml's opening comment: what the constants mean and how they are fitted.
+_TOML_HEADER = (
+    "# Runtime profiles: how close a serving framework gets to the roofline. The base constants: the fraction of",
+    "# peak HBM bandwidth (bw_eff) and of peak dense tensor FLOP/s (flops_eff) its GEMMs sustain, the same two",
+    "# for its attention kernels (attn_bw_eff: scattered KV pages; attn_flops_eff: softmax and rescaling between",
+    "# two matmuls), a fixed cost per step (step_overhead_s: scheduling, sampling, Python) and per layer",
+    "# (layer_overhead_s: kernel launches, small kernels' latency). trtllm has four more, which only its table",
+    "# (FP4, MoE and DeepSeek FP8 rows) can measure: fp4_flops_eff, the fraction of FP4 peak its FP4 GEMMs",
+    "# sustain; expert_flops_factor, the rate of routed-expert grouped GEMMs relative to dense GEMMs;",
+    "# expert_half_tokens, the tokens per expert at which those run at half rate (tile rows left empty: rate",
+    "# n / (n + it)); block_fp8_eff, the rate of block-scaled FP8 GEMMs on tensor cores without block scaling",
+    "# (Hopper). vllm has two: expert_bw_eff and expert_fp8_bw_eff, the fraction of peak HBM bandwidth its",
+    "# routed-expert kernels sustain on the 16-bit-activation path and on the FP8 one (engine/physics/moe.py).",
+    "# attention = \"eager\" marks transformers' growing-tensor KV cache (derived physics, not fitted:",
+    "# step.py); hf-eager's attention shares its GEMMs' efficiencies. quant_layer_overhead_s (hf-eager): fixed",
+    "# time per layer of the quantised kernels listed in slow_quant_kernels (kernel choice, not fitted: fit.py",
+    "# SLOW_QUANT). Calibrated steps price the attention kernels and the matmuls as two rooflines in sequence",
+    "# (step.py roofline_time).",
+    "#",
+    "# Fitted by engine/evidence/fit.py (python -m engine.evidence.fit --write): "
+    "a deterministic pattern search inside physically",
+    "# plausible bounds (fit.py _SEARCH) from four fixed starts, keeping the lowest loss: the root-mean-square",
+    "# ln(predicted/measured) over the profile's TRAIN rows only (stable hash of the row key, about half); the",
+    "# held-out (test) rows never enter the fit. Errors below are |predicted - measured| / measured of the",
+    "# table's own speed definition; `tokensim validate` reprints them row by row.",
+)
+
+
 def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str:
     """runtimes.toml, each profile with its record: rows, method, train and held-out errors, date."""
-    lines = [
-        "# Runtime profiles: how close a serving framework gets to the roofline. The base constants: the fraction of",
-        "# peak HBM bandwidth (bw_eff) and of peak dense tensor FLOP/s (flops_eff) its GEMMs sustain, the same two",
-        "# for its attention kernels (attn_bw_eff: scattered KV pages; attn_flops_eff: softmax and rescaling between",
-        "# two matmuls), a fixed cost per step (step_overhead_s: scheduling, sampling, Python) and per layer",
-        "# (layer_overhead_s: kernel launches, small kernels' latency). trtllm has four more, which only its table",
-        "# (FP4, MoE and DeepSeek FP8 rows) can measure: fp4_flops_eff, the fraction of FP4 peak its FP4 GEMMs",
-        "# sustain; expert_flops_factor, the rate of routed-expert grouped GEMMs relative to dense GEMMs;",
-        "# expert_half_tokens, the tokens per expert at which those run at half rate (tile rows left empty: rate",
-        "# n / (n + it)); block_fp8_eff, the rate of block-scaled FP8 GEMMs on tensor cores without block scaling",
-        "# (Hopper). vllm has two: expert_bw_eff and expert_fp8_bw_eff, the fraction of peak HBM bandwidth its",
-        "# routed-expert kernels sustain on the 16-bit-activation path and on the FP8 one (engine/physics/moe.py).",
-        "# attention = \"eager\" marks transformers' growing-tensor KV cache (derived physics, not fitted:",
-        "# step.py); hf-eager's attention shares its GEMMs' efficiencies. quant_layer_overhead_s (hf-eager): fixed",
-        "# time per layer of the quantised kernels listed in slow_quant_kernels (kernel choice, not fitted: fit.py",
-        "# SLOW_QUANT). Calibrated steps price the attention kernels and the matmuls as two rooflines in sequence",
-        "# (step.py roofline_time).",
-        "#",
-        "# Fitted by engine/evidence/fit.py (python -m engine.evidence.fit --write): "
-        "a deterministic pattern search inside physically",
-        "# plausible bounds (fit.py _SEARCH) from four fixed starts, keeping the lowest loss: the root-mean-square",
-        "# ln(predicted/measured) over the profile's TRAIN rows only (stable hash of the row key, about half); the",
-        "# held-out (test) rows never enter the fit. Errors below are |predicted - measured| / measured of the",
-        "# table's own speed definition; `tokensim validate` reprints them row by row.",
-        "",
-    ]
+    lines = [*_TOML_HEADER, ""]
     for name in PROFILES:
         rt, err = fits[name]
         lines.append(f"[{name}]" if "." not in name else f'["{name}"]')
