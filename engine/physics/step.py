@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.config import MAX_BATCHED_TOKENS
 from engine.errors import InputError
-from engine.physics import vllm_memory
+from engine.physics import collectives, moe, vllm_memory
 from engine.physics.batch import Batch
 from engine.physics.calibration import Runtime, load_runtime
 from engine.physics.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
@@ -28,19 +28,6 @@ from engine.search import first_true
 _ACT_HIDDEN_PASSES = 8
 _ACT_FFN_PASSES = 3
 _ACT_BYTES = 2  # activations stay 16-bit
-# Latency of one hop of a tensor-parallel all-reduce over the GPUs' link, 0 under --ideal: NCCL's own tuning model
-# (src/graph/tuning.cc hwLat, ring algorithm, Simple protocol) puts 3.4 us on an NVLink hop and 5.7 us on a PCIe
-# one. An all-reduce over tp GPUs passes 2(tp - 1) hops (reduce-scatter, then all-gather), so its latency grows with
-# the group: 6.8 us at tp 2, 20.4 us at tp 4 over NVLink. vLLM's custom all-reduce kernels run on NVLink-joined GPUs
-# and NCCL on PCIe (custom_all_reduce.py: disabled on more than two PCIe-only GPUs); CUDA graphs replay them without
-# a host launch, so NCCL's base (launch) latency is not paid.
-_HOP_LATENCY_S = {"fabric": 3.4e-6, "pcie": 5.7e-6}
-# Per expert-parallel all-to-all fixed cost (launch + link latency); 0 under --ideal.
-_A2A_LATENCY_S = 8e-6
-# vLLM's custom all-reduce (csrc/custom_all_reduce.cuh, allreduce()): one-shot (every GPU reads each peer's whole
-# buffer: (tp - 1) x the message over its link) for 2 GPUs, or up to 4 below 512 KB, or up to 8 below 256 KB; else
-# two-shot (reduce-scatter + all-gather: 2 (tp - 1) / tp of it), as a ring all-reduce over PCIe moves too.
-_ONE_SHOT_MAX_BYTES = {2: float("inf"), 4: 512 * 1024, 8: 256 * 1024}
 # Share of device memory held back for activations, CUDA graphs and fragmentation (vLLM's default
 # gpu_memory_utilization = 0.9 leaves the same 10 %).
 RESERVE_FRACTION = 0.10
@@ -60,6 +47,10 @@ class StepOptions:
     # Expert parallel with attention data parallel (TensorRT-LLM's "DEP"): ep GPUs (tp 1) each hold every
     # non-expert weight and run attention for their own sequences; the routed experts are split ep ways.
     ep: int = 1
+    # How expert parallel moves tokens to their experts and back (engine.physics.collectives.EP_COMM): "all-to-all"
+    # (each token's hidden state to the ranks of its k experts: DeepEP, pplx) or "all-gather" (every rank gathers
+    # all ranks' tokens before the MoE layer and reduce-scatters after: vLLM's allgather_reducescatter backend).
+    ep_comm: str = "all-to-all"
     # None: as the weights. Quantised checkpoints (GPTQ, AWQ, ModelOpt) keep the embedding and LM head 16-bit.
     head_dtype: str | None = None
     # The checkpoint's quantisation format ("gptq", "awq"; None: none): which kernel a runtime runs it with.
@@ -277,14 +268,13 @@ class StepModel:
         """The rates and fixed costs price divides by and adds: sustained bandwidths and FLOP/s per kernel kind,
         overheads and the links' latencies (the runtime profile's calibrated constants; 1 and 0 under --ideal)."""
         o, m, hw, rt = self.opts, self.model, self.hw, self.runtime
-        tp = o.tp
         bw = self.roof.bandwidth
         eff_bw = 1.0 if o.ideal else rt.bw_eff
         gemm_peak = self._gemm_peak
         return {
             "bw": bw * eff_bw, "ridge": self.roof.ridge,
-            # Routed experts' weights stream at the grouped GEMMs' own sustained bandwidth (runtime expert_bw_eff).
-            "bw_expert": bw * (1.0 if o.ideal else (rt.expert_bw_eff if rt.expert_bw_eff is not None else rt.bw_eff)),
+            # Routed experts' weights stream at their kernel path's own sustained bandwidth (engine.physics.moe).
+            "bw_expert": bw * (1.0 if o.ideal else moe.expert_bw_eff(rt, self.edtype, bool(hw.tflops.get("fp4")))),
             # Paged attention gathers each sequence's KV blocks from scattered pages, a few KB per request per
             # layer, and sustains less of the peak bandwidth than GEMMs streaming whole weight matrices.
             "bw_attn": bw * (1.0 if o.ideal else (rt.attn_bw_eff if rt.attn_bw_eff is not None else rt.bw_eff)),
@@ -310,12 +300,6 @@ class StepModel:
             # Kernel launches layer by layer: every step pays them, except one a full CUDA graph replays.
             "layer_overhead": 0.0 if o.ideal else m.layers * rt.layer_overhead_s,
             "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
-            # 2 (tp - 1) hops of the link the group's GPUs share: their fabric (NVLink) when it joins all tp of them.
-            "ar_lat": 0.0 if o.ideal else 2 * (tp - 1) * _HOP_LATENCY_S["fabric" if tp <= hw.fabric_gpus else "pcie"],
-            "a2a_lat": 0.0 if o.ideal else _A2A_LATENCY_S,
-            # Message bytes below which the custom all-reduce runs one-shot (0: never, a ring over PCIe).
-            "one_shot": (next((v for k, v in _ONE_SHOT_MAX_BYTES.items() if tp <= k), 0.0)
-                         if 1 < tp <= hw.fabric_gpus else 0.0),
         }
 
     def _gemm_peak(self, dtype: str) -> float:
@@ -483,7 +467,7 @@ class StepModel:
         t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
         t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
         busy = T > 0  # an empty step moves nothing and pays no fixed cost
-        t_comm = self._comm_time(T, pad, busy) if self.opts.tp > 1 or self.opts.ep > 1 else 0.0 * T
+        t_comm = self._comm(T, pad)
         over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
         time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, self.opts.ideal) + t_comm + over
         return StepParts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
@@ -498,29 +482,21 @@ class StepModel:
         ep = self.opts.ep
         return e * (1.0 - (1.0 - k / e) ** (T * ep)) / ep
 
-    def _comm_time(self, T: Any, pad: Any, busy: Any) -> Any:
-        """Seconds a step of T tokens (pad dummy rows) spends in tensor-parallel all-reduces and expert-parallel
-        all-to-alls."""
-        c, m = self._c, self.model
-        tp = self.opts.tp
-        t_comm = 0.0 * T
-        if tp > 1:
-            # Two all-reduces of the residual stream per layer (a CUDA graph's dummy rows too): each GPU moves
-            # (tp - 1) x the message one-shot, 2 (tp - 1) / tp of it two-shot or in a ring; plus the hops' latency.
+    def _comm(self, T: Any, pad: Any) -> Any:
+        """Seconds a step of T tokens (pad dummy rows) spends in collectives (engine.physics.collectives): two
+        all-reduces of the residual stream per layer under tensor parallel (the dummy rows too), and per MoE layer
+        an all-to-all out to each token's k experts and one back under expert parallel ((ep-1)/ep of them live on
+        other GPUs)."""
+        m, o, bw = self.model, self.opts, self._c["comm_bw"]
+        t = 0.0 * T
+        if o.tp > 1:
             msg = (T + pad) * m.hidden * _ACT_BYTES
-            ring = 2 * (tp - 1) / tp
-            if isinstance(msg, float):
-                share: Any = tp - 1.0 if msg < c["one_shot"] else ring
-            else:
-                share = np.where(msg < c["one_shot"], tp - 1.0, ring)
-            t_comm = 2 * m.layers * (share * msg / c["comm_bw"] + busy * c["ar_lat"])
-        ep = self.opts.ep
-        if ep > 1:
-            # Expert parallel: per MoE layer an all-to-all sends each token's hidden state to its k experts and
-            # back (dispatch + combine); (ep-1)/ep of those experts live on other GPUs.
-            msg = T * m.experts_per_token * m.hidden * _ACT_BYTES * (ep - 1) / ep
-            t_comm = t_comm + 2 * m.moe_layers * (msg / c["comm_bw"] + busy * c["a2a_lat"])
-        return t_comm
+            t = 2 * m.layers * collectives.all_reduce_time(msg, o.tp, bw, o.tp <= self.hw.fabric_gpus, o.ideal)
+        if o.ep > 1:
+            routed = T * m.experts_per_token * m.hidden * _ACT_BYTES  # each token's hidden state, once per expert
+            t = t + 2 * m.moe_layers * collectives.ep_exchange_time(o.ep_comm, routed, m.experts_per_token, o.ep,
+                                                                     bw, o.ideal)
+        return t
 
     def _graph_padding(self, T: Any, attn_full: Any, attn_decode: Any) -> tuple[Any, Any]:
         """(dummy token rows, 1.0 where a full CUDA graph runs the step else 0.0) for steps of T tokens.
@@ -582,6 +558,9 @@ def _check_options(o: StepOptions, m: Model) -> None:
                          f"heads evenly; try --tp {_even_tp(m, o.tp)}")
     if o.ep > 1 and (o.tp > 1 or not m.is_moe):
         raise InputError("expert parallel (ep > 1) needs a mixture-of-experts model and tp 1")
+    if o.ep_comm not in collectives.EP_COMM:
+        raise InputError(f"expert-parallel exchange must be one of {', '.join(collectives.EP_COMM)}, got "
+                         f"{o.ep_comm!r}")
     if o.head_dtype is not None and o.head_dtype not in WEIGHT_DTYPES:
         raise InputError(f"head dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {o.head_dtype!r}")
     u = o.gpu_memory_utilization
