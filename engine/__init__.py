@@ -10,7 +10,8 @@ Reading guide. Read these three first:
 
 The groups:
   physics/   one step's cost (hardware and model specs, the step model, runtime profiles, x-ray)
-  traffic/   where requests come from (length distributions, workload files, traces, arrival processes)
+  traffic/   where requests come from (RequestSource: arrival processes, workload stages, traces, think time),
+             feeding one engine or a fleet alike
   serving/   the serving loop (tables, scheduler policies, lanes, accounting, prefix cache, snapshot)
   fleet/     replicas behind a router, prefill/decode split, and `plan`'s grid search
   evidence/  the articles' claims, the measured tables replayed, the profile fit, each figure explained
@@ -21,7 +22,8 @@ routers (fleet/routers.py ROUTERS; the recipe is docs/extending/routers.md), ste
 options (options.py OPTIONS; recipe in docs/extending/options.md).
 
 Invariants, by name (checked by `Lane.check` under --debug and by the tests):
-  request conservation   every accepted request is queued, running, preempted or done; the counts add up.
+  request conservation   every accepted request is queued, running, preempted, done or aborted (its client
+                         left); the counts add up.
   KV conservation        cached + free + used blocks = the pool.
   clock monotone         a lane's clock never goes back, and a step stays resolvable in float64.
 """
