@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine import validation as V
-from engine.config import EngineConfig
+from engine.config import MAX_BATCHED_TOKENS, EngineConfig
 from engine.errors import InputError
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ KINDS = ("int", "float", "text", "choice", "flag")
 # (mean 1,000 in, 200 out), so users do not finish in lockstep and the percentiles mean something.
 DEFAULT_PROMPT = "uniform:500,1500"
 DEFAULT_OUTPUT = "uniform:100,300"
-DEFAULT_MAX_BATCHED_TOKENS = 8192
+DEFAULT_MAX_BATCHED_TOKENS = MAX_BATCHED_TOKENS  # vLLM's default, with its source in engine.config
 DEFAULT_FAST_MAX_BATCH = 4
 # A run with neither --requests nor --duration serves this many requests (at least 3 per user), so
 # closed-loop users go round a few times and the start-up burst is not the whole picture.

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scene": ("tui.commands.scene_cmd", "list guided scenes, open one, or play it headless"),
     "tour": ("tui.commands.tour_cmd", "play every guided scene in order in the app"),
     "serve": ("tui.commands.serve_cmd", "serve the app to a web browser (127.0.0.1:8000 unless --host/--port)"),
+    "serve-api": ("tui.commands.serve_api_cmd", "a simulated vLLM server: OpenAI's API, answers timed by the engine"),
 }
 
 # Commands that read vLLM's spellings of the engine's options (engine.vllm_flags), besides the app.

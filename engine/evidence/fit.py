@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
@@ -65,6 +66,7 @@ _SEARCH: dict[str, tuple[tuple[float, float], float, float, float]] = {
     "quant_layer_overhead_s": ((0.0, 0.002),   1e-4,   1e-4,   1e-8),
     "block_fp8_eff":          ((0.30, 1.0),    1.0,    0.1,    1e-3),
     "expert_bw_eff":          ((0.20, 0.95),   0.70,   0.10,   1e-3),
+    "expert_fp8_bw_eff":      ((0.20, 0.95),   0.70,   0.10,   1e-3),
 }
 # Besides START, the search also starts a quarter, half and three quarters of the way up every range.
 STARTS_ACROSS = (0.25, 0.5, 0.75)
@@ -159,17 +161,22 @@ def _pattern(loss_of: Callable[[np.ndarray], float], x: np.ndarray, names: tuple
 
 # ---- the vLLM v0.15 serving campaign (table vllm015, engine.evidence.replay) ----------------------------------
 # Its experiments fit the vllm profile's decode-side constants: the sustained bandwidth of the GEMMs, of the
-# paged-attention kernels and of the fused-MoE kernels (the routed experts), and the fixed cost of a step; the request
+# paged-attention kernels and of the routed experts on each kernel path (engine.physics.moe: BF16 Mixtral-8x7B's
+# fused-MoE Triton kernels fit expert_bw_eff, FP8 Llama-4-Scout's CUTLASS grouped GEMMs expert_fp8_bw_eff), and the
+# fixed cost of a step; the request
 # path's cost outside the GPU is solved for at each candidate. The table barely measures prefill compute (prompts hit
 # the prefix cache) or the steps run outside a full CUDA graph, so flops_eff and attn_flops_eff stay vllm-0.6's and
 # layer_overhead_s stays as written; step_overhead_s moves every experiment's ITL as bw_eff does (the record says so).
 # Each candidate replays every experiment as `tokensim validate` does (replay.STAGE_REQUESTS a stage): a shorter
 # replay is dominated by each stage's ramp and fitted Llama-4-Scout's expert bandwidth 6 % off validate's optimum.
-SERVING_PARAMS = ("bw_eff", "attn_bw_eff", "expert_bw_eff")
+SERVING_PARAMS = ("bw_eff", "attn_bw_eff", "expert_bw_eff", "expert_fp8_bw_eff")
+# The vllm profile's constants as runtimes.toml lists them: the base set, the two expert kernel paths' bandwidths
+# (engine.physics.moe) and the request path's cost.
+VLLM_WRITTEN = PARAMS + ("expert_bw_eff", "expert_fp8_bw_eff", "request_overhead_s")
 SERVING_CARRIED = ("flops_eff", "attn_flops_eff", "step_overhead_s", "layer_overhead_s")
 SERVING_FIT_REQUESTS: int | None = None  # None: validate's own replay length
-_SERVING_FIRST = np.array([0.03, 0.06, 0.03])
-_SERVING_LAST = np.array([0.01, 0.01, 0.01])
+_SERVING_FIRST = np.array([0.03, 0.06, 0.03, 0.03])
+_SERVING_LAST = np.array([0.01, 0.01, 0.01, 0.01])
 # The issue's targets on the median |err| of each mean (TTFT, ITL, E2E): the loss counts each in units of its own.
 SERVING_TARGETS = np.array([0.20, 0.08, 0.08])
 # A share of the mean |ln err| beside the medians: a median alone is flat between experiments and stalls the search.
@@ -186,22 +193,44 @@ def _serving_errors(rt: Runtime, requests: int | None) -> tuple[np.ndarray, np.n
 
     pred, meas = [], []
     for e in experiments()[0]:
-        p = replay(e, replace(rt, request_overhead_s=0.0),
-                   stage_requests=rp.STAGE_REQUESTS if requests is None else requests)
-        pred.append((p["ttft_ms"], p["itl_ms"], p["e2e_ms"]))
+        key = _replay_key(e, rt, requests)
+        if key not in _REPLAYS:
+            p = replay(e, replace(rt, request_overhead_s=0.0),
+                       stage_requests=rp.STAGE_REQUESTS if requests is None else requests)
+            _REPLAYS[key] = (p["ttft_ms"], p["itl_ms"], p["e2e_ms"])
+        pred.append(_REPLAYS[key])
         meas.append((e.ttft_ms, e.itl_ms, e.e2e_ms))
     return np.array(pred) / 1e3, np.array(meas) / 1e3
 
 
-def _serving_loss(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
-    """(loss, request overhead s) at the request-path cost (added to TTFT and E2E, 0-50 ms) that minimises it.
+# Replays already run in this process, by what decides them (see _replay_key): a candidate that moves one kernel
+# path's constant replays only the experiments that run that path.
+_REPLAYS: dict[tuple[Any, ...], tuple[float, float, float]] = {}
+
+
+def _replay_key(e: Any, rt: Runtime, requests: int | None) -> tuple[Any, ...]:
+    """What an experiment's replay depends on: the profile with the routed experts' constants taken out, and the
+    one the experiment's experts actually stream at (engine.physics.moe; None for a dense model)."""
+    from engine.physics import moe
+    from engine.physics.specs import load_hardware, load_model
+
+    m, hw = load_model(e.model), load_hardware(e.hardware)
+    edtype = e.weight_dtype or m.expert_dtype or m.weight_dtype
+    eff = moe.expert_bw_eff(rt, edtype, bool(hw.tflops.get("fp4"))) if m.is_moe else None
+    base = replace(rt, request_overhead_s=0.0, expert_bw_eff=None, expert_fp8_bw_eff=None)
+    return (e.exp_id, requests, base, eff)
+
+
+def _serving_loss(pred: np.ndarray, meas: np.ndarray, overhead: float | None = None) -> tuple[float, float]:
+    """(loss, request overhead s) at the request-path cost (added to TTFT and E2E, 0-50 ms) that minimises it, or at
+    `overhead` when that is carried.
 
     Robust, not RMS: per mean (TTFT, ITL, E2E), the median over experiments of |ln(predicted / measured)| in units of
     that mean's target, plus a tenth of the mean |ln err| (see _SERVING_MEAN_WEIGHT). One experiment the physics
     misses for a reason of its own (Llama-4-Scout's reasoning-lite TTFT) then cannot drag every other one off.
     """
     best = (math.inf, 0.0)
-    for o in np.arange(0.0, 0.050, 0.0005):
+    for o in np.arange(0.0, 0.050, 0.0005) if overhead is None else (overhead,):
         r = np.abs(np.log((pred + np.array([o, 0.0, o])) / meas))
         loss = float(np.sum((np.median(r, axis=0) + _SERVING_MEAN_WEIGHT * r.mean(axis=0)) / SERVING_TARGETS))
         if loss < best[0]:
@@ -209,23 +238,28 @@ def _serving_loss(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
     return best
 
 
-def fit_serving(profile: str = "vllm", requests: int | None = SERVING_FIT_REQUESTS) -> tuple[Runtime, float]:
-    """The vllm profile's serving constants fitted on the campaign's experiments; (runtime, train loss)."""
+def fit_serving(profile: str = "vllm", requests: int | None = SERVING_FIT_REQUESTS,
+                names: tuple[str, ...] = SERVING_PARAMS) -> tuple[Runtime, float]:
+    """The vllm profile's serving constants (`names`, the others carried) fitted on the campaign's experiments;
+    (runtime, train loss). A fit of some of them only (a new kernel path's constant) carries the request path's
+    cost too: that is HTTP, tokenising and streaming, which no kernel constant changes, and solving it again would
+    let the new rows' other misses (Mixtral's prefill) move every experiment's TTFT."""
     base = runtimes()[profile]
-    names = SERVING_PARAMS
+    at = [SERVING_PARAMS.index(n) for n in names]
+    carried = None if set(names) == set(SERVING_PARAMS) else base.request_overhead_s
 
     def make(v: np.ndarray) -> Runtime:
         """The profile with the searched constants set to v."""
         return replace(base, **dict(zip(names, (float(t) for t in v), strict=True)))
 
     def loss_of(v: np.ndarray) -> float:
-        """The loss of candidate constants v, the request path solved for."""
-        return _serving_loss(*_serving_errors(make(v), requests))[0]
+        """The loss of candidate constants v, the request path solved for (or carried)."""
+        return _serving_loss(*_serving_errors(make(v), requests), carried)[0]
 
     x0 = np.array([getattr(base, p) or START[p] for p in names], dtype=float)
-    x, loss = _pattern(loss_of, x0, names, _SERVING_FIRST, _SERVING_LAST)
-    x = _round(x, _SERVING_LAST / 10)
-    over = _serving_loss(*_serving_errors(make(x), requests))[1]
+    x, loss = _pattern(loss_of, x0, names, _SERVING_FIRST[at], _SERVING_LAST[at])
+    x = _round(x, _SERVING_LAST[at] / 10)
+    over = _serving_loss(*_serving_errors(make(x), requests), carried)[1]
     return replace(make(x), request_overhead_s=over), loss
 
 
@@ -267,32 +301,37 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
+# runtimes.toml's opening comment: what the constants mean and how they are fitted.
+_TOML_HEADER = (
+    "# Runtime profiles: how close a serving framework gets to the roofline. The base constants: the fraction of",
+    "# peak HBM bandwidth (bw_eff) and of peak dense tensor FLOP/s (flops_eff) its GEMMs sustain, the same two",
+    "# for its attention kernels (attn_bw_eff: scattered KV pages; attn_flops_eff: softmax and rescaling between",
+    "# two matmuls), a fixed cost per step (step_overhead_s: scheduling, sampling, Python) and per layer",
+    "# (layer_overhead_s: kernel launches, small kernels' latency). trtllm has four more, which only its table",
+    "# (FP4, MoE and DeepSeek FP8 rows) can measure: fp4_flops_eff, the fraction of FP4 peak its FP4 GEMMs",
+    "# sustain; expert_flops_factor, the rate of routed-expert grouped GEMMs relative to dense GEMMs;",
+    "# expert_half_tokens, the tokens per expert at which those run at half rate (tile rows left empty: rate",
+    "# n / (n + it)); block_fp8_eff, the rate of block-scaled FP8 GEMMs on tensor cores without block scaling",
+    "# (Hopper). vllm has two: expert_bw_eff and expert_fp8_bw_eff, the fraction of peak HBM bandwidth its",
+    "# routed-expert kernels sustain on the 16-bit-activation path and on the FP8 one (engine/physics/moe.py).",
+    "# attention = \"eager\" marks transformers' growing-tensor KV cache (derived physics, not fitted:",
+    "# step.py); hf-eager's attention shares its GEMMs' efficiencies. quant_layer_overhead_s (hf-eager): fixed",
+    "# time per layer of the quantised kernels listed in slow_quant_kernels (kernel choice, not fitted: fit.py",
+    "# SLOW_QUANT). Calibrated steps price the attention kernels and the matmuls as two rooflines in sequence",
+    "# (step.py roofline_time).",
+    "#",
+    "# Fitted by engine/evidence/fit.py (python -m engine.evidence.fit --write): "
+    "a deterministic pattern search inside physically",
+    "# plausible bounds (fit.py _SEARCH) from four fixed starts, keeping the lowest loss: the root-mean-square",
+    "# ln(predicted/measured) over the profile's TRAIN rows only (stable hash of the row key, about half); the",
+    "# held-out (test) rows never enter the fit. Errors below are |predicted - measured| / measured of the",
+    "# table's own speed definition; `tokensim validate` reprints them row by row.",
+)
+
+
 def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str:
     """runtimes.toml, each profile with its record: rows, method, train and held-out errors, date."""
-    lines = [
-        "# Runtime profiles: how close a serving framework gets to the roofline. The base constants: the fraction of",
-        "# peak HBM bandwidth (bw_eff) and of peak dense tensor FLOP/s (flops_eff) its GEMMs sustain, the same two",
-        "# for its attention kernels (attn_bw_eff: scattered KV pages; attn_flops_eff: softmax and rescaling between",
-        "# two matmuls), a fixed cost per step (step_overhead_s: scheduling, sampling, Python) and per layer",
-        "# (layer_overhead_s: kernel launches, small kernels' latency). trtllm has four more, which only its table",
-        "# (FP4, MoE and DeepSeek FP8 rows) can measure: fp4_flops_eff, the fraction of FP4 peak its FP4 GEMMs",
-        "# sustain; expert_flops_factor, the rate of routed-expert grouped GEMMs relative to dense GEMMs;",
-        "# expert_half_tokens, the tokens per expert at which those run at half rate (tile rows left empty: rate",
-        "# n / (n + it)); block_fp8_eff, the rate of block-scaled FP8 GEMMs on tensor cores without block scaling",
-        "# (Hopper). attention = \"eager\" marks transformers' growing-tensor KV cache (derived physics, not fitted:",
-        "# step.py); hf-eager's attention shares its GEMMs' efficiencies. quant_layer_overhead_s (hf-eager): fixed",
-        "# time per layer of the quantised kernels listed in slow_quant_kernels (kernel choice, not fitted: fit.py",
-        "# SLOW_QUANT). Calibrated steps price the attention kernels and the matmuls as two rooflines in sequence",
-        "# (step.py roofline_time).",
-        "#",
-        "# Fitted by engine/evidence/fit.py (python -m engine.evidence.fit --write): "
-        "a deterministic pattern search inside physically",
-        "# plausible bounds (fit.py _SEARCH) from four fixed starts, keeping the lowest loss: the root-mean-square",
-        "# ln(predicted/measured) over the profile's TRAIN rows only (stable hash of the row key, about half); the",
-        "# held-out (test) rows never enter the fit. Errors below are |predicted - measured| / measured of the",
-        "# table's own speed definition; `tokensim validate` reprints them row by row.",
-        "",
-    ]
+    lines = [*_TOML_HEADER, ""]
     for name in PROFILES:
         rt, err = fits[name]
         lines.append(f"[{name}]" if "." not in name else f'["{name}"]')
@@ -312,7 +351,7 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
                          f"{err['train']['max']:.1f}; held-out n={err['test']['n']} median "
                          f"{err['test']['median']:.1f} max {err['test']['max']:.1f}. ({date})")
         lines.append(f'description = "{DESCRIPTIONS[name]}"')
-        for p in (PARAMS + ("expert_bw_eff", "request_overhead_s") if name == "vllm" else fitted_params(name)):
+        for p in (VLLM_WRITTEN if name == "vllm" else fitted_params(name)):
             lines.append(f"{p} = {_fmt(getattr(rt, p))}")
         for flag, note in _FLAG_NOTES:
             if getattr(rt, flag):
@@ -350,7 +389,10 @@ def serving_record(err: dict[str, Any], date: str) -> list[str]:
         "# campaign's held-out part is not shipped), each replayed through the serving engine "
         "(engine/evidence/replay.py),",
         "# by `python -m engine.evidence.fit --profile vllm --write` (fit.py fit_serving): a pattern search of",
-        "# " + ", ".join(SERVING_PARAMS) + "; the request path's cost solved for at each candidate.",
+        "# " + ", ".join(err.get("searched", SERVING_PARAMS))
+        + ("; the request path's cost solved for at each candidate." if set(err.get("searched", SERVING_PARAMS))
+           == set(SERVING_PARAMS) else " (the others of " + ", ".join(SERVING_PARAMS)
+           + " and the request path's cost carried: fit.py fit_serving)."),
         "# Objective (robust, not RMS): per mean, the median over experiments of |ln(predicted/measured)| in units",
         "# of its target (TTFT 20 %, ITL 8 %, E2E 8 %), plus a tenth of the mean |ln err|. Carried, not fitted",
         "# (the table barely measures prefill or steps outside a full CUDA graph): " + ", ".join(SERVING_CARRIED) + ".",
@@ -391,7 +433,8 @@ def keeps_medians(new: dict[str, Any], old: dict[str, Any], slack: float = 0.05)
             and new.get("saturated", 0) <= old.get("saturated", 0))
 
 
-def fit_all(only: str | None = None) -> dict[str, tuple[Runtime, dict[str, Any]]]:
+def fit_all(only: str | None = None,
+            params: tuple[str, ...] = SERVING_PARAMS) -> dict[str, tuple[Runtime, dict[str, Any]]]:
     """Fit vllm (serving campaign), vllm-0.6, hf-eager and trtllm (or only one, the others kept as they are);
     sglang borrows vllm-0.6's constants (no table)."""
     fits: dict[str, tuple[Runtime, dict[str, Any]]] = {}
@@ -402,13 +445,14 @@ def fit_all(only: str | None = None) -> dict[str, tuple[Runtime, dict[str, Any]]
     err = serving_errors(cur)
     v = cur
     if only in (None, "vllm"):
-        found = fit_serving()[0]
+        found = fit_serving(names=params)[0]
         new = serving_errors(found)
         if keeps_medians(new, err):
             v, err = found, new
         else:
             err["kept"] = " ".join(f"{p}={_fmt(getattr(found, p))}" for p in (*SERVING_PARAMS, "request_overhead_s"))
     err["fitted_by"] = serving_sensitivity(v)
+    err["searched"] = params
     fits["vllm"] = (v, err)
     old = fits["vllm-0.6"][0]
     fits["sglang"] = (replace(runtimes()["sglang"], **{p: getattr(old, p) for p in PARAMS}), {})
@@ -428,10 +472,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="rewrite engine/presets/runtimes.toml")
     ap.add_argument("--profile", default=None, choices=("vllm", "vllm-0.6", "hf-eager", "trtllm"),
                     help="fit this profile only; the others keep their constants (their errors are recomputed)")
+    ap.add_argument("--params", default=",".join(SERVING_PARAMS),
+                    help="the vllm profile's constants to search (the others carried), comma-separated (default all: "
+                         + ", ".join(SERVING_PARAMS) + ")")
     args = ap.parse_args(argv)
-    fits = fit_all(args.profile)
+    params = tuple(p for p in args.params.split(",") if p)
+    bad = [p for p in params if p not in SERVING_PARAMS]
+    if bad or not params:
+        print(f"error: --params takes some of {', '.join(SERVING_PARAMS)}; got {args.params!r}", file=sys.stderr)
+        return 2
+    fits = fit_all(args.profile, params)
     for name, (rt, err) in fits.items():
-        names = PARAMS + ("expert_bw_eff", "request_overhead_s") if name == "vllm" else fitted_params(name)
+        names = VLLM_WRITTEN if name == "vllm" else fitted_params(name)
         consts = " ".join(f"{p}={_fmt(getattr(rt, p))}" for p in names)
         print(f"{name:9s} {consts}  {summary(err) or '(vllm constants, no table)'}")
     if args.write:

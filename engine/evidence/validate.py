@@ -32,6 +32,7 @@ from engine.errors import InputError, suggest
 from engine.evidence import replay
 from engine.evidence.claim_rows import row
 from engine.numbers import err_pct
+from engine.physics.batch import Batch
 from engine.physics.calibration import Runtime
 from engine.physics.specs import Model, load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
@@ -291,14 +292,15 @@ def step_model(case: Case, runtime: Runtime | str | None = None) -> StepModel:
 
 def decode_run_time(sm: StepModel, batch: int, ctx0: int, steps: int) -> float:
     """Total time of `steps` decode steps of `batch` sequences whose context grows from ctx0 by one a step,
-    every step priced at once (StepModel.times_agg), local layers' sawtooth or window edge included."""
+    every step priced at once (StepModel.price), local layers' sawtooth or window edge included."""
     if steps <= 0:
         return 0.0
     ctx = np.arange(ctx0, ctx0 + steps, dtype=np.float64)
     cw = sm.model.local_seen(ctx)
     rows = np.full(steps, float(batch))
-    return float(sm.times_agg(rows, batch * ctx, batch * cw, batch * (ctx + 0.5), batch * (cw + 0.5), rows,
-                              batch * (ctx + 0.5)).sum())
+    return float(sm.price(Batch(tokens=rows, seqs=rows, sum_ctx=batch * ctx, sum_win=batch * cw,
+                                attn_full=batch * (ctx + 0.5), attn_win=batch * (cw + 0.5), logits=rows,
+                                attn_decode=batch * (ctx + 0.5))).time.sum())
 
 
 def qwen_request_time(sm: StepModel, isl: int, osl: int) -> float:
@@ -354,7 +356,7 @@ def bench_round(raw_bs: float, raw_tokens: float) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class BenchRun:
-    """One rank's replay of a trtllm-bench run: every distinct step's aggregates (cost_agg's arguments, as
+    """One rank's replay of a trtllm-bench run: every distinct step's aggregates (a Batch record's fields, as
     arrays) with how many steps ran like it and the tokens each yields, the requests it served and the most
     it ran at once."""
 
@@ -476,8 +478,9 @@ def _bench_steps(case: Case, m: Model, n_req: int, cap: int, max_bs: int,
 
 def bench_run_time(sm: StepModel, run: BenchRun) -> float:
     """Wall time of a replayed run: every step priced by the step model at once."""
-    t = sm.times_agg(run.tokens, run.sum_ctx, run.sum_win, run.attn_full, run.attn_win, run.logits,
-                     run.attn_decode)
+    t = sm.price(Batch(tokens=run.tokens, seqs=run.emitted, sum_ctx=run.sum_ctx, sum_win=run.sum_win,
+                       attn_full=run.attn_full, attn_win=run.attn_win, logits=run.logits,
+                       attn_decode=run.attn_decode)).time
     return float((t * run.reps).sum())
 
 

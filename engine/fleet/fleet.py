@@ -37,6 +37,7 @@ from engine.fleet.pool import pool_map
 from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
 from engine.fleet.routers import ROUTERS, Pick, RoutingSnapshot, make_router
 from engine.fleet.spec import FleetSpec, parse_pd
+from engine.physics.batch import Batch
 from engine.physics.step import StepModel
 from engine.serving.accounting import H, check_conserved, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
@@ -118,7 +119,8 @@ class Fleet:
         self.ahead: deque[Rows] = deque()  # open-loop requests drawn ahead, not yet routed (_run_lazy)
         # The cheapest step this model can take (one token, no context; a decode replaying a full CUDA graph or a
         # prefill chunk without logits), less a margin for rounding in the lanes' clock sums.
-        self.dt_min = 0.999 * min(sm.cost_agg(1, 1, 0.0, 0.0, 0.5, 0.5, lg, attn_decode=ad).time_s
+        self.dt_min = 0.999 * min(sm.price(Batch(tokens=1, seqs=1, sum_ctx=0.0, sum_win=0.0, attn_full=0.5,
+                                                 attn_win=0.5, logits=lg, attn_decode=ad)).time
                                   for lg, ad in ((1, 0.5), (0, 0.0)))
 
     def _loop(self, open_loop: bool) -> str:
@@ -250,7 +252,7 @@ class Fleet:
             done = sum(ln.stats.completed for ln in lanes)
         check_conserved("fleet", self.src.requests_accepted, done, sum(ln.R.n for ln in lanes),
                         sum(ln.Q.size for ln in lanes) + sum(len(rows) for rows in self.ahead),
-                        sum(ln.P.n for ln in lanes), moving)
+                        sum(ln.P.n for ln in lanes), moving, sum(ln.stats.aborted for ln in lanes))
 
     def advance_to(self, t: float, max_ticks: int | None = None) -> int:
         """Every event before simulated time t (the app's clock: the workload may be unbounded); returns replica

@@ -26,6 +26,7 @@ from engine.errors import InputError
 from engine.fleet import pool
 from engine.fleet.fleet import FleetSpec, engine_for, parse_pd, scripted
 from engine.fleet.routers import ROUTERS
+from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware
 from engine.serving.accounting import L, finite_percentiles
 from engine.serving.engine import Engine
@@ -267,13 +268,15 @@ def slo_bounds(point: Point, base: EngineConfig, percentile: float) -> tuple[flo
     out, think = parse_dist(base.output, "--output", 1), parse_dist(base.think, "--think", 0)
     tpot = None
     if not (out.is_fixed and think.is_fixed and round(out.a) + round(think.a) <= 1):  # else no request has a TPOT
-        tpot = min(sm.cost_agg(1, 1, 0.0, 0.0, 0.5, 0.5, 1, attn_decode=ad).time_s for ad in (0.5, 0.0))
+        tpot = min(sm.price(Batch(tokens=1, seqs=1, sum_ctx=0.0, sum_win=0.0, attn_full=0.5, attn_win=0.5, logits=1,
+                                  attn_decode=ad)).time for ad in (0.5, 0.0))
     ttft = None
     if base.requests is not None:
         # The run's own prompts: the lane's seeded sampler, clipped as the lane clips them (this engine never runs).
         prompts = eng.lanes[0].source.s_prompt.take(int(base.requests)).astype(np.float64)
         one, zero = np.ones_like(prompts), np.zeros_like(prompts)
-        t = sm.times_agg(prompts, zero, zero, prompts * prompts / 2, sm.model.local_pairs(zero, prompts), one, zero)
+        t = sm.price(Batch(tokens=prompts, seqs=one, sum_ctx=zero, sum_win=zero, attn_full=prompts * prompts / 2,
+                           attn_win=sm.model.local_pairs(zero, prompts), logits=one, attn_decode=zero)).time
         ttft = _pct(t + (0.0 if sm.opts.ideal else sm.runtime.request_overhead_s), percentile)
     return ttft, tpot
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.fleet.routers import RoutingSnapshot
+from engine.serving import keying
 from engine.serving.accounting import H
 from engine.serving.engine import Engine
 from engine.serving.lane import Lane
@@ -241,5 +242,5 @@ def prefix_keys(row: Rows) -> np.ndarray:
     group's shared prefix, a shared prompt, a session's history), as the prefix cache keys them; never the
     block holding its last token, which admission always computes."""
     z = np.zeros(1, dtype=np.int64)
-    n = np.minimum((row.target - 1) >> SHIFT, Lane._shareable(row.prompt, row.prefix, row.body, row.sess))
-    return Lane._keys(row.id, row.group, row.prefix, row.body, row.sess, row.prompt, z, np.maximum(n, 0), z)
+    n = np.minimum((row.target - 1) >> SHIFT, keying.shareable(row.prompt, row.prefix, row.body, row.sess))
+    return keying.block_keys(row.id, row.group, row.prefix, row.body, row.sess, row.prompt, z, np.maximum(n, 0), z)

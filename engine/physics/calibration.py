@@ -32,10 +32,12 @@ class Runtime:
     attn_flops_eff: float | None = None
     attn_bw_eff: float | None = None
     expert_flops_factor: float = 1.0
-    # Fraction of peak HBM bandwidth the routed experts' grouped GEMMs sustain while streaming their weights
-    # (None: bw_eff, as dense GEMMs). vLLM's fused-MoE kernels tile each expert's few decode tokens into small
-    # blocks and sustain less than a dense GEMM's weight stream.
+    # Fraction of peak HBM bandwidth the routed experts' grouped GEMMs sustain while streaming their weights, on
+    # the 16-bit-activation path (vLLM's fused-MoE Triton kernel for BF16 experts; None: bw_eff, as dense GEMMs).
     expert_bw_eff: float | None = None
+    # The same for experts whose kernels take quantised activations (FP8 W8A8: CUTLASS grouped GEMMs; see
+    # engine.physics.moe for which path a dtype takes). None: expert_bw_eff.
+    expert_fp8_bw_eff: float | None = None
     # Rate of block-scaled FP8 GEMMs (weight dtype fp8-block) relative to per-tensor FP8, in both their memory
     # and compute time, on parts whose tensor cores cannot apply block scales (no FP4 tensor cores: pre-Blackwell).
     block_fp8_eff: float = 1.0
@@ -82,6 +84,7 @@ def runtime_from_table(name: str, d: dict[str, Any]) -> Runtime:
                    attn_bw_eff=float(d["attn_bw_eff"]) if "attn_bw_eff" in d else None,
                    expert_flops_factor=float(d.get("expert_flops_factor", 1.0)),
                    expert_bw_eff=float(d["expert_bw_eff"]) if "expert_bw_eff" in d else None,
+                   expert_fp8_bw_eff=float(d["expert_fp8_bw_eff"]) if "expert_fp8_bw_eff" in d else None,
                    block_fp8_eff=float(d.get("block_fp8_eff", 1.0)),
                    expert_half_tokens=float(d.get("expert_half_tokens", 0.0)),
                    slow_quant_kernels=tuple(str(k) for k in d.get("slow_quant_kernels", ())),

@@ -6,6 +6,10 @@ engine.physics.specs reads:
 - Qwen2-MoE (model_type qwen2_moe): one shared expert per MoE layer, `shared_expert_intermediate_size` wide
   (20,480 in Qwen2-57B-A14B, eight times a routed expert's 2,560), gated by a one-unit `shared_expert_gate`;
   q/k/v carry biases (Qwen2 attention); `decoder_sparse_step` and `mlp_only_layers` name dense layers.
+- Qwen3-MoE (qwen3_moe): as Qwen2-MoE's layout keys, without the shared expert or the q/k/v biases.
+- gpt-oss: `quantization_config.quant_method` "mxfp4" quantises the routed experts only (its
+  modules_to_not_convert keep attention, router, embedding and head 16-bit): the experts' dtype is mxfp4.
+- GLM-4.5 (glm4_moe) spells the q/k norm `use_qk_norm`.
 - Llama 4 (llama4_text): every MoE layer runs one always-on shared expert as wide as a routed one
   (`intermediate_size`); `interleave_moe_layer_step` = n makes every n-th layer MoE, the others dense at
   `intermediate_size_mlp`.
@@ -38,6 +42,8 @@ HARMLESS = frozenset({
     "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "moe_layer_freq", "n_group", "topk_group",
     "num_experts_per_tok_eval", "router_aux_loss_coef", "output_router_logits", "norm_topk_prob",
     "max_sequence_length", "max_length", "original_max_position_embeddings",
+    # DeepSeek-V3, GLM-4.5, MiniMax-M2: multi-token-prediction layers, loaded only when speculative decoding runs them
+    "num_nextn_predict_layers", "num_mtp_modules",
 })
 _SIZE_KEY = re.compile(r"(_size$|^num_|expert)")
 _WARNED: set[str] = set()
@@ -69,9 +75,14 @@ def normalise(d: dict[str, Any], where: str) -> dict[str, Any]:
         d.setdefault("n_shared_experts", 1)
     step = _whole(d.get("decoder_sparse_step"), 1) or 1
     dense_only = d.get("mlp_only_layers") if isinstance(d.get("mlp_only_layers"), list) else []
-    if kind.startswith("qwen2_moe") and layers and (step > 1 or dense_only):
+    if kind.startswith(("qwen2_moe", "qwen3_moe")) and layers and (step > 1 or dense_only):
         moe = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
         d.setdefault("first_k_dense_replace", layers - moe)  # the step model prices layers by kind, not order
+    q = d.get("quantization_config")
+    if isinstance(q, dict) and str(q.get("quant_method", "")).lower() == "mxfp4":
+        d.setdefault("expert_dtype", "mxfp4")  # gpt-oss: MXFP4 routed experts, everything else 16-bit
+    if "use_qk_norm" in d:
+        d.setdefault("qk_norm", d["use_qk_norm"])
     if kind.startswith("llama4"):
         d.setdefault("n_shared_experts", 1)  # Llama4TextMoe: a shared expert beside the routed ones, always on
         every = _whole(d.get("interleave_moe_layer_step"), 1) or 1

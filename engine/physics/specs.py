@@ -372,6 +372,11 @@ def _check_architecture(d: dict[str, Any], where: str) -> None:
     if d.get("is_encoder_decoder") is True:
         raise InputError(f"{where}: unsupported architecture: an encoder-decoder model; tokensim prices"
                          " decoder-only transformers with a KV cache")
+    kinds = d.get("attn_type_list")
+    if isinstance(kinds, list) and 0 in kinds:  # MiniMax-Text-01: 0 marks a linear (lightning) attention layer
+        raise InputError(f"{where}: unsupported architecture: {kinds.count(0)} of its {len(kinds)} layers use linear"
+                         " attention (attn_type_list 0), which keeps no KV cache growing with context; tokensim prices"
+                         " softmax attention only")
 
 
 def _layer_types(d: dict[str, Any], where: str, layers: int) -> list[str] | None:
@@ -401,6 +406,33 @@ def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -
     W = V.whole
     layers = V.required(d, "num_hidden_layers", W, where, lo=1, hi=_MAX_LAYERS)
     hidden = V.required(d, "hidden_size", W, where, lo=1, hi=_MAX_WIDTH)
+    heads, kv_heads, head_dim = _attention_shape(d, where, hidden)
+    max_ctx = V.optional(d, "max_position_embeddings", W, where, 32768, lo=1, hi=_MAX_CONTEXT)
+    layer_types = _layer_types(d, where, layers)
+    mlp, local, dtypes = _moe_fields(d, where, layers), _local_attention(d, where, layers, max_ctx, layer_types), \
+        _dtypes(d, where)
+    nm = _model_name(d, where, name)
+    for key in ("tie_word_embeddings", "qkv_bias", "attention_bias", "o_bias", "qk_norm", "expert_bias"):
+        V.optional(d, key, V.flag, where, False)
+    m = Model(
+        name=nm, display=_label(d, "display", where, _label(d, "_name_or_path", where, nm)), layers=layers,
+        hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        vocab=V.required(d, "vocab_size", W, where, lo=1, hi=_MAX_VOCAB),
+        tie_embeddings=bool(d.get("tie_word_embeddings", False)),
+        qkv_bias=bool(d[bk]) if (bk := _first(d, "qkv_bias", "attention_bias")) else False,
+        o_bias=bool(d.get("o_bias", bool(d.get("attention_bias")) and bool(layer_types))),
+        qk_norm=bool(d.get("qk_norm", "qwen3" in str(d.get("model_type", "")))),
+        max_context=max_ctx, **dtypes, **mlp, **_mla_fields(d, where), **local,
+        source=_label(d, "source", where), notes=_label(d, "notes", where),
+        published_params=V.optional(d, "published_params", V.number, where, 0.0),
+    )
+    object.__setattr__(m, "counts", count_params(m))
+    return m
+
+
+def _attention_shape(d: dict[str, Any], where: str, hidden: int) -> tuple[int, int, int]:
+    """(attention heads, KV heads, head width), each checked against the others."""
+    W = V.whole
     heads = V.required(d, "num_attention_heads", W, where, lo=1, hi=_MAX_HEADS)
     kv_heads = V.optional(d, "num_key_value_heads", W, where, heads, lo=1, hi=_MAX_HEADS)
     if kv_heads > heads or heads % kv_heads:
@@ -409,8 +441,12 @@ def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -
     if d.get("head_dim") is None and hidden % heads:
         raise InputError(f"{where}: hidden_size ({hidden}) does not divide by num_attention_heads ({heads});"
                          " give head_dim if the heads are not hidden_size / heads wide")
-    head_dim = V.optional(d, "head_dim", W, where, hidden // heads, lo=1, hi=_MAX_WIDTH)
-    vocab = V.required(d, "vocab_size", W, where, lo=1, hi=_MAX_VOCAB)
+    return heads, kv_heads, V.optional(d, "head_dim", W, where, hidden // heads, lo=1, hi=_MAX_WIDTH)
+
+
+def _moe_fields(d: dict[str, Any], where: str, layers: int) -> dict[str, Any]:
+    """The MLP's Model fields: dense width, and for a MoE its experts, their width, shared experts, dense layers."""
+    W = V.whole
     ek = _first(d, "num_local_experts", "n_routed_experts", "num_experts")
     experts = W(d[ek], ek, where, lo=0, hi=_MAX_HEADS) if ek else 0
     kk = _first(d, "num_experts_per_tok", "num_experts_per_token") or "num_experts_per_tok"
@@ -428,16 +464,33 @@ def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -
     first_dense = V.optional(d, "first_k_dense_replace", W, where, 0, lo=0, hi=layers) if experts else 0
     if first_dense and not inter:
         raise InputError(f"{where}: first_k_dense_replace needs intermediate_size for the dense layers")
-    max_ctx = V.optional(d, "max_position_embeddings", W, where, 32768, lo=1, hi=_MAX_CONTEXT)
+    return {
+        "intermediate": inter, "experts": experts, "experts_per_token": k, "expert_intermediate": expert_inter,
+        "shared_experts": V.optional(d, "n_shared_experts", W, where, 0, lo=0, hi=_MAX_HEADS) if experts else 0,
+        "shared_expert_intermediate": V.optional(d, "shared_expert_intermediate_size", W, where, 0, lo=0,
+                                                 hi=_MAX_WIDTH) if experts else 0,
+        "first_dense_layers": first_dense, "expert_bias": bool(d.get("expert_bias", False)),
+    }
+
+
+def _mla_fields(d: dict[str, Any], where: str) -> dict[str, int]:
+    """MLA's Model fields (DeepSeek: a compressed KV latent plus a shared rope key); zeros for other attention."""
+    W = V.whole
     kv_lora = V.optional(d, "kv_lora_rank", W, where, 0, lo=0, hi=_MAX_WIDTH)
     mla = {key: V.optional(d, key, W, where, 0, lo=0, hi=_MAX_WIDTH)
            for key in ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")}
     if kv_lora and not (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]) or kv_lora and not mla["v_head_dim"]:
         raise InputError(f"{where}: an MLA model (kv_lora_rank > 0) needs qk_nope_head_dim or qk_rope_head_dim,"
                          " and v_head_dim")
+    return {"kv_lora_rank": kv_lora, **mla}
+
+
+def _local_attention(d: dict[str, Any], where: str, layers: int, max_ctx: int,
+                     layer_types: list[str] | None) -> dict[str, Any]:
+    """Local attention's Model fields: the window (or chunk), how many layers use it, and whether it is chunked."""
+    W = V.whole
     window = V.optional(d, "sliding_window", W, where, 0, lo=0, hi=_MAX_CONTEXT)
     sliding = 0
-    layer_types = _layer_types(d, where, layers)
     use_sw = V.optional(d, "use_sliding_window", V.flag, where, None)
     if window and layer_types is not None:
         sliding = sum(1 for t in layer_types if "sliding" in t)
@@ -455,38 +508,25 @@ def model_from_mapping(d: dict[str, Any], where: str, name: str | None = None) -
         sliding = min(sliding, layers)
     if sliding and window >= max_ctx:
         sliding = 0  # a window as long as the context is no window at all
+    return {"sliding_window": window if sliding else 0, "sliding_layers": sliding, "chunked": bool(chunk and sliding)}
+
+
+def _dtypes(d: dict[str, Any], where: str) -> dict[str, str]:
+    """The stored weight dtype, and the routed experts' where they differ (e.g. gpt-oss's MXFP4 experts)."""
     wd = d.get("weight_dtype") or _torch_dtype(d, where)
     ed = d.get("expert_dtype") or ""
     for key, val in (("weight_dtype", wd), ("expert_dtype", ed)):
         if val:
             V.text(val, key, where, WEIGHT_DTYPES, "weight dtype")
+    return {"weight_dtype": wd, "expert_dtype": ed}
+
+
+def _model_name(d: dict[str, Any], where: str, name: str | None) -> str:
+    """The model's name: the one given, else the file's name or _name_or_path, else the file's stem; lower case."""
     nm = name or d.get("name") or d.get("_name_or_path") or Path(where).stem
     if not isinstance(nm, str) or not nm:
         raise V.fail(where, "name", "a non-empty string", nm)
-    nm = nm.lower()
-    for key in ("tie_word_embeddings", "qkv_bias", "attention_bias", "o_bias", "qk_norm", "expert_bias"):
-        V.optional(d, key, V.flag, where, False)
-    m = Model(
-        name=nm, display=_label(d, "display", where, _label(d, "_name_or_path", where, nm)), layers=layers,
-        hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, intermediate=inter, vocab=vocab,
-        tie_embeddings=bool(d.get("tie_word_embeddings", False)),
-        qkv_bias=bool(d[bk]) if (bk := _first(d, "qkv_bias", "attention_bias")) else False,
-        o_bias=bool(d.get("o_bias", bool(d.get("attention_bias")) and bool(layer_types))),
-        qk_norm=bool(d.get("qk_norm", "qwen3" in str(d.get("model_type", "")))),
-        max_context=max_ctx, weight_dtype=wd, expert_dtype=ed,
-        experts=experts, experts_per_token=k, expert_intermediate=expert_inter,
-        shared_experts=V.optional(d, "n_shared_experts", W, where, 0, lo=0, hi=_MAX_HEADS) if experts else 0,
-        shared_expert_intermediate=V.optional(d, "shared_expert_intermediate_size", W, where, 0, lo=0,
-                                              hi=_MAX_WIDTH) if experts else 0,
-        first_dense_layers=first_dense, expert_bias=bool(d.get("expert_bias", False)),
-        kv_lora_rank=kv_lora, q_lora_rank=mla["q_lora_rank"], qk_rope_head_dim=mla["qk_rope_head_dim"],
-        qk_nope_head_dim=mla["qk_nope_head_dim"], v_head_dim=mla["v_head_dim"],
-        sliding_window=window if sliding else 0, sliding_layers=sliding, chunked=bool(chunk and sliding),
-        source=_label(d, "source", where), notes=_label(d, "notes", where),
-        published_params=V.optional(d, "published_params", V.number, where, 0.0),
-    )
-    object.__setattr__(m, "counts", count_params(m))
-    return m
+    return nm.lower()
 
 
 def _torch_dtype(d: dict[str, Any], where: str) -> str:

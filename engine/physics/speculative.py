@@ -21,6 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from engine.errors import InputError
+from engine.physics.batch import Batch
 from engine.physics.specs import count_params, load_model
 from engine.physics.step import StepModel
 from engine.validation import MAX_SPEC_TOKENS
@@ -104,8 +105,9 @@ class Drafter:
         t = 0.0
         for j in range(self.k):
             ctx = sum_ctx + j * n
-            c = d.cost_agg(n, n, ctx, 0.0, ctx + 0.5 * n, 0.0, n, attn_decode=ctx + 0.5 * n)
+            c = d.price(Batch(tokens=n, seqs=n, sum_ctx=ctx, sum_win=0.0, attn_full=ctx + 0.5 * n, attn_win=0.0,
+                              logits=n, attn_decode=ctx + 0.5 * n))
             # A draft pass runs inside the engine step: the step's fixed cost (scheduling, sampling, input
             # preparation) is paid once, by the target's pass, not once per draft pass.
-            t += c.time_s - (d.runtime.step_overhead_s if c.t_overhead_s > 0 else 0.0)
+            t += c.time - (d.runtime.step_overhead_s if c.over > 0 else 0.0)
         return t

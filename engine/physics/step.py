@@ -17,7 +17,8 @@ import numpy as np
 
 from engine.config import MAX_BATCHED_TOKENS
 from engine.errors import InputError
-from engine.physics import vllm_memory
+from engine.physics import collectives, moe, vllm_memory
+from engine.physics.batch import Batch
 from engine.physics.calibration import Runtime, load_runtime
 from engine.physics.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
 from engine.search import first_true
@@ -27,19 +28,6 @@ from engine.search import first_true
 _ACT_HIDDEN_PASSES = 8
 _ACT_FFN_PASSES = 3
 _ACT_BYTES = 2  # activations stay 16-bit
-# Latency of one hop of a tensor-parallel all-reduce over the GPUs' link, 0 under --ideal: NCCL's own tuning model
-# (src/graph/tuning.cc hwLat, ring algorithm, Simple protocol) puts 3.4 us on an NVLink hop and 5.7 us on a PCIe
-# one. An all-reduce over tp GPUs passes 2(tp - 1) hops (reduce-scatter, then all-gather), so its latency grows with
-# the group: 6.8 us at tp 2, 20.4 us at tp 4 over NVLink. vLLM's custom all-reduce kernels run on NVLink-joined GPUs
-# and NCCL on PCIe (custom_all_reduce.py: disabled on more than two PCIe-only GPUs); CUDA graphs replay them without
-# a host launch, so NCCL's base (launch) latency is not paid.
-_HOP_LATENCY_S = {"fabric": 3.4e-6, "pcie": 5.7e-6}
-# Per expert-parallel all-to-all fixed cost (launch + link latency); 0 under --ideal.
-_A2A_LATENCY_S = 8e-6
-# vLLM's custom all-reduce (csrc/custom_all_reduce.cuh, allreduce()): one-shot (every GPU reads each peer's whole
-# buffer: (tp - 1) x the message over its link) for 2 GPUs, or up to 4 below 512 KB, or up to 8 below 256 KB; else
-# two-shot (reduce-scatter + all-gather: 2 (tp - 1) / tp of it), as a ring all-reduce over PCIe moves too.
-_ONE_SHOT_MAX_BYTES = {2: float("inf"), 4: 512 * 1024, 8: 256 * 1024}
 # Share of device memory held back for activations, CUDA graphs and fragmentation (vLLM's default
 # gpu_memory_utilization = 0.9 leaves the same 10 %).
 RESERVE_FRACTION = 0.10
@@ -59,6 +47,10 @@ class StepOptions:
     # Expert parallel with attention data parallel (TensorRT-LLM's "DEP"): ep GPUs (tp 1) each hold every
     # non-expert weight and run attention for their own sequences; the routed experts are split ep ways.
     ep: int = 1
+    # How expert parallel moves tokens to their experts and back (engine.physics.collectives.EP_COMM): "all-to-all"
+    # (each token's hidden state to the ranks of its k experts: DeepEP, pplx) or "all-gather" (every rank gathers
+    # all ranks' tokens before the MoE layer and reduce-scatters after: vLLM's allgather_reducescatter backend).
+    ep_comm: str = "all-to-all"
     # None: as the weights. Quantised checkpoints (GPTQ, AWQ, ModelOpt) keep the embedding and LM head 16-bit.
     head_dtype: str | None = None
     # The checkpoint's quantisation format ("gptq", "awq"; None: none): which kernel a runtime runs it with.
@@ -112,8 +104,8 @@ class Roof:
 
 
 class StepParts(NamedTuple):
-    """A step's bytes, FLOPs and times from cost_agg's aggregates (floats, or arrays for many steps): what a
-    StepCost is made of, without the record (the serving loop reads these and builds a StepCost only when asked)."""
+    """A priced batch record's bytes, FLOPs and times (floats, or arrays for many steps): what a StepCost is
+    made of, without the record (the serving loop reads these and builds a StepCost only when asked)."""
 
     weights: Any
     kv_read: Any
@@ -129,6 +121,7 @@ class StepParts(NamedTuple):
     t_attn_cmp: Any
     t_comm: Any
     over: Any
+    time: Any  # the step's wall time (s): its kernels' rooflines, then communication and the fixed cost
 
     @property
     def flops_total(self) -> Any:
@@ -158,7 +151,7 @@ class StepCost:
     ridge: float
     l2_bytes: float
     layers: int
-    # The attention kernels' share of t_memory_s and t_compute_s (KV traffic, attention FLOPs): see cost_agg.
+    # The attention kernels' share of t_memory_s and t_compute_s (KV traffic, attention FLOPs): see StepModel.price.
     t_attn_memory_s: float = 0.0
     t_attn_compute_s: float = 0.0
 
@@ -221,36 +214,23 @@ class StepModel:
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
-        if o.tp < 1 or int(o.tp) != o.tp:
-            raise InputError(f"--tp must be a whole number >= 1, got {o.tp}")
-        if o.weight_dtype is not None and o.weight_dtype not in WEIGHT_DTYPES:
-            raise InputError(f"--dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {o.weight_dtype!r}")
-        if o.kv_dtype not in KV_DTYPES:
-            raise InputError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {o.kv_dtype!r}")
-        if o.compute_mult <= 0 or o.bandwidth_mult <= 0:
-            raise InputError("compute and bandwidth multipliers must be > 0")
-        if o.ep < 1 or int(o.ep) != o.ep:
-            raise InputError(f"--ep must be a whole number >= 1, got {o.ep}")
-        if not _splits_heads(m, o.tp):
-            raise InputError(f"--tp {o.tp} does not split {m.name}'s {m.heads} attention heads and {m.kv_heads} KV "
-                             f"heads evenly; try --tp {_even_tp(m, o.tp)}")
-        if o.ep > 1 and (o.tp > 1 or not m.is_moe):
-            raise InputError("expert parallel (ep > 1) needs a mixture-of-experts model and tp 1")
-        if o.head_dtype is not None and o.head_dtype not in WEIGHT_DTYPES:
-            raise InputError(f"head dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {o.head_dtype!r}")
-        u = o.gpu_memory_utilization
-        if u is not None and not (isinstance(u, (int, float)) and 0 < u <= 1):
-            raise InputError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {u!r}")
+        _check_options(o, m)
         if o.max_model_len is not None:
-            if isinstance(o.max_model_len, bool) or int(o.max_model_len) != o.max_model_len or o.max_model_len < 1:
-                raise InputError(f"--max-model-len must be a whole number >= 1, got {o.max_model_len!r}")
-            if o.max_model_len > m.max_context:
-                raise InputError(f"--max-model-len {o.max_model_len:,} is longer than {m.name}'s context of "
-                                 f"{m.max_context:,} tokens")
             self.model = m = replace(m, max_context=int(o.max_model_len))
         self.runtime = o.runtime if isinstance(o.runtime, Runtime) else load_runtime(o.runtime)
         self.wdtype = o.weight_dtype or m.weight_dtype
         self.edtype = o.weight_dtype or m.expert_dtype or m.weight_dtype
+        compute_dtype = self.edtype if m.is_moe else self.wdtype
+        self.roof = Roof(hw.peak_flops(compute_dtype) * o.compute_mult, hw.bandwidth * o.bandwidth_mult)
+        self._c = {**self._work_constants(), **self._rate_constants()}
+        # The token counts vLLM captured CUDA graphs for (None: the runtime replays none, or --ideal).
+        replays = self.runtime.cuda_graphs and not o.ideal
+        self._graphs = graph_sizes(o.max_batch, o.max_batched_tokens) if replays else None
+        self._graph_list = [] if self._graphs is None else self._graphs.tolist()
+
+    def _work_constants(self) -> dict[str, float]:
+        """Per-GPU bytes and FLOPs the step moves and does, per token, pair or step (price's coefficients)."""
+        o, m = self.opts, self.model
         c = m.counts
         wb, eb = DTYPE_BYTES[self.wdtype], DTYPE_BYTES[self.edtype]
         hb = DTYPE_BYTES[o.head_dtype or self.wdtype]
@@ -263,20 +243,8 @@ class StepModel:
         kvl = m.kv_bytes_per_token_layer(o.kv_dtype)
         ffn_active = (m.dense_layers * m.intermediate + m.moe_layers * (m.experts_per_token * m.expert_intermediate
                                                                         + m.shared_experts * m.shared_width)) / m.layers
-        compute_dtype = self.edtype if m.is_moe else self.wdtype
-        self.roof = Roof(hw.peak_flops(compute_dtype) * o.compute_mult, hw.bandwidth * o.bandwidth_mult)
-        bw = self.roof.bandwidth
-        rt = self.runtime
-        eff_bw, eff_fl = (1.0, 1.0) if o.ideal else (rt.bw_eff, rt.flops_eff)
-
-        def gemm_peak(dtype: str) -> float:
-            """Sustained GEMM FLOP/s at a weight dtype's tensor-core rate (FP4 GEMMs have their own efficiency)."""
-            if dtype == "mxfp4" and rt.mxfp4_fp8_act and hw.rate_dtype(dtype) == "fp4" and not o.ideal:
-                dtype = "fp8"  # FP8 activations: the MMA runs at the FP8 rate
-            fp4 = hw.rate_dtype(dtype) == "fp4" and rt.fp4_flops_eff is not None and not o.ideal
-            return hw.peak_flops(dtype) * o.compute_mult * (rt.fp4_flops_eff if fp4 else eff_fl)
         pair = 2.0 * m.full_attn_layers * m.heads / tp  # FLOPs per query-key pair per unit of head width
-        self._c = {
+        return {
             "w_always": always * wb / tp,
             "w_row": m.hidden * hb / tp,  # one embedding row per token
             # The LM head (the embedding table itself when tied) is read once if any position needs logits.
@@ -294,9 +262,19 @@ class StepModel:
             "fl_attn_dec": pair * ((2 * m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else (m.qk_dim + m.v_dim)),
             "fl_attn_win": 2.0 * m.sliding_layers * m.heads * (m.qk_dim + m.v_dim) / tp,
             "fl_lm": 2.0 * c["lm_head_matrix"] / tp,
+        }
+
+    def _rate_constants(self) -> dict[str, float]:
+        """The rates and fixed costs price divides by and adds: sustained bandwidths and FLOP/s per kernel kind,
+        overheads and the links' latencies (the runtime profile's calibrated constants; 1 and 0 under --ideal)."""
+        o, m, hw, rt = self.opts, self.model, self.hw, self.runtime
+        bw = self.roof.bandwidth
+        eff_bw = 1.0 if o.ideal else rt.bw_eff
+        gemm_peak = self._gemm_peak
+        return {
             "bw": bw * eff_bw, "ridge": self.roof.ridge,
-            # Routed experts' weights stream at the grouped GEMMs' own sustained bandwidth (runtime expert_bw_eff).
-            "bw_expert": bw * (1.0 if o.ideal else (rt.expert_bw_eff if rt.expert_bw_eff is not None else rt.bw_eff)),
+            # Routed experts' weights stream at their kernel path's own sustained bandwidth (engine.physics.moe).
+            "bw_expert": bw * (1.0 if o.ideal else moe.expert_bw_eff(rt, self.edtype, bool(hw.tflops.get("fp4")))),
             # Paged attention gathers each sequence's KV blocks from scattered pages, a few KB per request per
             # layer, and sustains less of the peak bandwidth than GEMMs streaming whole weight matrices.
             "bw_attn": bw * (1.0 if o.ideal else (rt.attn_bw_eff if rt.attn_bw_eff is not None else rt.bw_eff)),
@@ -322,16 +300,16 @@ class StepModel:
             # Kernel launches layer by layer: every step pays them, except one a full CUDA graph replays.
             "layer_overhead": 0.0 if o.ideal else m.layers * rt.layer_overhead_s,
             "comm_bw": hw.interconnect_gbps * 1e9 / 2,  # per direction
-            # 2 (tp - 1) hops of the link the group's GPUs share: their fabric (NVLink) when it joins all tp of them.
-            "ar_lat": 0.0 if o.ideal else 2 * (tp - 1) * _HOP_LATENCY_S["fabric" if tp <= hw.fabric_gpus else "pcie"],
-            "a2a_lat": 0.0 if o.ideal else _A2A_LATENCY_S,
-            # Message bytes below which the custom all-reduce runs one-shot (0: never, a ring over PCIe).
-            "one_shot": (next((v for k, v in _ONE_SHOT_MAX_BYTES.items() if tp <= k), 0.0)
-                         if 1 < tp <= hw.fabric_gpus else 0.0),
         }
-        # The token counts vLLM captured CUDA graphs for (None: the runtime replays none, or --ideal).
-        self._graphs = graph_sizes(o.max_batch, o.max_batched_tokens) if rt.cuda_graphs and not o.ideal else None
-        self._graph_list = [] if self._graphs is None else self._graphs.tolist()
+
+    def _gemm_peak(self, dtype: str) -> float:
+        """Sustained GEMM FLOP/s at a weight dtype's tensor-core rate (FP4 GEMMs have their own efficiency)."""
+        o, hw, rt = self.opts, self.hw, self.runtime
+        eff_fl = 1.0 if o.ideal else rt.flops_eff
+        if dtype == "mxfp4" and rt.mxfp4_fp8_act and hw.rate_dtype(dtype) == "fp4" and not o.ideal:
+            dtype = "fp8"  # FP8 activations: the MMA runs at the FP8 rate
+        fp4 = hw.rate_dtype(dtype) == "fp4" and rt.fp4_flops_eff is not None and not o.ideal
+        return hw.peak_flops(dtype) * o.compute_mult * (rt.fp4_flops_eff if fp4 else eff_fl)
 
     @property
     def sustained_bandwidth(self) -> float:
@@ -416,91 +394,46 @@ class StepModel:
         return total
 
     # ---- pricing ----------------------------------------------------------------------------
-    def cost(self, new: np.ndarray | list[int], ctx: np.ndarray | list[int], logits: int | None = None) -> StepCost:
-        """Price one step over sequences with `new` tokens on top of `ctx` cached ones each."""
-        n = np.asarray(new, dtype=np.float64)
-        x = np.asarray(ctx, dtype=np.float64)
-        if n.shape != x.shape:
-            raise InputError("new and ctx must have one entry per sequence")
-        if n.size and (n.min() < 0 or x.min() < 0):
-            raise InputError("token counts must be >= 0")
-        attn_full = float((n * (x + n / 2)).sum())
-        sum_win = float(self.model.local_seen(x).sum())
-        attn_win = float(self.model.local_pairs(x, n).sum())
-        seqs = int((n > 0).sum())
-        dec = n == 1  # one new token: a decode row
-        attn_dec = float((x[dec] + 0.5).sum())
-        return self.cost_agg(int(n.sum()), seqs, float(x.sum()), sum_win, attn_full, attn_win,
-                             seqs if logits is None else logits, attn_decode=attn_dec)
+    def price(self, b: Batch) -> StepParts:
+        """Price a batch record (engine.physics.batch): the step model's one pricing entry point.
 
-    def cost_agg(self, tokens: int, seqs: int, sum_ctx: float, sum_ctx_win: float, attn_full: float,
-                 attn_win: float, logits: int, *, attn_decode: float) -> StepCost:
-        """Price a step from batch aggregates (the serving loop computes these without a Python loop).
-
-        attn_full and attn_win count query-key pairs in full and sliding-window layers; attn_decode is the part
-        of attn_full that comes from decode rows (one new token each), which MLA prices at its absorbed width.
+        Every field of `b` a float prices one step (the serving loop, every eventful tick); fields that are
+        arrays price many steps at once (a run of quiet decode steps, a replayed benchmark), elementwise, with
+        the same arithmetic in the same order. Tokens and logits may stay one float when every step shares them:
+        the terms that depend on them only are then computed once.
         """
-        t, p = self.parts_agg(tokens, sum_ctx, sum_ctx_win, attn_full, attn_win, logits, attn_decode)
-        return self.cost_of(t, p, tokens, seqs)
+        T = b.tokens
+        if not isinstance(T, float):
+            T = float(T) if isinstance(T, (int, np.integer)) else np.asarray(T, dtype=np.float64)
+        lg = b.logits
+        if not isinstance(lg, (int, float, np.integer)):
+            lg = np.asarray(lg)
+        return self._agg(T, lg, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode)
 
-    def cost_of(self, t: float, p: StepParts, tokens: int, seqs: int) -> StepCost:
-        """The StepCost record of a step priced by parts_agg (time t, parts p) over `tokens` tokens of `seqs`
-        sequences."""
+    def record(self, b: Batch, p: StepParts) -> StepCost:
+        """The StepCost record (what the floor, the explain screen and --json show) of one step `b` priced as
+        `p`. Separate from price because building it (two dicts, 17 fields) costs more than pricing: the serving
+        loop builds it only when someone reads the last step's cost."""
         return StepCost(
-            time_s=t,
+            time_s=p.time,
             t_memory_s=p.t_mem, t_compute_s=p.t_cmp, t_comm_s=p.t_comm,
             t_overhead_s=p.over,
             bytes={"weights": p.weights, "kv_read": p.kv_read, "kv_write": p.kv_write, "activations": p.act},
             flops={"matmul": p.fl_mm, "attention": p.fl_attn, "lm_head": p.fl_lm},
-            tokens=int(tokens), seqs=seqs, experts_touched=p.touched, ridge=self._c["ridge"],
+            tokens=int(b.tokens), seqs=b.seqs, experts_touched=p.touched, ridge=self._c["ridge"],
             l2_bytes=self.hw.l2_bytes, layers=self.model.layers, t_attn_memory_s=p.t_attn_mem,
             t_attn_compute_s=p.t_attn_cmp,
         )
 
-    def parts_agg(self, tokens: int, sum_ctx: float, sum_ctx_win: float, attn_full: float, attn_win: float,
-                  logits: int, attn_decode: float) -> tuple[float, StepParts]:
-        """cost_agg's step time and parts, without building the StepCost (two dicts and a 17-field record): the
-        serving loop prices every eventful tick and needs only the time, the FLOP split and the totals."""
-        p = self._agg(float(tokens), logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
-        return float(self._time(p)), p
-
-    def times_agg(self, tokens: np.ndarray, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray, attn_full: np.ndarray,
-                  attn_win: np.ndarray, logits: np.ndarray, attn_decode: np.ndarray) -> np.ndarray:
-        """Step times (s) of many steps at once, each given by cost_agg's aggregates: the same physics over
-        arrays, for replays that price thousands of steps (engine.evidence.validate's trtllm-bench runs)."""
-        p = self._agg(np.asarray(tokens, dtype=np.float64), np.asarray(logits), sum_ctx, sum_ctx_win, attn_full,
-                      attn_win, attn_decode)
-        return self._time(p)
-
-    def totals_agg(self, tokens: np.ndarray | float, sum_ctx: np.ndarray, sum_ctx_win: np.ndarray,
-                   attn_full: np.ndarray, attn_win: np.ndarray, logits: np.ndarray | float,
-                   attn_decode: np.ndarray) -> tuple[Any, Any, Any]:
-        """Times (s), FLOPs and bytes (per GPU) of many steps at once, each given by cost_agg's aggregates: the
-        serving loop prices a run of decode steps in one call. Each equals cost_agg's time_s, flops_total and
-        bytes_total, summed in the same order. Tokens and logits may be one float for every step (a run of decode
-        steps keeps its batch): the terms that depend on them only are then computed once."""
-        T = tokens if isinstance(tokens, float) else np.asarray(tokens, dtype=np.float64)
-        lg = logits if isinstance(logits, float) else np.asarray(logits)
-        p = self._agg(T, lg, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
-        return self._time(p), p.flops_total, p.bytes_total
-
-    def _time(self, p: StepParts) -> Any:
-        """A step's wall time: its kernels' rooflines, then communication and the fixed cost."""
-        return roofline_time(p.t_mem, p.t_cmp, p.t_attn_mem, p.t_attn_cmp, self.opts.ideal) + p.t_comm + p.over
+    def cost(self, b: Batch) -> StepCost:
+        """One step `b` priced and recorded: record(b, price(b))."""
+        return self.record(b, self.price(b))
 
     def _agg(self, T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any, attn_win: Any,
              attn_decode: Any) -> StepParts:
-        """cost_agg's bytes, FLOPs and times, written so that floats and numpy arrays both go through."""
+        """price's bytes, FLOPs and times, written so that floats and numpy arrays both go through."""
         c, m = self._c, self.model
-        busy = T > 0  # an empty step moves nothing and pays no fixed cost
-        if m.is_moe:
-            e, k = m.experts, m.experts_per_token
-            # Uniform routing: each of T tokens picks k of E experts; expected distinct experts touched.
-            # Under expert parallel this GPU's E/ep experts see the tokens of all ep GPUs (T each).
-            ep = self.opts.ep
-            touched = e * (1.0 - (1.0 - k / e) ** (T * ep)) / ep
-        else:
-            touched = 0.0 * T
+        touched = self._touched(T) if m.is_moe else 0.0 * T
         pad, full = self._graph_padding(T, attn_full, attn_decode)
         head = c["w_lm_head"] * (logits > 0)
         w_exp = m.moe_layers * touched * c["w_expert"]
@@ -533,27 +466,37 @@ class StepModel:
             fl_exp_eff = fl_exp
         t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
         t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
-        tp = self.opts.tp
-        t_comm = 0.0 * T
-        if tp > 1:
-            # Two all-reduces of the residual stream per layer (a CUDA graph's dummy rows too): each GPU moves
-            # (tp - 1) x the message one-shot, 2 (tp - 1) / tp of it two-shot or in a ring; plus the hops' latency.
-            msg = (T + pad) * m.hidden * _ACT_BYTES
-            ring = 2 * (tp - 1) / tp
-            if isinstance(msg, float):
-                share: Any = tp - 1.0 if msg < c["one_shot"] else ring
-            else:
-                share = np.where(msg < c["one_shot"], tp - 1.0, ring)
-            t_comm = 2 * m.layers * (share * msg / c["comm_bw"] + busy * c["ar_lat"])
-        ep = self.opts.ep
-        if ep > 1:
-            # Expert parallel: per MoE layer an all-to-all sends each token's hidden state to its k experts and
-            # back (dispatch + combine); (ep-1)/ep of those experts live on other GPUs.
-            msg = T * m.experts_per_token * m.hidden * _ACT_BYTES * (ep - 1) / ep
-            t_comm = t_comm + 2 * m.moe_layers * (msg / c["comm_bw"] + busy * c["a2a_lat"])
+        busy = T > 0  # an empty step moves nothing and pays no fixed cost
+        t_comm = self._comm(T, pad)
         over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
+        time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, self.opts.ideal) + t_comm + over
         return StepParts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
-                      t_attn_cmp, t_comm, over)
+                         t_attn_cmp, t_comm, over, time)
+
+    def _touched(self, T: Any) -> Any:
+        """Expected distinct routed experts per MoE layer a step of T tokens reads (a MoE model's)."""
+        m = self.model
+        e, k = m.experts, m.experts_per_token
+        # Uniform routing: each of T tokens picks k of E experts; expected distinct experts touched.
+        # Under expert parallel this GPU's E/ep experts see the tokens of all ep GPUs (T each).
+        ep = self.opts.ep
+        return e * (1.0 - (1.0 - k / e) ** (T * ep)) / ep
+
+    def _comm(self, T: Any, pad: Any) -> Any:
+        """Seconds a step of T tokens (pad dummy rows) spends in collectives (engine.physics.collectives): two
+        all-reduces of the residual stream per layer under tensor parallel (the dummy rows too), and per MoE layer
+        an all-to-all out to each token's k experts and one back under expert parallel ((ep-1)/ep of them live on
+        other GPUs)."""
+        m, o, bw = self.model, self.opts, self._c["comm_bw"]
+        t = 0.0 * T
+        if o.tp > 1:
+            msg = (T + pad) * m.hidden * _ACT_BYTES
+            t = 2 * m.layers * collectives.all_reduce_time(msg, o.tp, bw, o.tp <= self.hw.fabric_gpus, o.ideal)
+        if o.ep > 1:
+            routed = T * m.experts_per_token * m.hidden * _ACT_BYTES  # each token's hidden state, once per expert
+            t = t + 2 * m.moe_layers * collectives.ep_exchange_time(o.ep_comm, routed, m.experts_per_token, o.ep,
+                                                                     bw, o.ideal)
+        return t
 
     def _graph_padding(self, T: Any, attn_full: Any, attn_decode: Any) -> tuple[Any, Any]:
         """(dummy token rows, 1.0 where a full CUDA graph runs the step else 0.0) for steps of T tokens.
@@ -587,15 +530,48 @@ class StepModel:
 
     def decode(self, batch: int, context: int) -> StepCost:
         """One decode step: `batch` sequences each adding one token on top of `context` cached tokens."""
-        return self.cost(np.ones(batch), np.full(batch, context))
+        return self.cost(Batch.of_rows(self.model, np.ones(batch), np.full(batch, context)))
 
     def prefill(self, prompt: int, context: int = 0) -> StepCost:
         """One prefill of a `prompt`-token prompt (on top of `context` already cached), one logit out."""
-        return self.cost(np.array([prompt]), np.array([context]), logits=1)
+        return self.cost(Batch.of_rows(self.model, np.array([prompt]), np.array([context]), logits=1))
 
     def with_options(self, **changes: object) -> StepModel:
         """The same hardware and model with some options changed (what-if knobs)."""
         return StepModel(self.hw, self.model, replace(self.opts, **changes))
+
+
+def _check_options(o: StepOptions, m: Model) -> None:
+    """One clear InputError for options the step model cannot run this model with."""
+    if o.tp < 1 or int(o.tp) != o.tp:
+        raise InputError(f"--tp must be a whole number >= 1, got {o.tp}")
+    if o.weight_dtype is not None and o.weight_dtype not in WEIGHT_DTYPES:
+        raise InputError(f"--dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {o.weight_dtype!r}")
+    if o.kv_dtype not in KV_DTYPES:
+        raise InputError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {o.kv_dtype!r}")
+    if o.compute_mult <= 0 or o.bandwidth_mult <= 0:
+        raise InputError("compute and bandwidth multipliers must be > 0")
+    if o.ep < 1 or int(o.ep) != o.ep:
+        raise InputError(f"--ep must be a whole number >= 1, got {o.ep}")
+    if not _splits_heads(m, o.tp):
+        raise InputError(f"--tp {o.tp} does not split {m.name}'s {m.heads} attention heads and {m.kv_heads} KV "
+                         f"heads evenly; try --tp {_even_tp(m, o.tp)}")
+    if o.ep > 1 and (o.tp > 1 or not m.is_moe):
+        raise InputError("expert parallel (ep > 1) needs a mixture-of-experts model and tp 1")
+    if o.ep_comm not in collectives.EP_COMM:
+        raise InputError(f"expert-parallel exchange must be one of {', '.join(collectives.EP_COMM)}, got "
+                         f"{o.ep_comm!r}")
+    if o.head_dtype is not None and o.head_dtype not in WEIGHT_DTYPES:
+        raise InputError(f"head dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {o.head_dtype!r}")
+    u = o.gpu_memory_utilization
+    if u is not None and not (isinstance(u, (int, float)) and 0 < u <= 1):
+        raise InputError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {u!r}")
+    if o.max_model_len is not None:
+        if isinstance(o.max_model_len, bool) or int(o.max_model_len) != o.max_model_len or o.max_model_len < 1:
+            raise InputError(f"--max-model-len must be a whole number >= 1, got {o.max_model_len!r}")
+        if o.max_model_len > m.max_context:
+            raise InputError(f"--max-model-len {o.max_model_len:,} is longer than {m.name}'s context of "
+                             f"{m.max_context:,} tokens")
 
 
 def graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> np.ndarray:

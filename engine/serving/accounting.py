@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from engine.physics.step import StepCost
-from engine.serving.kvpool import KVPool
+from engine.serving.prefix_cache import BlockPool
 from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, Ring, Rows, done_rows
 
 HISTORY_POINTS = 512  # per-tick UI history (kv_util, queue, tok/s, step time): the last 512 ticks
@@ -166,6 +166,7 @@ class LaneStats:
     ticks: int = 0
     accepted: int = 0
     completed: int = 0
+    aborted: int = 0  # requests dropped before finishing (a client went away: Lane.abort)
     preemptions: int = 0
     out_tokens: int = 0
     visible_tokens: int = 0
@@ -355,7 +356,7 @@ class LaneLike(Protocol):
     """What the metrics read of a lane."""
 
     stats: LaneStats
-    pool: KVPool
+    pool: BlockPool
     clock: float
 
     @property
@@ -565,10 +566,7 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
     inp = sum(s.in_tokens for s in st)
     cached = sum(s.cached_in_tokens for s in st)
     spec_steps = sum(s.spec_steps for s in st)
-    peak_blocks = max(ln.pool.peak for ln in lanes)
-    total = lanes[0].pool.total
     slo_ok = sum(s.slo_ok for s in st)
-    busy = sum(s.busy_s for s in st)
     return RunMetrics(
         requests_completed=completed,
         requests_accepted=sum(s.accepted for s in st),
@@ -595,15 +593,11 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
         goodput_req_s=(slo_ok / sim if sim else 0.0) if slo else None,
         goodput_tok_s=(sum(s.slo_ok_tokens for s in st) / sim if sim else 0.0) if slo else None,
         slo_attainment=(slo_ok / completed if completed else None) if slo else None,
-        kv_capacity_bytes=kv_capacity_bytes,
-        kv_blocks_total=total,
-        kv_peak_blocks=peak_blocks,
-        kv_peak_bytes=peak_blocks * (kv_bytes_per_token * BLOCK),
-        kv_util_peak=peak_blocks / total if total else 0.0,
+        **_kv_fields(lanes, kv_capacity_bytes, kv_bytes_per_token),
         preemptions=sum(s.preemptions for s in st),
         mfu=sum(s.flops_useful for s in st) / (rates.peak_flops * sim * nl) if sim else 0.0,
         bw_util=sum(s.bytes for s in st) / (rates.bandwidth * sim * nl) if sim else 0.0,
-        busy_fraction=busy / (sim * nl) if sim else 0.0,
+        busy_fraction=sum(s.busy_s for s in st) / (sim * nl) if sim else 0.0,
         price_per_hour=ps * 3600 / tp,
         # Computed input and cached input have their own prices (APIs bill cached input at about a tenth).
         cost_per_mtok_in=_per_mtok(ps, sum(s.charge_in_s for s in st), inp - cached),
@@ -618,6 +612,19 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
         lanes=nl,
         rolling=rolling(lanes, rates),
     )
+
+
+def _kv_fields(lanes: list[LaneLike], kv_capacity_bytes: float, kv_bytes_per_token: float) -> dict[str, Any]:
+    """RunMetrics' KV pool figures: its capacity, and the most blocks any lane held at once."""
+    peak_blocks = max(ln.pool.peak for ln in lanes)
+    total = lanes[0].pool.total
+    return {
+        "kv_capacity_bytes": kv_capacity_bytes,
+        "kv_blocks_total": total,
+        "kv_peak_blocks": peak_blocks,
+        "kv_peak_bytes": peak_blocks * (kv_bytes_per_token * BLOCK),
+        "kv_util_peak": peak_blocks / total if total else 0.0,
+    }
 
 
 # ---- where each request's time went (run --json --explain, the app's explain screen) ----------------------
@@ -697,10 +704,10 @@ def explain(lanes: list[LaneLike]) -> dict[str, Any]:
 
 
 def check_conserved(where: str, accepted: int, completed: int, running: int, queued: int, preempted: int,
-                    moving: int = 0) -> None:
+                    moving: int = 0, aborted: int = 0) -> None:
     """The conservation invariant (issue 30, class 2): every request a run accepted is finished, running, queued,
-    preempted or (P/D) on its way between replicas, once each. AssertionError naming `where` and the counts when
-    a request vanished or was counted twice."""
-    held = completed + running + queued + preempted + moving
+    preempted, aborted (its client went away) or (P/D) on its way between replicas, once each. AssertionError
+    naming `where` and the counts when a request vanished or was counted twice."""
+    held = completed + running + queued + preempted + moving + aborted
     assert held == accepted, (f"{where}: accepted {accepted} != done {completed} + running {running} + queued"
-                              f" {queued} + preempted {preempted} + moving {moving}")
+                              f" {queued} + preempted {preempted} + moving {moving} + aborted {aborted}")

@@ -6,8 +6,10 @@ step model prices the batch from its aggregates, the clock moves by the step tim
 finished requests leave and their users start thinking.
 
 A step is planned as `new` tokens per running row (None: one each, a pure decode step); a row emits a
-token when its cache reaches its target. Speculative decoding plugs in there (K+1 new tokens per decode
-row, accepted ones emitted); the pricing and the accounting take any plan.
+token when its cache reaches its target. The plan (engine.serving.steps.StepPlan) goes to the first step kind
+of engine.serving.steps.STEP_KINDS that takes it (decode, join, speculative verify, mixed): the kind builds
+the step's batch record, the lane prices it (Lane.price, the step model's one entry point) and accounts it.
+Admission lives in engine.serving.admission and prefix-cache keying in engine.serving.keying.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.physics.speculative import Drafter, sample_accepted
+from engine.physics.batch import Batch
+from engine.physics.speculative import Drafter
 from engine.physics.step import StepCost, StepModel, StepParts
-from engine.serving.accounting import H, LaneStats, check_conserved, finished_times
-from engine.serving.kvpool import KVPool
-from engine.serving.prefix_cache import TAG_REQUEST, chain_keys, stream_id
+from engine.serving import admission, keying, steps
+from engine.serving.accounting import LaneStats, check_conserved, finished_times
+from engine.serving.prefix_cache import BlockPool
 from engine.serving.scheduler import Scheduler
-from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for
+from engine.serving.steps import StepPlan
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for, spend
 from engine.traffic.workload import Dist
 
 if TYPE_CHECKING:
@@ -38,21 +42,6 @@ IDLE_TICK_S = 0.1  # clock step of an engine with nothing to do and nothing comi
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
-_ALL = np.int64(1) << 40  # "every block" in _shareable
-_ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
-_ONES[0].flags.writeable = False
-
-
-def _ones(n: int) -> np.ndarray:
-    """n read-only int64 ones (a view of a shared array that doubles when a batch outgrows it)."""
-    a = _ONES[0]
-    if n > a.size:
-        a = np.ones(max(n, 2 * a.size), dtype=np.int64)
-        a.flags.writeable = False
-        _ONES[0] = a
-    return a[:n]
-
-
 @dataclass(frozen=True, slots=True)
 class TickResult:
     """What one tick did. Id arrays are read-only; `cost` is None for an idle tick (no tokens, clock jumps)."""
@@ -104,15 +93,15 @@ class Lane:
         self.sched = sched
         self.source = source  # where this lane's requests come from (engine.traffic.source)
         self.clock = 0.0
-        self._async = sm.runtime.async_scheduling and not sm.opts.ideal
-        self._chosen_at: float | None = None  # when the next step's batch was chosen (async scheduling), else None
+        self.async_sched = sm.runtime.async_scheduling and not sm.opts.ideal
+        self.chosen_at: float | None = None  # when the next step's batch was chosen (async scheduling), else None
         self._request_s = 0.0 if sm.opts.ideal else sm.runtime.request_overhead_s
         self.R = Table(64)
         self.Q = Queue(64)
         self.P = Table(16)
-        self.pool = KVPool(pool_blocks, spec.prefix_caching, spec.host_blocks)
-        self._load_s = 0.0  # host-to-GPU copies of this step's cache hits (seconds, charged to the step)
-        self._loaded_seen = 0
+        self.pool = BlockPool(pool_blocks, spec.prefix_caching, spec.host_blocks)
+        self.load_s = 0.0  # host-to-GPU copies of this step's cache hits (seconds, charged to the step)
+        self.loaded_seen = 0
         self.caching = spec.prefix_caching
         self.spec_k = spec.spec_tokens
         self.spec_rng = np.random.default_rng([spec.seed, 0x5BEC, int(spec.fast)])
@@ -121,13 +110,14 @@ class Lane:
         self.cap_tokens = min(sm.model.max_context, pool_blocks * BLOCK)
         self.think_zero = spec.think.is_fixed and spec.think.a == 0
         # The call that builds the last step's StepCost, kept until someone reads last_cost (headless runs never do).
-        self._priced: Callable[[], StepCost] | None = None
+        self.priced: Callable[[], StepCost] | None = None
         self.stats = self.new_stats(stages)
         self.rec: Recorder | None = None  # engine.serving.trace_out's recorder, when the run is traced
         self.staged = self.stats.stages > 1
         self.on_done: Callable[[Rows], None] | None = None  # told of every finished request (a fleet's router)
-        self._blocked: tuple[int, int, int, int] = (-1, -1, 0, 0)  # (head id, keys added, free, planned) that failed
-        self._head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
+        # The queue head that last failed to join: (head id, keys added, free blocks, tokens planned) then.
+        self.blocked_head: tuple[int, int, int, int] = (-1, -1, 0, 0)
+        self.head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
         self.shared_content = False  # some request shares tokens with another (only then are blocks keyed as filled)
 
     # ---- configuration ------------------------------------------------------------------------
@@ -163,17 +153,10 @@ class Lane:
     def last_cost(self) -> StepCost | None:
         """The cost of the step that ran last (None before the first), priced when first asked: a headless run
         never asks, so its steps are priced for their time, FLOPs and bytes only (StepModel.parts_agg)."""
-        if self._priced is not None:
-            self.stats.last_cost = self._priced()
-            self._priced = None
+        if self.priced is not None:
+            self.stats.last_cost = self.priced()
+            self.priced = None
         return self.stats.last_cost
-
-    def _price(self, tokens: int, seqs: int, sum_ctx: float, sum_win: float, attn: float, attn_win: float,
-               logits: int, attn_dec: float) -> tuple[float, StepParts]:
-        """Price one step from its aggregates (StepModel.cost_agg's): its time and parts, kept as the last step."""
-        t, p = self.sm.parts_agg(tokens, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
-        self._priced = partial(self.sm.cost_of, t, p, tokens, seqs)
-        return t, p
 
     @property
     def next_arrival(self) -> float:
@@ -207,7 +190,7 @@ class Lane:
         """Every request this lane accepted is done, running, preempted or queued (accounting.check_conserved)."""
         st = self.stats
         check_conserved("fast lane" if self.fast else "lane", st.accepted, st.completed, self.R.n, self.Q.size,
-                        self.P.n)
+                        self.P.n, aborted=st.aborted)
 
     # ---- arrivals -----------------------------------------------------------------------------
     def arrive_until(self, t: float) -> None:
@@ -259,9 +242,9 @@ class Lane:
     def _preempt_newest(self) -> int:
         """Evict the newest running request: free its blocks; it waits (ahead of fresh arrivals) to be recomputed."""
         if self.caching:
-            self._fill(np.array([self.R.n - 1]), every=True)  # its own blocks too: it will want them back
+            keying.fill(self, np.array([self.R.n - 1]), every=True)  # its own blocks too: it will want them back
         row = self.R.pop_last()
-        self._release(row)
+        keying.release(self, row)
         if row.cached[0] < row.target[0]:
             self.n_pf -= 1
         # Recompute every known token (prompt + generated) before decoding resumes.
@@ -273,254 +256,20 @@ class Lane:
         row.preempts[0] += 1
         t = self.clock  # evictions happen between steps
         if not np.isnan(row.mark[0]):
-            _spend(row, t, row.rec, row.rec_v)  # evicted part-way through a recompute
+            spend(row, t, row.rec, row.rec_v)  # evicted part-way through a recompute
         row.mark[0] = t
         self.P.append(row)
         self.stats.preemptions += 1
         return int(row.id[0])
 
-    def _admission_closed(self) -> bool:
-        """No waiting request can join whatever the blocks: no slot, a policy that admits only into an empty
-        batch, or nobody waiting."""
-        n = self.R.n
-        return self.sched.max_batch <= n or (n > 0 and not self.sched.admits_while_running()) or not self.waiting
 
-    def _admission_blocked(self, free: int, tokens_planned: int, prefill_planned: bool) -> bool:
-        """No waiting request can join now. Admission takes a leading run of candidates, and a policy's answer
-        for a candidate depends only on those ahead of it, so the first in line decides whether any joins."""
-        if self._admission_closed():
-            return True
-        P = self.P
-        # Preempted requests go first, lowest id first; then the queue's head.
-        if P.n:
-            j = int(np.argmin(P.col("id")))
-            head = P.cols.pick(slice(j, j + 1))
-        else:
-            head = self.Q.cols.pick(slice(self.Q.head, self.Q.head + 1))
-        if self.caching and (self.shared_content or P.n):  # _admit's own test for looking in the cache
-            return self._admit_cached(head, free, tokens_planned, prefill_planned, dry=True)[0] == 0
-        chunk, ok = self.sched.admit_chunks(head.target.copy(), tokens_planned, prefill_planned)
-        return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
 
-    def _admit(self, free: int, tokens_planned: int, prefill_planned: bool, t: float,
-               cut: float = math.inf) -> tuple[np.ndarray, bool]:
-        """Admit waiting requests (preempted first, by id, then FIFO) while slots, `free` blocks and the scheduler's
-        budget allow; they move to the end of R holding their first chunk's blocks. Queued requests that arrived
-        after `cut` (async scheduling: when this step's batch was chosen) wait.
 
-        Returns the tokens each admitted row prefills this step, and whether they are whole prompts read from an
-        empty cache (no cache hit and no prompt split: waiting requests hold no cache).
-        """
-        if self._admission_closed():
-            return _EMPTY, False
-        R, P, Q = self.R, self.P, self.Q
-        slots = self.sched.max_batch - R.n
-        if cut < t and Q.size:  # the queue is in arrival order
-            slots = min(slots, P.n + int(Q.col("arrival").searchsorted(cut, side="right")))
-            if slots <= 0:
-                return _EMPTY, False
-        if P.n:
-            order = np.argsort(P.col("id"), kind="stable")[:slots]
-            mq = min(slots - len(order), Q.size)
-            target = np.concatenate([P.col("target")[order], Q.col("target")[:mq]])
-        else:
-            order = _EMPTY
-            mq = min(slots, Q.size)
-            target = Q.col("target")[:mq]
-        # Nothing can be found in the cache unless some content is shared or a preempted request left its own.
-        cached_path = self.caching and (self.shared_content or P.n > 0)
-        if cached_path:
-            cand = Rows.join([P.rows().pick(order), Q.rows(mq)]) if len(order) else Q.rows(mq)
-            k, chunk, hit, hkey = self._admit_cached(cand, free, tokens_planned, prefill_planned)
-            whole = False
-        else:
-            chunk, ok = self.sched.admit_chunks(target, tokens_planned, prefill_planned)
-            bl = blocks_for(chunk)
-            took = bl.cumsum()  # blocks the first j + 1 candidates take
-            ok &= took <= free
-            k = len(ok) if ok.all() else int(ok.argmin())
-            whole = self.sched.whole_prompts or bool((chunk[:k] == target[:k]).all())
-            assert not (self.spec.debug and self.sched.whole_prompts) or (chunk[:k] == target[:k]).all(), \
-                f"scheduler {self.sched.name!r} says whole_prompts but split a prompt"
-        if k == 0:
-            return _EMPTY, False
-        kp = min(k, len(order))
-        # The admitted rows move to the end of R; `a` is a view of them there.
-        a = R.append_view(Rows.join([P.rows().pick(order[:kp]), Q.rows(k - kp)]) if kp else Q.rows(k))
-        chunk = chunk[:k].copy()
-        a.seq[:] = np.arange(self.seq, self.seq + k)
-        self.seq += k
-        if cached_path:
-            # Reused blocks are in the cache already: the row starts with them, computes the rest.
-            a.full[:] = hit[:k]
-            a.hkey[:] = hkey[:k]
-            a.cached[:] = hit[:k] * BLOCK
-            if self.pool.host_total:
-                # Blocks found only in host memory came back over the host link before the step could run.
-                moved = self.pool.loaded - self._loaded_seen
-                self._loaded_seen = self.pool.loaded
-                self._load_s += moved * BLOCK * self.sm.kv_bytes_per_token / (self.sm.hw.host_link_gbps * 1e9)
-            fresh = np.maximum(np.minimum(a.cached, a.prompt) - a.input, 0)  # prompt tokens never read before
-            a.input[:] += fresh
-            a.hit[:] += fresh
-            nf = int(fresh.sum())
-            self.stats.in_tokens += nf
-            self.stats.cached_in_tokens += nf
-            a.blocks[:] = blocks_for(a.cached + chunk)
-        else:
-            self.pool.alloc(int(took[k - 1]))
-            a.blocks[:] = bl[:k]  # a waiting request holds no cache: its chunk's blocks
-        first = np.isnan(a.admit)
-        a.admit[first] = t
-        if kp:
-            back = a.pick(slice(0, kp))  # readmitted after a preemption: their wait ends, their recompute starts
-            _spend(back, t, back.pre, back.pre_v)
-            back.mark[:] = t  # (views: this writes a's rows)
-        if kp:
-            keep = np.ones(P.n, dtype=bool)
-            keep[order[:kp]] = False
-            P.keep(keep)
-        if k > kp:
-            Q.pop(k - kp)
-        self.n_pf += k
-        return chunk, whole
 
-    def _admit_cached(self, cand: Rows, free: int, tokens_planned: int, prefill_planned: bool,
-                      dry: bool = False) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """Admission with prefix caching, candidate by candidate in order: each reuses the longest run of cached
-        blocks of its content (never the block holding its last token, which must be computed), then takes
-        blocks for the rest of its first chunk. Stops at the first that does not fit the budget or the pool.
-        Returns how many were admitted, their chunks, reused blocks and last reused key. `dry`: only whether the
-        first would join (1 or 0), changing nothing."""
-        pool = self.pool
-        reserve = pool.available - free  # the running batch's growth this step
-        n = len(cand)
-        # The same head that did not fit last time still does not while nothing that could help has happened:
-        # no more blocks to be had, no new keys in the cache, no more of the token budget.
-        memo = (int(cand.id[0]), pool.keys_added)
-        if self._blocked[:2] == memo and free <= self._blocked[2] and tokens_planned >= self._blocked[3]:
-            return 0, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        chunks = np.zeros(n, dtype=np.int64)
-        hits = np.zeros(n, dtype=np.int64)
-        hkeys = np.zeros(n, dtype=np.int64)
-        planned, pf_planned = tokens_planned, prefill_planned
-        # Blocks a candidate could find cached: never the one holding its last token (it must be computed), and
-        # only shareable ones unless it was preempted (its own blocks were cached when it left).
-        maxhit = (cand.target - 1) >> SHIFT
-        maxhit = np.where(cand.preempts > 0, maxhit, np.minimum(maxhit, self._shareable(cand.prompt, cand.prefix,
-                                                                                          cand.body, cand.sess)))
-        if not maxhit.any():
-            chunk, ok = self.sched.admit_chunks(cand.target, tokens_planned, prefill_planned)
-            ok &= np.cumsum(blocks_for(chunk)) <= free
-            k = len(ok) if ok.all() else int(np.argmin(ok))
-            if dry:
-                return min(k, 1), chunk, hits, hkeys
-            if k:
-                pool.alloc(int(blocks_for(chunk[:k]).sum()))
-            return k, chunk, hits, hkeys
-        j, batch = 0, 1
-        while j < n:
-            # Keys for a few candidates at a time (1, 4, 16, ...): a blocked queue head costs one request's keys.
-            sl = slice(j, min(n, j + batch))
-            mh = maxhit[sl]
-            if j == 0 and self._head_keys[0] == memo[0] and self._head_keys[1].size == mh[0]:
-                keys = self._head_keys[1]  # a waiting head is tried every tick: its keys do not change
-            else:
-                keys = self._keys(cand.id[sl], cand.group[sl], cand.prefix[sl], cand.body[sl], cand.sess[sl],
-                                  cand.prompt[sl], np.zeros_like(mh), mh, np.zeros(len(mh), dtype=np.int64))
-                if j == 0:
-                    self._head_keys = (memo[0], keys)
-            ends = np.cumsum(mh)
-            tg = cand.target[sl]
-            for i in range(len(mh)):
-                kk = keys[ends[i] - mh[i]:ends[i]]
-                h = pool.match(kk)
-                if h and pool.host:
-                    h = self._worth_loading(kk[:h])
-                rem = int(tg[i]) - h * BLOCK
-                ch, ok = self.sched.admit_chunks(np.array([rem], dtype=np.int64), planned, pf_planned)
-                nb = int(blocks_for(h * BLOCK + ch[0])) - h
-                if dry:
-                    fits = bool(ok[0]) and nb <= pool.available - pool.revivable(kk[:h]) - reserve
-                    return int(fits), chunks, hits, hkeys
-                if not ok[0] or not pool.admit(kk[:h], nb, reserve):
-                    if j + i == 0:
-                        self._blocked = (*memo, free, tokens_planned)
-                    return j + i, chunks, hits, hkeys
-                chunks[j + i], hits[j + i] = ch[0], h
-                if h:
-                    hkeys[j + i] = np.int64(kk[h - 1].astype(np.int64))
-                planned += int(ch[0])
-                pf_planned = True
-            j += len(mh)
-            batch *= 4
-        return n, chunks, hits, hkeys
 
-    def _worth_loading(self, hits: np.ndarray) -> int:
-        """How many of these matched blocks to reuse: all, unless some are only in host memory and copying them
-        back over the host link takes longer than computing them again (then the run stops before the first
-        such block). A preempted request whose blocks went to host memory thus swaps back in or recomputes,
-        whichever is cheaper."""
-        back = self.pool.on_host(hits)
-        if not back.any():
-            return len(hits)
-        sm = self.sm
-        tokens = int(back.sum()) * BLOCK
-        load = tokens * sm.kv_bytes_per_token / (sm.hw.host_link_gbps * 1e9)
-        # Recomputing them is a prefill of those tokens on top of what precedes them (the step's fixed costs
-        # are shared with the rest of the batch, so only the marginal compute and KV traffic count).
-        ctx = float(int(np.argmax(back)) * BLOCK)
-        full = sm.cost_agg(tokens, 1, ctx, 0.0, tokens * (ctx + tokens / 2), 0.0, 0, attn_decode=0.0)
-        recompute = full.t_compute_s + full.t_attn_compute_s
-        return len(hits) if load <= recompute else int(np.argmax(back))
 
-    # ---- the prefix cache: keys, filling, releasing -------------------------------------------------
-    @staticmethod
-    def _keys(rid: np.ndarray, group: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray,
-              prompt: np.ndarray, first: np.ndarray, count: np.ndarray, parent: np.ndarray) -> np.ndarray:
-        """Content keys of blocks first..first+count-1 of these requests (flattened): the group's prefix, then the
-        body (the request's own stream when it has none), then generated tokens (the body's stream in a session)."""
-        own = stream_id(TAG_REQUEST, rid)
-        b = np.where(body != 0, body, own)
-        gen = np.where(sess != 0, b, own)
-        return chain_keys(parent.astype(np.uint64), first, count, group, prefix, b, prompt, gen)
 
-    @staticmethod
-    def _shareable(prompt: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray) -> np.ndarray:
-        """Leading blocks another request could ask for: a session's every block, a shared prompt's full blocks,
-        else the group prefix's. A request's own tokens are keyed only when it is preempted (so its return
-        reuses them): no one else can hit them, and keying them would cost every request work for nothing."""
-        return np.where(sess != 0, _ALL, np.where(body != 0, prompt >> SHIFT, prefix >> SHIFT))
 
-    def _fill(self, idx: np.ndarray, every: bool = False) -> None:
-        """Running rows `idx` may have completed blocks: key the shareable ones (all of them when `every`) into
-        the cache; where another request computed the same block, the row shares that one and its copy is freed."""
-        c = self.R.cols
-        first = c.full[idx]
-        full = c.cached[idx] >> SHIFT
-        if not every:
-            full = np.minimum(full, self._shareable(c.prompt[idx], c.prefix[idx], c.body[idx], c.sess[idx]))
-        cnt = full - first
-        grow = cnt > 0
-        if not grow.all():
-            idx, first, cnt = idx[grow], first[grow], cnt[grow]
-        if not idx.size:
-            return
-        keys = self._keys(c.id[idx], c.group[idx], c.prefix[idx], c.body[idx], c.sess[idx], c.prompt[idx], first,
-                          cnt, c.hkey[idx])
-        self.pool.fill(keys)
-        c.full[idx] += cnt
-        c.hkey[idx] = keys[np.cumsum(cnt) - 1].astype(np.int64)
-
-    def _release(self, r: Rows) -> None:
-        """Rows leaving the batch give back every block: keyed ones go to the cache when no one else holds them."""
-        if not self.caching or not r.full.any():  # (no keyed blocks without caching: check() holds it)
-            self.pool.give(int(r.blocks.sum()))
-            return
-        private = int((r.blocks - r.full).sum())
-        z = np.zeros(len(r), dtype=np.int64)
-        keys = self._keys(r.id, r.group, r.prefix, r.body, r.sess, r.prompt, z, r.full, z)
-        self.pool.release(keys, private)
 
 
     # ---- one tick -----------------------------------------------------------------------------
@@ -532,10 +281,10 @@ class Lane:
         if self.next_arrival <= t0:
             self._arrive(t0)
         R = self.R
-        # Under async scheduling this step's batch was chosen when the previous busy step started (_chosen_at):
+        # Under async scheduling this step's batch was chosen when the previous busy step started (chosen_at):
         # requests that arrived since wait for the next step (with nothing running, nothing was chosen ahead).
-        cut = t0 if self._chosen_at is None or R.n == 0 else self._chosen_at
-        self._chosen_at = t0 if self._async else None
+        cut = t0 if self.chosen_at is None or R.n == 0 else self.chosen_at
+        self.chosen_at = t0 if self.async_sched else None
         pool = self.pool
         # 1. Keep the running batch going; under KV pressure evict the newest until the step fits.
         new, nb, need = self._plan_running()
@@ -548,420 +297,48 @@ class Lane:
         # Decode rows add one token each; anything beyond that is prefill already in this step.
         prefill_planned = new is not None and tokens_planned > n_run - self.n_pf
         # 2. Admit while blocks, batch slots and the token budget allow.
-        chunks, whole = self._admit(pool.available - need, tokens_planned, prefill_planned, t0, cut)
+        chunks, whole = admission.admit(self, pool.available - need, tokens_planned, prefill_planned, t0, cut)
         n = R.n
         k = n - n_run
         admitted = R.cols.id[n_run:n].copy() if k and want else _EMPTY
         pre = np.array(preempted, dtype=np.int64) if preempted and want else _EMPTY
         if n == 0:
             return self._idle(limit, tick, admitted, pre)
-        if k and whole and new is None and not self.spec_k and not self._load_s:
-            # The common mixed step: every running row decodes, every admitted row reads its whole prompt.
-            pool.alloc(need)
-            return self._join_step(n_run, n, nb, chunks, tick, admitted, pre, want)
-        if k:
-            if new is None and self.spec_k:
-                # Prefill joins: this step is a plain mixed step, decode rows verify nothing (one token each).
-                need = int(np.count_nonzero((R.cols.cached[:n_run] & (BLOCK - 1)) == 0))
-            new = np.concatenate([_ones(n_run) if new is None else new, chunks])
-            nb = None
-        pool.alloc(need)
-        # 3. Price the step from aggregates, advance the clock, apply, account.
-        if new is None:
-            if self.spec_k:
-                return self._spec_step(n, need, tick, admitted, pre, want)
-            return self._decode_step(n, nb, tick, admitted, pre, want)
-        return self._mixed_step(n, new, tick, admitted, pre, want)
+        # 3. The first step kind that takes the plan builds its batch record, prices it and applies it.
+        return steps.run(self, StepPlan(n_run, n, new, nb, need, chunks, whole, tick, admitted, pre, want))
 
-    def _result(self, tick: int, dt: float, ids: np.ndarray, counts: np.ndarray, admitted: np.ndarray,
+    def jump(self, stop: float, max_steps: int) -> int:
+        """Run up to `max_steps` quiet decode steps at once (engine.serving.steps.jump); returns how many ran."""
+        return steps.jump(self, stop, max_steps)
+
+    def price(self, b: Batch) -> tuple[float, StepParts]:
+        """Price one step's batch record (StepModel.price): its time and parts, kept as the last step."""
+        p = self.sm.price(b)
+        self.priced = partial(self.sm.record, b, p)
+        return p.time, p
+
+    def advance(self, dt: float) -> float:
+        """Move the lane's clock by a step of dt seconds; returns the step's end."""
+        t1 = self.clock + dt
+        self.clock = t1
+        return t1
+
+    def result(self, tick: int, dt: float, ids: np.ndarray, counts: np.ndarray, admitted: np.ndarray,
                 pre: np.ndarray, completed: np.ndarray) -> TickResult:
         """The TickResult of the step just accounted (its StepCost built now, from the lazy record)."""
         return TickResult(tick, self.clock, dt, self.last_cost, self.fast, ids, counts, admitted, pre, completed)
 
-    def _spec_step(self, n: int, need: int, tick: int, admitted: np.ndarray, pre: np.ndarray,
-                   want: bool) -> TickResult | None:
-        """A speculative decode step: the drafter proposes K tokens per row, one verify pass computes K+1 on top
-        of each cache, each row keeps its accepted run plus one token, and the rejected drafts' KV is rolled back."""
-        c = self.R.cols
-        K = self.spec_k
-        cached = c.cached[:n]
-        gen = c.gen[:n]
-        model = self.sm.model
-        q = np.minimum(K + 1, c.total[:n] - gen)  # a row near its end verifies only what it still writes
-        nf = q.astype(np.float64)
-        tokens = int(q.sum())
-        sum_ctx = float(cached.sum())
-        attn = float((nf * (cached + nf / 2)).sum())
-        if model.sliding_layers > 0:
-            sum_win = float(model.local_seen(cached).sum())
-            attn_win = float(model.local_pairs(cached, nf).sum())
-        else:
-            sum_win = attn_win = 0.0
-        t_step, p = self._price(tokens, n, sum_ctx, sum_win, attn, attn_win, tokens, attn)
-        dt = t_step + self.spec.drafter.time(n, sum_ctx)  # type: ignore[union-attr]
-        t1 = self.clock + dt
-        self.clock = t1
-        acc = sample_accepted(self.spec_rng, n, K, self.spec.spec_accept)
-        emitted = np.minimum(acc + 1, q)
-        before = gen.copy()
-        cached += emitted
-        gen += emitted
-        held = int(c.blocks[:n].sum()) + need  # what the verify pass held (its K+1 tokens' blocks)
-        c.blocks[:n] = blocks_for(cached)
-        self.pool.give(held - int(c.blocks[:n].sum()))  # the rejected drafts' blocks go back
-        if self.shared_content:
-            self._fill(np.flatnonzero((cached >> SHIFT) > c.full[:n]))
-        think = c.think[:n]
-        vis = (before <= think) & (gen > think)
-        if vis.any():
-            c.visible[:n][vis] = t1
-        n_out = int(emitted.sum())
-        vis_tokens = int((gen - np.maximum(before, think)).clip(0).sum())
-        st = self.stats
-        st.spec_steps += n
-        st.spec_tokens += n_out
-        st.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # a row's tokens of one step arrive together
-        ids = c.id[:n].copy() if want else _EMPTY
-        counts = emitted.copy() if want else _EMPTY
-        done = gen >= c.total[:n]
-        completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, tokens, n, n_out, vis_tokens, 0, 0, 0.0, t1, dt)
-        return self._result(tick, dt, ids, counts, admitted, pre, completed) if want else None
-
-    def jump(self, stop: float, max_steps: int) -> int:
-        """Run up to `max_steps` decode steps at once while none of them can meet an event; returns how many ran
-        (0: the next step is not quiet, take it with step()).
-
-        Quiet means: every row decodes (no prefill), no step starts at or after the next arrival or `stop`, no
-        waiting request can be admitted (admission is monotone in free blocks, and they only shrink), and the
-        pool holds every new block (no preemption). The steps are priced in one vectorised call; completions end
-        the run (the last step may finish requests). Counts, clocks and the per-tick history come out exactly as
-        step() by step() would give them (the same aggregates, and sums taken in the same order).
-        """
-        R = self.R
-        n = R.n
-        t0 = self.clock
-        if n == 0 or self.n_pf or max_steps < 2 or self.next_arrival <= t0 or self.spec_k:
-            return 0
-        c = R.cols
-        cached = c.cached[:n]
-        gen = c.gen[:n]
-        # The first step finishing a request ends the run.
-        k = min(max_steps, int((c.total[:n] - gen).min()))
-        model = self.sm.model
-        if model.sliding_layers and model.chunked:
-            k = min(k, int(model.sliding_window))  # _window_sums' closed form holds for k <= the chunk
-        if k < 2:
-            return 0
-        # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16.
-        lag = (-cached) & (BLOCK - 1)
-        if not self._admission_blocked(self.pool.available - int(np.count_nonzero(lag == 0)), n, False):
-            return 0
-        opens = np.bincount(lag, minlength=BLOCK)
-        j = np.arange(k)
-        need = opens[j & (BLOCK - 1)]
-        grown = np.cumsum(need)
-        used = self.pool.used + grown
-        over = grown > self.pool.available  # cached blocks are reclaimed before anyone is preempted
-        if over.any():
-            k = int(np.argmax(over))  # the step that would preempt is taken by step()
-            if k < 2:
-                return 0
-            j, need, used, grown = j[:k], need[:k], used[:k], grown[:k]
-        # Price: step j has every row one token further on (cached + j) and adds one token each.
-        s0 = int(cached.sum())
-        sum_ctx = (s0 + j * n).astype(np.float64)
-        attn = sum_ctx + 0.5 * n
-        if model.sliding_layers > 0:
-            sum_win = _window_sums(cached, k, int(model.sliding_window), model.chunked)[:len(j)]
-            attn_win = sum_win + 0.5 * n
-        else:
-            sum_win = attn_win = 0.0  # one float for every step: the window terms are not priced per step
-        tok = float(n)  # every step of the run has the same batch: its token-only terms are priced once
-        dts, flops, byts = self.sm.totals_agg(tok, sum_ctx, sum_win, attn, attn_win, tok, attn)
-        clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
-        k = min(len(j), int(np.searchsorted(clock[:-1], min(self.next_arrival, stop), side="left")))
-        if k < 2:
-            return 0
-        dts, flops, byts, used, grown, ends = dts[:k], flops[:k], byts[:k], used[:k], grown[:k], clock[1:k + 1]
-        t1 = float(ends[-1])
-        # Apply: caches and generated counts move k on; visible answers start where they start.
-        think = c.think[:n]
-        if self.think_zero:
-            vis_tokens = n * k
-        else:
-            jv = think - gen  # the step at whose end a row's first visible token comes out
-            now = (jv >= 0) & (jv < k)
-            if now.any():
-                c.visible[:n][now] = ends[jv[now]]
-            vis_tokens = int((k - np.clip(jv, 0, k)).sum())
-        cached += k
-        gen += k
-        c.blocks[:n] = blocks_for(cached)
-        self.pool.alloc(int(grown[-1]))
-        if self.shared_content:
-            self._fill(np.flatnonzero((cached >> SHIFT) > c.full[:n]))
-        self.stats.itl.add_steps(dts, c.stage[:n] if self.staged else 0, n)
-        self.clock = t1
-        if self._async:
-            self._chosen_at = float(clock[k - 1])  # the last jumped step's start
-        # Account each step as _account would, in the same order.
-        st = self.stats
-        st.ticks += k
-        st.out_tokens += n * k
-        st.visible_tokens += vis_tokens
-        # Add one step at a time, as _account's += does: np.add.accumulate is a left fold (numpy's sum would pair
-        # them up); five totals in one call, each row its running total then the run's steps.
-        fold = np.empty((5, k + 1))
-        fold[:, 0] = (st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes)
-        fold[0:2, 1:] = dts
-        fold[2:4, 1:] = flops
-        fold[4, 1:] = byts
-        st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
-            np.add.accumulate(fold, axis=1)[:, -1].tolist()
-        st.batch_hist[min(n, st.max_batch)] += k
-        done = gen >= c.total[:n]
-        if done.any():
-            self._complete(done, t1)
-        h = np.zeros((k, len(H)))
-        h[:, H.TIME] = ends
-        h[:, H.DT] = dts
-        h[:, H.KV] = used / self.pool.total
-        h[-1, H.KV] = self.pool.util  # the history row is taken after the last step's completions free blocks
-        h[:, H.QUEUE] = self.waiting
-        h[:, H.BATCH] = n
-        h[:, H.OUT] = n
-        h[:, H.COUT] = dts
-        h[:, H.FLOPS] = flops
-        h[:, H.BYTES] = byts
-        st.hist.push(h)
-        if self.rec is not None:
-            self.rec.steps(self, ends, dts, n, byts, flops)
-        last = k - 1
-        # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
-        win = (0.0, 0.0) if isinstance(sum_win, float) else (float(sum_win[last]), float(attn_win[last]))
-        at = float(attn[last])
-        self._priced = partial(self.sm.cost_agg, n, n, float(sum_ctx[last]), win[0], at, win[1], n, attn_decode=at)
-        st.last_batch = n
-        return k
-
-    def _decode_step(self, n: int, nb: np.ndarray, tick: int, admitted: np.ndarray, pre: np.ndarray,
-                     want: bool) -> TickResult | None:
-        """A pure decode step: every running row adds one token on top of its cache."""
-        c = self.R.cols
-        cached = c.cached[:n]
-        model = self.sm.model
-        sum_ctx = float(cached.sum())
-        attn = sum_ctx + 0.5 * n
-        if model.sliding_layers > 0:
-            sum_win = float(model.local_seen(cached).sum())
-            attn_win = sum_win + 0.5 * n
-        else:
-            sum_win = attn_win = 0.0
-        dt, p = self._price(n, n, sum_ctx, sum_win, attn, attn_win, n, attn)
-        t1 = self.clock + dt
-        self.clock = t1
-        gen = c.gen[:n]
-        cached += 1
-        c.blocks[:n] += nb
-        gen += 1
-        if self.shared_content:
-            self._fill(np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
-        ids = c.id[:n].copy() if want else _EMPTY
-        think = c.think[:n]
-        if self.think_zero:
-            vis_tokens = n
-        else:
-            vis = gen == think + 1
-            if vis.any():
-                c.visible[:n][vis] = t1
-            vis_tokens = int(np.count_nonzero(gen > think))
-        self.stats.itl.add(dt, c.stage[:n] if self.staged else 0, n)  # every row had its first token already
-        done = gen >= c.total[:n]
-        completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, n, n, n, vis_tokens, 0, 0, 0.0, t1, dt)
-        return self._result(tick, dt, ids, _ones(n), admitted, pre, completed) if want else None
-
-    def _join_step(self, n_run: int, n: int, nb: np.ndarray | None, chunks: np.ndarray, tick: int,
-                   admitted: np.ndarray, pre: np.ndarray, want: bool) -> TickResult | None:
-        """_mixed_step's common case on fewer and smaller arrays: the running rows [0, n_run) all decode and the
-        rows just admitted [n_run, n) read their whole prompt from an empty cache, so every row emits.
-
-        Same aggregates as _mixed_step (its sums are of whole and half tokens, exact in any order), same updates.
-        """
-        c = self.R.cols
-        dec = c.cached[:n_run]
-        model = self.sm.model
-        s_dec = float(dec.sum())
-        nf = chunks.astype(np.float64)
-        attn_pf = float((nf * (nf / 2)).sum())
-        attn_dec = s_dec + 0.5 * n_run
-        attn = attn_dec + attn_pf
-        t_pf = int(chunks.sum())
-        tokens = n_run + t_pf
-        if model.sliding_layers > 0:
-            sum_win = float(model.local_seen(dec).sum())
-            attn_win = sum_win + 0.5 * n_run + float(model.local_pairs(np.zeros(n - n_run), nf).sum())
-        else:
-            sum_win = attn_win = 0.0
-        dt, p = self._price(tokens, n, s_dec, sum_win, attn, attn_win, n, attn_dec)
-        # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
-        inp = c.input[n_run:n]
-        gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
-        in_new = int(gained.sum())
-        inp += gained
-        recomputed = t_pf - in_new
-        # _mixed_step's cost rule: prefill's share of the step's FLOPs is charged to input tokens.
-        ftot = p.flops_total
-        part = p.fl_mm * t_pf / tokens
-        if attn:
-            part += p.fl_attn * attn_pf / attn
-        part += p.fl_lm * (n - n_run) / n
-        share_in = part / ftot if ftot else 0.0
-        t1 = self.clock + dt
-        self.clock = t1
-        if self.stats.preemptions:
-            self._end_recomputes(~np.isnan(c.mark[:n]), t1)  # every row emits: recomputes that end with this step
-        if n_run:
-            dec += 1
-            c.blocks[:n_run] += nb
-        c.cached[n_run:n] = chunks
-        if self.shared_content:
-            self._fill(np.flatnonzero((c.cached[:n] >> SHIFT) > c.full[:n]))
-        gen = c.gen[:n]
-        gen += 1
-        first = gen[n_run:] == 1  # decode rows had a token already; a recomputed row too
-        n_first = int(np.count_nonzero(first))
-        if n_first == n - n_run:  # (the common case, every admitted row new: slices, not masks)
-            if self.think_zero:  # nothing hidden: the first token is the first visible one
-                c.f[FloatCol.FIRST:FloatCol.VISIBLE + 1, n_run:n] = t1
-            else:
-                c.first[n_run:n] = t1
-        elif n_first:
-            c.first[n_run:n][first] = t1
-            if self.think_zero:
-                c.visible[n_run:n][first] = t1
-        if self.think_zero:
-            vis_tokens = n
-        else:
-            think = c.think[:n]
-            vis = gen == think + 1
-            if vis.any():
-                c.visible[:n][vis] = t1
-            vis_tokens = int(np.count_nonzero(gen > think))
-        # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
-        if self.staged:
-            st = c.stage[:n]
-            self.stats.itl.add(dt, np.concatenate([st[:n_run], st[n_run:][~first]]), n - n_first)
-        else:
-            self.stats.itl.add(dt, 0, n - n_first)
-        ids = c.id[:n].copy() if want else _EMPTY
-        self.n_pf = 0
-        done = gen >= c.total[:n]
-        completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, tokens, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt)
-        return self._result(tick, dt, ids, _ones(n), admitted, pre, completed) if want else None
-
-    def _mixed_step(self, n: int, new: np.ndarray, tick: int, admitted: np.ndarray, pre: np.ndarray,
-                    want: bool) -> TickResult | None:
-        """A step with prefill in it: `new` tokens per row on top of its cache; rows reaching their target emit."""
-        c = self.R.cols
-        cached = c.cached[:n]
-        target = c.target[:n]
-        model = self.sm.model
-        pf = cached < target
-        fresh_end = cached + new
-        emit = (fresh_end >= target) & (new > 0)
-        seqs = int(np.count_nonzero(new))
-        tokens = int(new.sum())
-        nf = new.astype(np.float64)
-        a = nf * (cached + nf / 2)
-        attn = float(a.sum())
-        sum_ctx = float(cached.sum())
-        if model.sliding_layers > 0:
-            sum_win = float(model.local_seen(cached).sum())
-            attn_win = float(model.local_pairs(cached, nf).sum())
-        else:
-            sum_win = attn_win = 0.0
-        logits = int(np.count_nonzero(emit))
-        attn_dec = float(a[~pf].sum())  # rows past their prompt decode
-        t_step, p = self._price(tokens, seqs, sum_ctx, sum_win, attn, attn_win, logits, attn_dec)
-        # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
-        prompt = c.prompt[:n]
-        reach = np.minimum(fresh_end, prompt)
-        inp = c.input[:n]
-        gained = np.maximum(reach - inp, 0)
-        in_new = int(gained.sum())
-        inp += gained
-        t_pf = int(new[pf].sum())
-        recomputed = t_pf - in_new
-        # Cost rule: a step's time is split between prefill and decode by each side's share of the
-        # step's FLOPs. Every token passes through the same weights, so the matmuls (and the weight
-        # read they share) go by token count; attention goes to whoever attends; the LM head to
-        # whoever needs logits. Prefill time is then charged to input tokens, decode time to output.
-        # Prompt tokens that came from the prefix cache cost only the attention that reads them: that part
-        # of the prefill rows' attention is charged to cached input (its own price line).
-        share_in = share_cached = 0.0
-        if t_pf:
-            ftot = p.flops_total
-            lg_pf = int(np.count_nonzero(emit & pf))
-            part = p.fl_mm * t_pf / tokens
-            if attn:
-                part += p.fl_attn * float(a[pf].sum()) / attn
-                if self.caching:
-                    reads = float((nf[pf] * np.minimum(c.hit[:n][pf], cached[pf])).sum())
-                    share_cached = p.fl_attn * reads / attn / ftot if ftot else 0.0
-            if logits:
-                part += p.fl_lm * lg_pf / logits
-            share_in = part / ftot - share_cached if ftot else 0.0
-        dt = t_step
-        if self._load_s:
-            # Hits copied back from host memory: the step waits for them; the copy is cached input's cost.
-            load, self._load_s = self._load_s, 0.0
-            dt += load
-            f = t_step / dt
-            share_in *= f
-            share_cached = share_cached * f + load / dt
-        t1 = self.clock + dt
-        self.clock = t1
-        if self.stats.preemptions:
-            self._end_recomputes(emit & ~np.isnan(c.mark[:n]), t1)  # rows whose recompute ends with this step
-        # Apply: caches grow, tokens come out, first-token times are stamped.
-        gen = c.gen[:n]
-        cached[:] = fresh_end
-        c.blocks[:n] = blocks_for(fresh_end)
-        if self.shared_content:
-            self._fill(np.flatnonzero((fresh_end >> SHIFT) > c.full[:n]))
-        gen += emit
-        first = emit & (gen == 1)
-        if first.any():
-            c.first[:n][first] = t1
-        think = c.think[:n]
-        vis = emit & (gen == think + 1)
-        if vis.any():
-            c.visible[:n][vis] = t1
-        ids = c.id[:n][emit]  # (a copy: a mask picks)
-        n_emit = len(ids)
-        later = emit & (gen > 1)  # tokens after a request's first: their gap is this step
-        self.stats.itl.add(dt, c.stage[:n][later] if self.staged else 0, int(np.count_nonzero(later)))
-        self.n_pf = int(np.count_nonzero(cached < target))
-        vis_tokens = n_emit if self.think_zero else int(np.count_nonzero(emit & (gen > think)))
-        done = gen >= c.total[:n]
-        completed = self._complete(done, t1) if done.any() else _EMPTY
-        self._account(p, tokens, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
-        return self._result(tick, dt, ids, _ones(n_emit), admitted, pre, completed) if want else None
-
-    def _end_recomputes(self, done: np.ndarray, t: float) -> None:
+    def end_recomputes(self, done: np.ndarray, t: float) -> None:
         """Running rows (mask `done`) whose recompute after a preemption ends with the step ending at t: count the
-        time it took (_spend) and clear their mark."""
+        time it took (tables.spend) and clear their mark."""
         idx = np.flatnonzero(done)
         if idx.size:
             c = self.R.cols
             r = c.pick(idx)
-            _spend(r, t, r.rec, r.rec_v)
+            spend(r, t, r.rec, r.rec_v)
             c.f[:, idx] = r.f
 
-    def _account(self, p: StepParts, tokens: int, n: int, n_emit: int, vis_tokens: int, in_new: int,
+    def account(self, p: StepParts, tokens: int, n: int, n_emit: int, vis_tokens: int, in_new: int,
                  recomputed: int, share_in: float, t1: float, dt: float, share_cached: float = 0.0) -> None:
         """Add one priced step (parts `p`) of `tokens` tokens over `n` sequences to the lane's totals and per-tick
         history."""
@@ -994,7 +371,7 @@ class Lane:
     def _idle(self, limit: float, tick: int, admitted: np.ndarray, pre: np.ndarray) -> TickResult:
         """Nothing runnable: jump to the next arrival (or `limit`), a zero-token tick."""
         t0 = self.clock
-        self._chosen_at = None  # nothing ran: the next step's batch is chosen when it starts
+        self.chosen_at = None  # nothing ran: the next step's batch is chosen when it starts
         # With an empty batch every waiting request fits (lengths are clipped to the pool), so a queue here is a bug.
         assert self.Q.size == 0 and self.P.n == 0, "requests wait but none can be admitted into an empty batch"
         nxt = self.next_arrival
@@ -1009,7 +386,7 @@ class Lane:
         st.last_batch = 0
         return idle_result(tick, t1, t1 - t0, self.fast, admitted, pre)
 
-    def _complete(self, done: np.ndarray, t: float) -> np.ndarray:
+    def complete(self, done: np.ndarray, t: float) -> np.ndarray:
         """Finished rows: hand them to the accounting, free their blocks, start their users thinking, drop them."""
         R = self.R
         gone = done.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
@@ -1017,7 +394,7 @@ class Lane:
         d = Rows(c.i.take(gone, axis=1), c.f.take(gone, axis=1))
         d.f[FloatCol.DONE] = t
         k = gone.size
-        self._release(d)
+        keying.release(self, d)
         R.drop(gone, done)
         st = self.stats
         st.completed += k
@@ -1038,6 +415,23 @@ class Lane:
         # Closed-loop users think, then send again (if still active and the run still takes requests).
         self.source.wake(d.user, t)
         return d.id
+
+    def abort(self, rid: int) -> bool:
+        """Drop request `rid` wherever it is (its client went away, as vLLM aborts a request on disconnect): a
+        running one gives back its blocks (keyed ones stay cached for others), and it is counted aborted, never
+        finished. False if no request here has that id (it already finished)."""
+        for table in (self.R, self.P, self.Q):
+            hit = np.flatnonzero(table.col("id") == rid)
+            if not hit.size:
+                continue
+            row = table.remove_at(int(hit[0]))
+            if table is self.R:
+                keying.release(self, row)
+                if row.cached[0] < row.target[0]:
+                    self.n_pf -= 1
+            self.stats.aborted += 1
+            return True
+        return False
 
     # ---- invariants ---------------------------------------------------------------------------
     def check(self, prev_clock: float) -> None:
@@ -1073,31 +467,3 @@ class Lane:
         assert (a.u_next[~a.u_pending] == np.inf).all(), f"{lane}: a user not waiting has a send time"
         ids = np.concatenate([r.id, p.id, q.id])
         assert np.unique(ids).size == ids.size, f"{lane}: a request is in two states at once"
-
-
-def _spend(r: Rows, t: float, total: np.ndarray, before_visible: np.ndarray) -> None:
-    """Rows `r` spent t - mark seconds waiting or recomputing (`total`, a field of r): count them there, in
-    `before_visible` and LOST_F for rows that had no visible / no token yet, and clear the mark."""
-    gap = t - r.mark
-    total += gap
-    before_visible += np.where(np.isnan(r.visible), gap, 0.0)
-    lost = r.lost_f  # a view: += writes the rows
-    lost += np.where(np.isnan(r.first), gap, 0.0)
-    r.mark[:] = np.nan
-
-
-def _window_sums(cached: np.ndarray, k: int, w: int, chunked: bool) -> np.ndarray:
-    """Sum over rows of local_seen(cached + j) for j = 0..k-1, exactly (integers), without a k x rows matrix.
-
-    A sliding window sees min(c, w) tokens; a chunked layer sees c mod w (closed form here for k <= w)."""
-    j = np.arange(k)
-    n = cached.size
-    if chunked:
-        r = np.sort(cached % w)
-        # (r + j) mod w = r + j, less w for the rows that crossed into the next chunk (r >= w - j).
-        crossed = n - np.searchsorted(r, w - j, side="left")
-        return (int(r.sum()) + j * n - w * crossed).astype(np.float64)
-    cs = np.sort(cached)
-    below = np.searchsorted(cs, w - j, side="left")  # rows still inside the window: c + j < w
-    prefix = np.concatenate(([0], np.cumsum(cs)))
-    return (prefix[below] + j * below + (n - below) * w).astype(np.float64)

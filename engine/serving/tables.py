@@ -297,6 +297,17 @@ class Table:
                     row[:m] = row[:n][mask]
         self.n = n - gone.size
 
+    def remove_at(self, j: int) -> Rows:
+        """Remove live row `j` (counted from the first live row), keeping order, and return it (copies): one
+        request leaving out of turn, e.g. an aborted one. O(rows after it), which a single removal can afford."""
+        a = self.start + j
+        row = self.cols.pick(slice(a, a + 1)).copy()
+        c, n = self.cols, self.n
+        c.i[:, a:n - 1] = c.i[:, a + 1:n]
+        c.f[:, a:n - 1] = c.f[:, a + 1:n]
+        self.n = n - 1
+        return row
+
     def pop_last(self) -> Rows:
         """Remove the last row and return it (copies)."""
         self.n -= 1
@@ -325,6 +336,12 @@ class Queue(Table):
             c.f[:, :live] = c.f[:, self.head:self.n]
             self.n, self.head = live, 0
         super().reserve(extra)
+
+    def remove_at(self, j: int) -> Rows:
+        row = super().remove_at(j)
+        if self.head == self.n:
+            self.head = self.n = 0
+        return row
 
     def pop(self, k: int) -> None:
         """Drop k rows from the head (they were admitted); an emptied queue rewinds."""
@@ -404,3 +421,14 @@ def done_view(a: np.ndarray) -> Rows:
     r.cached[:] = r.prompt
     r.blocks[:] = 0
     return r
+
+
+def spend(r: Rows, t: float, total: np.ndarray, before_visible: np.ndarray) -> None:
+    """Rows `r` spent t - mark seconds waiting or recomputing (`total`, a field of r): count them there, in
+    `before_visible` and LOST_F for rows that had no visible / no token yet, and clear the mark."""
+    gap = t - r.mark
+    total += gap
+    before_visible += np.where(np.isnan(r.visible), gap, 0.0)
+    lost = r.lost_f  # a view: += writes the rows
+    lost += np.where(np.isnan(r.first), gap, 0.0)
+    r.mark[:] = np.nan

@@ -91,3 +91,28 @@ def test_the_vllm_record_is_what_validate_reproduces() -> None:
     for e in (e for e in done if e.exp_id in ("60", "21", "64")):
         got = replay.experiment_row(e)
         assert [got[k]["err_pct"] for k in ("ttft", "itl", "e2e")] == pytest.approx(rows[e.exp_id], abs=0.06)
+
+
+def test_a_replay_is_keyed_by_the_expert_constant_its_kernel_path_reads() -> None:
+    # The fit replays an experiment again only when a constant it reads moves: Mixtral's BF16 experts read
+    # expert_bw_eff, Scout's FP8 ones expert_fp8_bw_eff, a dense model neither.
+    from dataclasses import replace
+
+    from engine.evidence.replay import experiments
+
+    ex = {e.model: e for e in experiments()[0]}
+    rt = runtimes()["vllm"]
+    moved16 = replace(rt, expert_bw_eff=(rt.expert_bw_eff or 0.5) * 1.05)
+    moved8 = replace(rt, expert_fp8_bw_eff=(rt.expert_fp8_bw_eff or 0.5) * 1.05)
+    key = fit._replay_key
+    assert key(ex["mixtral-8x7b"], rt, 60) != key(ex["mixtral-8x7b"], moved16, 60)
+    assert key(ex["mixtral-8x7b"], rt, 60) == key(ex["mixtral-8x7b"], moved8, 60)
+    assert key(ex["llama-4-scout"], rt, 60) == key(ex["llama-4-scout"], moved16, 60)
+    assert key(ex["llama-4-scout"], rt, 60) != key(ex["llama-4-scout"], moved8, 60)
+    assert key(ex["qwen2.5-7b"], rt, 60) == key(ex["qwen2.5-7b"], moved16, 60) == key(ex["qwen2.5-7b"], moved8, 60)
+    assert key(ex["qwen2.5-7b"], rt, 60) != key(ex["qwen2.5-7b"], replace(rt, bw_eff=rt.bw_eff * 1.05), 60)
+
+
+def test_params_outside_the_serving_set_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fit.main(["--profile", "vllm", "--params", "bw_eff,warp_speed"]) == 2
+    assert "warp_speed" in capsys.readouterr().err

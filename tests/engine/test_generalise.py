@@ -12,8 +12,9 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.evidence import replay as R
+from engine.physics.collectives import HOP_LATENCY_S as _HOP_LATENCY_S
 from engine.physics.specs import load_hardware, load_model
-from engine.physics.step import _HOP_LATENCY_S, StepModel, StepOptions
+from engine.physics.step import StepModel, StepOptions
 from engine.serving.engine import Engine
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import pytest
 
 from engine.config import EngineConfig
+from engine.serving import steps
 from engine.serving.accounting import H
 from engine.serving.engine import Engine
 from engine.serving.lane import Lane
@@ -113,25 +113,21 @@ def test_quiet_runs_take_one_call_and_step_stays_one_tick(monkeypatch: pytest.Mo
 @pytest.mark.parametrize("name", ["closed", "static", "chunked", "preempting", "think", "sliding", "fast-lane",
                                   "moe", "open"])
 def test_join_steps_price_as_mixed_steps(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lane._join_step (decodes plus whole prompts joining) is a shortcut through _mixed_step: the same run."""
+    """The join step kind (decodes plus whole prompts joining) is a shortcut through the mixed kind: the same run."""
     joins: list[int] = []
-    join = Lane._join_step
+    kinds = list(steps.STEP_KINDS)
+    join = next(k for k in kinds if k.name == "join")
 
-    def counted(self: Lane, n_run: int, n: int, *a: Any) -> Any:
-        joins.append(n - n_run)
-        return join(self, n_run, n, *a)
+    def counted(lane: Lane, s: steps.StepPlan) -> Any:
+        joins.append(s.n - s.n_run)
+        return join.run(lane, s)
 
-    monkeypatch.setattr(Lane, "_join_step", counted)
+    monkeypatch.setattr(steps, "STEP_KINDS", [k._replace(run=counted) if k.name == "join" else k for k in kinds])
     fast = _engine(True, **CONFIGS[name])
     fast.run()
     assert joins, "no step took the shortcut: the comparison would prove nothing"
-
-    def general(self: Lane, n_run: int, n: int, nb: Any, chunks: Any, tick: int, admitted: Any, pre: Any,
-                want: bool) -> Any:
-        return self._mixed_step(n, np.concatenate([np.ones(n_run, dtype=np.int64), chunks]), tick, admitted, pre,
-                                want)
-
-    monkeypatch.setattr(Lane, "_join_step", general)
+    # Without the join kind its plans fall through to the general mixed step.
+    monkeypatch.setattr(steps, "STEP_KINDS", [k for k in kinds if k.name != "join"])
     slow = _engine(True, **CONFIGS[name])
     slow.run()
     _compare(fast, slow, exact=True)  # its sums are of whole and half tokens: exact in any order

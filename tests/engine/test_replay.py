@@ -10,9 +10,11 @@ from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions, graph_sizes
 
 
-def test_the_table_reads_as_13_experiments_with_their_stages_and_prefix_groups() -> None:
+def test_the_table_reads_as_18_experiments_with_their_stages_and_prefix_groups() -> None:
     done, skipped = experiments()
-    assert len(done) == 13 and not skipped
+    assert len(done) == 18 and not skipped
+    mix = [x for x in done if x.model == "mixtral-8x7b"]  # BF16 Mixtral-8x7B at tp 2: five runs
+    assert sorted(x.exp_id for x in mix) == ["28", "29", "30", "56", "9"] and {x.weight_dtype for x in mix} == {None}
     e = next(x for x in done if x.exp_id == "17")
     assert e.stages == ((2.5, 600.0), (6.0, 600.0)) and (e.groups, e.users_per_group) == (9, 5)
     assert (e.model, e.tp, e.weight_dtype, e.prompt, e.shared_prefix, e.output) == (
@@ -44,24 +46,30 @@ def test_decode_pads_to_a_full_graph_mixed_steps_to_piecewise_ones_and_big_steps
     assert 5.5e-3 < sm.decode(1, 500).time_s < 7.5e-3
 
 
-def test_routed_experts_stream_at_the_fused_moe_kernels_bandwidth() -> None:
-    """Scout's routed experts' bytes cost expert_bw_eff of the peak; everything else bw_eff (vllm profile)."""
+def test_routed_experts_stream_at_their_kernel_paths_bandwidth() -> None:
+    """Scout's FP8 W8A8 experts (CUTLASS grouped GEMMs) cost expert_fp8_bw_eff of the peak, Mixtral's BF16 experts
+    (fused-MoE Triton) expert_bw_eff; everything else bw_eff (vllm profile)."""
     from dataclasses import replace
 
     sm = StepModel(load_hardware("h100-sxm"), load_model("llama-4-scout"),
                    StepOptions(tp=2, weight_dtype="fp8", head_dtype="bf16", runtime="vllm"))
     rt = sm.runtime
-    assert rt.expert_bw_eff is not None and rt.expert_bw_eff < rt.bw_eff
-    same = StepModel(sm.hw, sm.model, replace(sm.opts, runtime=replace(rt, expert_bw_eff=None)))
+    assert rt.expert_fp8_bw_eff is not None and rt.expert_fp8_bw_eff < rt.expert_bw_eff
+    same = StepModel(sm.hw, sm.model, replace(sm.opts, runtime=replace(rt, expert_fp8_bw_eff=None, expert_bw_eff=None)))
     c, d = sm.decode(32, 800), same.decode(32, 800)
     w_exp = sm.model.moe_layers * c.experts_touched * sm.model.counts["expert"] * 1.0 / 2  # fp8, tp 2
     bw = sm.hw.bandwidth
-    assert c.t_memory_s - d.t_memory_s == pytest.approx(w_exp / bw * (1 / rt.expert_bw_eff - 1 / rt.bw_eff))
+    assert c.t_memory_s - d.t_memory_s == pytest.approx(w_exp / bw * (1 / rt.expert_fp8_bw_eff - 1 / rt.bw_eff))
+    mix = StepModel(sm.hw, load_model("mixtral-8x7b"), StepOptions(tp=2, runtime="vllm"))
+    bf = StepModel(sm.hw, mix.model, replace(mix.opts, runtime=replace(rt, expert_bw_eff=rt.expert_fp8_bw_eff)))
+    c, d = mix.decode(32, 800), bf.decode(32, 800)
+    w_exp = mix.model.moe_layers * c.experts_touched * mix.model.counts["expert"] * 2.0 / 2  # bf16, tp 2
+    assert d.t_memory_s - c.t_memory_s == pytest.approx(w_exp / bw * (1 / rt.expert_fp8_bw_eff - 1 / rt.expert_bw_eff))
 
 
-@pytest.mark.parametrize("exp_id", ["64", "63", "65", "21"])
+@pytest.mark.parametrize("exp_id", ["64", "63", "65", "21", "9"])
 def test_replay_keeps_itl_and_e2e_close_to_the_measured_means(exp_id: str) -> None:
-    """A short replay (60 requests a stage) of three dense experiments and one MoE (Llama-4-Scout FP8, tp 2):
+    """A short replay (60 requests a stage) of three dense experiments and two MoE (Llama-4-Scout FP8, Mixtral-8x7B BF16, tp 2):
     ITL and E2E within 12 % of the measured means, nothing saturated, every accepted request served (fails if
     the physics regresses)."""
     e = next(x for x in experiments()[0] if x.exp_id == exp_id)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
+from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.speculative import Drafter, check, expected_tokens, sample_accepted
 from engine.physics.step import StepModel
@@ -41,7 +42,8 @@ def test_draft_costs_order() -> None:
     mtp = Drafter(sm, "mtp", 3)
     # (Qwen2.5-0.5B would not do: its whole pass reads less than the 7B's MTP head, whose LM head alone is 1.1 GB.)
     small = Drafter(sm, "qwen2.5-1.5b", 3)
-    decode = sm.cost_agg(1, 1, 1000, 0, 1000.5, 0, 1, attn_decode=1000.5).time_s
+    decode = sm.price(Batch(tokens=1, seqs=1, sum_ctx=1000, sum_win=0, attn_full=1000.5, attn_win=0, logits=1,
+                           attn_decode=1000.5)).time
     assert ngram.free and ngram.time(1, 1000) == 0.0
     # An MTP head is one layer plus the LM head: far less than a decode step of the model, per draft token.
     assert 0 < mtp.time(1, 1000) / 3 < 0.5 * decode

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
+from engine.physics.batch import Batch
 from engine.physics.calibration import runtimes
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions, crossover_batch
@@ -108,7 +109,7 @@ def test_mla_decode_attends_over_the_absorbed_latent() -> None:
     pre = s.prefill(1000)
     assert pre.flops["attention"] == pytest.approx(2 * layers * heads * (192 + 128) * 1000 * 500 / tp)
     # A mixed step prices each row by its phase.
-    mixed = s.cost(np.array([1, 1000]), np.array([1000, 0]))
+    mixed = s.cost(Batch.of_rows(s.model, np.array([1, 1000]), np.array([1000, 0])))
     assert mixed.flops["attention"] == pytest.approx(dec.flops["attention"] / 4 + pre.flops["attention"])
 
 
@@ -265,7 +266,7 @@ def test_fit_hint_offers_only_a_tp_that_splits_the_heads() -> None:
 
 def test_cost_rejects_mismatched_arrays() -> None:
     with pytest.raises(InputError):
-        sm().cost(np.ones(3), np.zeros(2))
+        Batch.of_rows(sm().model, np.ones(3), np.zeros(2))
 
 
 def test_many_steps_priced_at_once_equal_each_step_priced_alone_under_tensor_parallel() -> None:
@@ -275,9 +276,12 @@ def test_many_steps_priced_at_once_equal_each_step_priced_alone_under_tensor_par
     tokens = np.array([1.0, 8.0, 24.0, 31.0, 33.0, 40.0, 300.0])
     ctx = 900.0 * tokens
     attn = tokens * (900.0 + 0.5)
-    times, flops, byts = sm.totals_agg(tokens, ctx, 0.0 * ctx, attn, 0.0 * attn, tokens, attn)
+    run = sm.price(Batch(tokens=tokens, seqs=tokens, sum_ctx=ctx, sum_win=0.0 * ctx, attn_full=attn,
+                         attn_win=0.0 * attn, logits=tokens, attn_decode=attn))
+    times, flops, byts = run.time, run.flops_total, run.bytes_total
     for i, t in enumerate(tokens):
-        one = sm.cost_agg(int(t), int(t), ctx[i], 0.0, attn[i], 0.0, int(t), attn_decode=attn[i])
+        one = sm.cost(Batch(tokens=int(t), seqs=int(t), sum_ctx=ctx[i], sum_win=0.0, attn_full=attn[i], attn_win=0.0,
+                            logits=int(t), attn_decode=attn[i]))
         assert times[i] == pytest.approx(one.time_s, rel=1e-12)
         assert flops[i] == pytest.approx(one.flops_total, rel=1e-12)
         assert byts[i] == pytest.approx(one.bytes_total, rel=1e-12)
@@ -292,14 +296,14 @@ def test_decode_only_shortcut_prices_the_same_bits(model: str) -> None:
     ctx = np.array([900.0, 5000.0, 120_000.0]) * n
     attn = ctx + 0.5 * n
     win = 0.3 * ctx
-    same = sm.totals_agg(n, ctx, win, attn, win + 0.5 * n, n, attn)
-    copy = sm.totals_agg(n, ctx, win, attn, win + 0.5 * n, n, attn.copy())
+    run = Batch(tokens=n, seqs=n, sum_ctx=ctx, sum_win=win, attn_full=attn, attn_win=win + 0.5 * n, logits=n,
+                attn_decode=attn)
+    same, copy = sm.price(run), sm.price(run._replace(attn_decode=attn.copy()))
     for a, b in zip(same, copy, strict=True):
         np.testing.assert_array_equal(a, b)
     for i in range(len(ctx)):
         a_i = float(attn[i])
-        one = sm.cost_agg(int(n), int(n), float(ctx[i]), float(win[i]), a_i, float(win[i]) + 0.5 * n, int(n),
-                          attn_decode=a_i)
-        other = sm.cost_agg(int(n), int(n), float(ctx[i]), float(win[i]), a_i, float(win[i]) + 0.5 * n, int(n),
-                            attn_decode=float(np.float64(a_i)))
-        assert one == other and one.time_s == same[0][i]
+        one = Batch(tokens=int(n), seqs=int(n), sum_ctx=float(ctx[i]), sum_win=float(win[i]), attn_full=a_i,
+                    attn_win=float(win[i]) + 0.5 * n, logits=int(n), attn_decode=a_i)
+        other = one._replace(attn_decode=float(np.float64(a_i)))
+        assert sm.cost(one) == sm.cost(other) and sm.price(one).time == same.time[i]

@@ -35,6 +35,7 @@ from engine.evidence.validate import (
     subset_stats,
     trt_bench_limits,
 )
+from engine.physics.batch import Batch
 from engine.physics.calibration import runtimes
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
@@ -129,8 +130,8 @@ def _brute_bench(case: object, sm: StepModel, n_req: int) -> tuple[float, int]:
     while queued or gen.size:
         new = min(queued, cap - gen.size, (max_tokens - gen.size) // isl)
         pad = 0 if new else min(b for b in graphs if b >= gen.size) - gen.size  # CUDA graph dummies
-        c = sm.cost(np.r_[np.ones(gen.size + pad), np.full(new, isl)],
-                    np.r_[isl + gen - 1, np.zeros(pad + new)])
+        c = sm.cost(Batch.of_rows(sm.model, np.r_[np.ones(gen.size + pad), np.full(new, isl)],
+                                  np.r_[isl + gen - 1, np.zeros(pad + new)]))
         total += c.time_s
         out += gen.size + new
         gen = np.r_[gen + 1, np.ones(new)]
@@ -251,12 +252,12 @@ def test_slow_quant_kernels_cost_a_fixed_time_per_layer() -> None:
 def test_calibrated_step_is_two_rooflines_in_sequence() -> None:
     """Attention's memory traffic cannot hide behind the matmuls' FLOPs: calibrated time = sum of two rooflines."""
     sm = StepModel(load_hardware("b200"), load_model("qwen3-30b-a3b"), StepOptions(runtime="trtllm"))
-    c = sm.cost(np.ones(1500), np.full(1500, 1500))
+    c = sm.cost(Batch.of_rows(sm.model, np.ones(1500), np.full(1500, 1500)))
     kernels = max(c.t_attn_memory_s, c.t_attn_compute_s) + max(c.t_memory_s - c.t_attn_memory_s,
                                                                  c.t_compute_s - c.t_attn_compute_s)
     assert c.time_s == pytest.approx(kernels + c.t_comm_s + c.t_overhead_s)
     assert c.time_s > max(c.t_memory_s, c.t_compute_s) + c.t_comm_s + c.t_overhead_s
-    ideal = sm.with_options(ideal=True).cost(np.ones(1500), np.full(1500, 1500))
+    ideal = sm.with_options(ideal=True).cost(Batch.of_rows(sm.model, np.ones(1500), np.full(1500, 1500)))
     assert ideal.time_s == pytest.approx(max(ideal.t_memory_s, ideal.t_compute_s) + ideal.t_comm_s)
 
 

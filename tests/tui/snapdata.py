@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
 from engine.serving.snapshot import KV_BLOCK_TOKENS, Phase, RequestView, Snapshot
@@ -28,7 +29,7 @@ def make_snapshot(users: int = 6, *, hardware: str = "h100-sxm", model: str = "g
     blocks = np.where((ph == Phase.QUEUED) | (ph == Phase.DONE), 0, -(-ctx // KV_BLOCK_TOKENS)).astype(np.int64)
     running = (ph == Phase.DECODING) | (ph == Phase.THINKING) | (ph == Phase.PREFILL)
     new = np.where(ph == Phase.PREFILL, 600, 1)[running]
-    cost = sm.cost(new, ctx[running]) if running.any() else None
+    cost = sm.cost(Batch.of_rows(sm.model, new, ctx[running])) if running.any() else None
     total_blocks = int(sm.kv_capacity_bytes // (sm.kv_bytes_per_token * KV_BLOCK_TOKENS))
     used = total_blocks if kv_full else int(blocks.sum())
     req = RequestView(

@@ -65,6 +65,7 @@ def test_the_calibrated_step_is_shown_as_its_floor_plus_overhead() -> None:
     """'16.0 ms = 8.48 ms floor + 7.53 ms overhead': the floor is the ideal step model's price of the same step."""
     from dataclasses import replace as dc_replace
 
+    from engine.physics.batch import Batch
     from engine.physics.step import StepModel, StepOptions
     from tui.render.fmt import dur
 
@@ -75,7 +76,8 @@ def test_the_calibrated_step_is_shown_as_its_floor_plus_overhead() -> None:
     frame = build_frame(snap)
     st = snap.last_step
     # Batch-1 decode at context ~3: the ideal step model prices the same step (the floor of scene 1).
-    ideal = StepModel(snap.hardware, snap.model, StepOptions(ideal=True)).cost([1], [3])
+    ideal_sm = StepModel(snap.hardware, snap.model, StepOptions(ideal=True))
+    ideal = ideal_sm.cost(Batch.of_rows(snap.model, [1], [3]))
     assert figures.floor_s(frame) == pytest.approx(ideal.time_s, rel=1e-3)
     over = st.time_s - figures.floor_s(frame)
     assert over > 0.001

@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
 
 
 def test_bench_json_engine_section() -> None:
-    r = cli("bench", "--json", "--ticks", "300", "--users", "300")
+    r = cli("bench", "--json", "--ticks", "300", "--users", "300", "--frames", "3")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     e = res["engine"]
@@ -95,6 +95,11 @@ def test_bench_json_engine_section() -> None:
     # The trace row replays the bundled sample to its end.
     tr = res["trace"]
     assert tr["requests"] == 300 and tr["sim_time_s"] > 84 and tr["wall_s"] > 0
+    # The frame rows: CPU time per frame with 1,000 and with 10,000 users, each naming what it measured.
+    for key, users in (("render", 1000), ("render_10000", 10_000)):
+        f = res[key]
+        assert f["users"] == users and f["frames"] == 3 and f"{users:,} users" in f["config"]
+        assert 0 < f["frame_ms_p50"] <= f["frame_ms_p99"] and f["streaming"] > 0
 
 
 def test_run_takes_a_vllm_serve_line_and_names_what_it_cannot_model(capsys: pytest.CaptureFixture[str]) -> None:

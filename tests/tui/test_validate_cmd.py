@@ -58,12 +58,12 @@ def test_the_vllm_campaign_prints_each_experiment_and_the_median_errors(capsys: 
     monkeypatch.setattr(replay, "STAGE_REQUESTS", 12)  # a short replay: the shape, not the figures
     code, out, _ = run_cli(["validate", "--table", "vllm015", "--json"], capsys)
     t = json.loads(out)["tables"][0]
-    assert code == 0 and t["name"] == "vllm015" and len(t["rows"]) == 13 and t["unrepresented"] == []
+    assert code == 0 and t["name"] == "vllm015" and len(t["rows"]) == 18 and t["unrepresented"] == []
     for k in ("ttft", "itl", "e2e"):
         errs = sorted(abs(r[k]["err_pct"]) for r in t["rows"])
-        assert t[f"{k}_median_abs_err_pct"] == pytest.approx(errs[6])
+        assert t[f"{k}_median_abs_err_pct"] == pytest.approx((errs[8] + errs[9]) / 2)  # 18: the middle two
         r = t["rows"][0][k]
         assert r["err_pct"] == pytest.approx(100 * (r["predicted_ms"] - r["measured_ms"]) / r["measured_ms"])
     code, out, _ = run_cli(["validate", "--table", "vllm015"], capsys)
-    assert code == 0 and "median |err| over 13 experiments" in out and "llama-4-scout" in out
+    assert code == 0 and "median |err| over 18 experiments" in out and "mixtral-8x7b" in out
     assert max(len(line) for line in out.splitlines()) <= 120

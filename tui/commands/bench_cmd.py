@@ -38,8 +38,10 @@ def bench_config(users: int = BENCH_USERS) -> EngineConfig:
 
 # The render section's JSON keys as a person reads them: (label, unit; "%" shows a fraction as a percentage).
 RENDER_LABELS: dict[str, tuple[str, str]] = {
-    "frame_ms_p50": ("frame time, median", " ms"), "frame_ms_p99": ("frame time, 99th percentile", " ms"),
-    "frame_ms_mean": ("frame time, mean", " ms"), "publish_ms_p50": ("publishing a frame, median", " ms"),
+    "frame_ms_p50": ("frame CPU time, median", " ms"), "frame_ms_p99": ("frame CPU time, 99th percentile", " ms"),
+    "frame_ms_mean": ("frame CPU time, mean", " ms"), "publish_ms_p50": ("publishing a frame, median", " ms"),
+    "wall_ms_p50": ("frame wall time, median", " ms"), "wall_ms_p99": ("frame wall time, 99th percentile", " ms"),
+    "config": ("configuration", ""),
     "cpu_share_at_30fps": ("one core used drawing at 30 fps", "%"),
     "cpu_share_with_engine_at_30fps": ("one core used drawing and simulating at 30 fps", "%"),
     "frames": ("frames timed", ""), "users": ("users on screen", ""), "streaming": ("answers streaming", ""),
@@ -48,7 +50,7 @@ RENDER_LABELS: dict[str, tuple[str, str]] = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """--ticks, --users, --json."""
+    """--ticks, --users, --fleet, --trace, --frames, --json."""
     p.add_argument("--ticks", type=positive_int, default=20_000, help="engine ticks to time (default 20,000)")
     p.add_argument("--users", type=positive_int, default=BENCH_USERS, help=f"closed-loop users (default {BENCH_USERS})")
     p.add_argument("--fleet", action="store_true",
@@ -58,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan-configs", type=positive_int, default=1000, help="configurations of the plan row")
     p.add_argument("--trace", default="azure-conv-sample",
                    help="trace to replay for the trace row (default: the bundled azure-conv-sample)")
+    p.add_argument("--frames", type=positive_int, default=300, help="frames to time in each render row (default 300)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -108,26 +111,24 @@ def trace_bench(trace: str = "azure-conv-sample") -> dict[str, Any]:
             "model": cfg.model, "hardware": cfg.hardware}
 
 
-def render_bench() -> dict[str, Any] | None:
-    """The app's per-frame cost with 1,000 users streaming at 120x40 (JSON key "render")."""
-    from tui.render_bench import render_bench as frames  # imports Textual: only when benchmarking
+def render_bench(frames: int = 300) -> dict[str, dict[str, Any]]:
+    """The app's CPU cost per frame at 120x40 with 1,000 and with 10,000 users (JSON keys "render", "render_10000")."""
+    from tui import render_bench as rb  # runs the app (Textual): only when benchmarking
 
-    return frames()
+    return {"render" if n == rb.USERS[0] else f"render_{n}": rb.render_bench(n, frames=frames) for n in rb.USERS}
 
 
-def collect(ticks: int, users: int, trace: str = "azure-conv-sample") -> dict[str, Any]:
-    """Every section of the benchmark: "engine" always, "render" when its hook returns figures."""
+def collect(ticks: int, users: int, trace: str = "azure-conv-sample", frames: int = 300) -> dict[str, Any]:
+    """Every section of the benchmark: the engine rows, the trace replay, the frame rows ("render", "render_10000")."""
     out: dict[str, Any] = {"engine": engine_bench(ticks, users), "engine_varied": engine_bench(ticks, users, True),
                            "trace": trace_bench(trace)}
-    render = render_bench()
-    if render is not None:
-        out["render"] = render
+    out.update(render_bench(frames))
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark sections and print them."""
-    res = collect(args.ticks, args.users, args.trace)
+    res = collect(args.ticks, args.users, args.trace, args.frames)
     if args.fleet:
         from tui.commands.fleet_bench import fleet_day, plan_grid
 
@@ -165,10 +166,11 @@ def run(args: argparse.Namespace) -> int:
     tr = res["trace"]
     t.add_row("trace replay", f"{tr['trace']}: {tr['requests']:,} requests, {tr['sim_time_s']:,.0f} s simulated in"
               f" {tr['wall_s']:.2f} s wall ({tr['cpu_s']:.2f} s CPU), {tr['model']} / {tr['hardware']}")
-    for k, v in (res.get("render") or {}).items():
-        label, unit = RENDER_LABELS.get(k, (k.replace("_", " "), ""))
-        shown = f"{100 * v:,.1f} %" if unit == "%" else f"{v:,.2f}{unit}" if isinstance(v, float) else (
-            "x".join(map(str, v)) if isinstance(v, list) else f"{v:,}" if isinstance(v, int) else str(v))
-        t.add_row(f"render: {label}", shown)
+    for section in (k for k in res if k.startswith("render")):
+        for k, v in res[section].items():
+            label, unit = RENDER_LABELS.get(k, (k.replace("_", " "), ""))
+            shown = f"{100 * v:,.1f} %" if unit == "%" else f"{v:,.2f}{unit}" if isinstance(v, float) else (
+                "x".join(map(str, v)) if isinstance(v, list) else f"{v:,}" if isinstance(v, int) else str(v))
+            t.add_row(f"{section.replace('_', ' ')}: {label}", shown)
     console().print(t)
     return 0

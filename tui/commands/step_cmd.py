@@ -10,6 +10,7 @@ from rich.table import Table
 from engine import validation as V
 from engine.errors import InputError
 from engine.numbers import fixed, si
+from engine.physics.batch import Batch
 from engine.physics.step import StepCost, StepModel
 from engine.physics.xray import step_xray
 from tui.commands.options import (
@@ -55,7 +56,8 @@ def price(sm: StepModel, args: argparse.Namespace) -> StepCost:
             raise InputError(f"prompt of {total:,} tokens (context + prompt) exceeds {sm.model.name}'s"
                              f" context window of {sm.model.max_context:,}")
         check_batch_fits(sm, args.batch, total)
-        return sm.cost(np.full(args.batch, args.prompt), np.full(args.batch, args.context), logits=args.batch)
+        return sm.cost(Batch.of_rows(sm.model, np.full(args.batch, args.prompt), np.full(args.batch, args.context),
+                                      logits=args.batch))
     if args.context + 1 > sm.model.max_context:
         raise InputError(f"context {args.context:,} exceeds {sm.model.name}'s window of {sm.model.max_context:,}")
     check_batch_fits(sm, args.batch, args.context + 1)

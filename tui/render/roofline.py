@@ -108,6 +108,11 @@ def plot(frame: Frame, width: int, height: int) -> list[Text]:
     return out
 
 
+def inputs(frame: Frame) -> tuple[object, ...]:
+    """Everything `render` reads from a frame (the step is compared by value, the roof too)."""
+    return frame.step, frame.snapshot.roof, frame.lang
+
+
 def render(frame: Frame, width: int, height: int = 8) -> list[Text]:
     """Header row plus the plot; just the header when there is no room for a plot."""
     rows = [header(frame, width)]

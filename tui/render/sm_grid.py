@@ -52,12 +52,17 @@ def first_lit(frame: Frame, lit: int, per_row: int) -> int:
     return int(frame.progress * n) % n
 
 
+def inputs(frame: Frame, width: int, height: int) -> tuple[int, int, int]:
+    """(SMs, lit cells, first lit cell): all `render` draws from at a size."""
+    n = frame.snapshot.hardware.sm_count
+    lit = lit_count(frame)
+    return n, lit, first_lit(frame, lit, layout(n, width, height)[1])
+
+
 def render(frame: Frame, width: int, height: int = 3) -> list[Text]:
     """Rows of SM cells, as many lit as the shown step's MFU, placed by `first_lit`."""
-    n = frame.snapshot.hardware.sm_count
+    n, lit, start = inputs(frame, width, height)
     cw, per_row = layout(n, width, height)
-    lit = lit_count(frame)
-    start = first_lit(frame, lit, per_row)
     lit_set = {(start + i) % n for i in range(lit)}
     rows: list[Text] = []
     gap = " " if cw == 2 else ""

@@ -82,6 +82,11 @@ def legend(x: XRay, lang: str, width: int) -> Text:
     return out
 
 
+def inputs(frame: Frame) -> tuple[object, ...]:
+    """Everything `render` reads from a frame."""
+    return frame.step, frame.snapshot.opts.ideal, frame.lang
+
+
 def render(frame: Frame, width: int, height: int = 1) -> list[Text]:
     """Row 1: the labelled bar and the step time; a second row, if given one, the legend. Idle: blank."""
     x = xray(frame)

@@ -20,3 +20,7 @@ class Roofline(FramePanel):
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
         """The panel's rows, from its pure renderer."""
         return roofline.render(frame, width, height)
+
+    def inputs(self, frame: Frame, width: int, height: int) -> tuple[object, ...]:
+        """The roof, the step plotted (its point, batch and bound) and the language: a new step, not a frame."""
+        return roofline.inputs(frame)

@@ -19,3 +19,7 @@ class SmGrid(FramePanel):
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
         """The panel's rows, from its pure renderer."""
         return sm_grid.render(frame, width, height)
+
+    def inputs(self, frame: Frame, width: int, height: int) -> tuple[object, ...]:
+        """How many SMs, how many lit and where the lit block starts: it moves only while a busy step plays."""
+        return sm_grid.inputs(frame, width, height)

@@ -13,6 +13,7 @@ from textual.strip import Strip
 from tui.frame import Frame
 from tui.render import users
 from tui.render.users import Pieces
+from tui.widgets.panel import PaintedLines
 
 _Key = tuple[tuple[str, str], ...]
 
@@ -28,7 +29,7 @@ def _strip(pieces: Pieces, width: int, base: Style) -> Strip:
     return Strip([Segment(text, base + _style(style)) for text, style in pieces], width)
 
 
-class UsersList(ScrollView):
+class UsersList(PaintedLines, ScrollView):
     """A virtual list: only the rows on screen are ever rendered, and only changed ones repainted."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
@@ -38,13 +39,14 @@ class UsersList(ScrollView):
         # list row -> (key, strip) for the rows on screen in the current frame, at width _width
         self._rows: dict[int, tuple[_Key, Strip]] = {}
         self._width = 0
+        self._title: str | None = None  # the title last set (reading border_title back renders it to markup)
 
     def show(self, frame: Frame) -> None:
         """Take a new frame: size the virtual canvas, re-render the visible rows, repaint those that changed."""
         self.frame = frame
         title = users.title(frame)
-        if title != self.border_title:
-            self.border_title = title
+        if title != self._title:
+            self.border_title = self._title = title
         region = self.scrollable_content_region
         size = Size(region.width, frame.row_count)
         if size != self.virtual_size:

@@ -19,3 +19,7 @@ class XRayBar(FramePanel):
     def rows(self, frame: Frame, width: int, height: int) -> list[Text]:
         """The panel's rows, from its pure renderer."""
         return xray.render(frame, width, height)
+
+    def inputs(self, frame: Frame, width: int, height: int) -> tuple[object, ...]:
+        """The step shown, whether it is priced ideal, and the language: a new step, not a frame."""
+        return xray.inputs(frame)

@@ -1,0 +1,235 @@
+"""Admission: which waiting requests join a lane's running batch this step, and with which first chunk.
+
+Preempted requests go first (lowest id first), then the queue in arrival order, while batch slots, free KV
+blocks and the scheduler's token budget allow. With prefix caching a candidate first reuses the longest run
+of its content's blocks found in the cache (engine.serving.keying), then takes blocks for the rest of its
+chunk. Functions of the lane: its tables, pool and scheduler stay the lane's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from engine.serving import keying
+from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for, spend
+
+if TYPE_CHECKING:
+    from engine.serving.lane import Lane
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY.flags.writeable = False
+
+
+def closed(lane: Lane) -> bool:
+    """No waiting request can join whatever the blocks: no slot, a policy that admits only into an empty
+    batch, or nobody waiting."""
+    n = lane.R.n
+    return lane.sched.max_batch <= n or (n > 0 and not lane.sched.admits_while_running()) or not lane.waiting
+
+
+def blocked(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool) -> bool:
+    """No waiting request can join now. Admission takes a leading run of candidates, and a policy's answer
+    for a candidate depends only on those ahead of it, so the first in line decides whether any joins."""
+    if closed(lane):
+        return True
+    P = lane.P
+    # Preempted requests go first, lowest id first; then the queue's head.
+    if P.n:
+        j = int(np.argmin(P.col("id")))
+        head = P.cols.pick(slice(j, j + 1))
+    else:
+        head = lane.Q.cols.pick(slice(lane.Q.head, lane.Q.head + 1))
+    if lane.caching and (lane.shared_content or P.n):  # _admit's own test for looking in the cache
+        return admit_cached(lane, head, free, tokens_planned, prefill_planned, dry=True)[0] == 0
+    chunk, ok = lane.sched.admit_chunks(head.target.copy(), tokens_planned, prefill_planned)
+    return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
+
+
+def admit(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool, t: float,
+          cut: float = math.inf) -> tuple[np.ndarray, bool]:
+    """Admit waiting requests (preempted first, by id, then FIFO) while slots, `free` blocks and the scheduler's
+    budget allow; they move to the end of R holding their first chunk's blocks. Queued requests that arrived
+    after `cut` (async scheduling: when this step's batch was chosen) wait.
+
+    Returns the tokens each admitted row prefills this step, and whether they are whole prompts read from an
+    empty cache (no cache hit and no prompt split: waiting requests hold no cache).
+    """
+    if closed(lane):
+        return _EMPTY, False
+    picked = _candidates(lane, t, cut)
+    if picked is None:
+        return _EMPTY, False
+    order, mq, target = picked
+    P, Q = lane.P, lane.Q
+    # Nothing can be found in the cache unless some content is shared or a preempted request left its own.
+    cached_path = lane.caching and (lane.shared_content or P.n > 0)
+    if cached_path:
+        cand = Rows.join([P.rows().pick(order), Q.rows(mq)]) if len(order) else Q.rows(mq)
+        k, chunk, hit, hkey = admit_cached(lane, cand, free, tokens_planned, prefill_planned)
+        whole = False
+    else:
+        chunk, ok = lane.sched.admit_chunks(target, tokens_planned, prefill_planned)
+        bl = blocks_for(chunk)
+        took = bl.cumsum()  # blocks the first j + 1 candidates take
+        ok &= took <= free
+        k = len(ok) if ok.all() else int(ok.argmin())
+        whole = lane.sched.whole_prompts or bool((chunk[:k] == target[:k]).all())
+        assert not (lane.spec.debug and lane.sched.whole_prompts) or (chunk[:k] == target[:k]).all(), \
+            f"scheduler {lane.sched.name!r} says whole_prompts but split a prompt"
+    if k == 0:
+        return _EMPTY, False
+    chunk = chunk[:k].copy()
+    kp = min(k, len(order))
+    # The admitted rows move to the end of R; `a` is a view of them there.
+    a = lane.R.append_view(Rows.join([P.rows().pick(order[:kp]), Q.rows(k - kp)]) if kp else Q.rows(k))
+    a.seq[:] = np.arange(lane.seq, lane.seq + k)
+    lane.seq += k
+    if cached_path:
+        _start_cached(lane, a, hit[:k], hkey[:k], chunk)
+    else:
+        lane.pool.alloc(int(took[k - 1]))
+        a.blocks[:] = bl[:k]  # a waiting request holds no cache: its chunk's blocks
+    _leave_waiting(lane, a, k, kp, order, t)
+    return chunk, whole
+
+
+def _candidates(lane: Lane, t: float, cut: float) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """Who may be admitted, in order: the preempted rows' positions in P (lowest id first), how many of the
+    queue's head follow them, and all their targets; None when none may (async scheduling's cut)."""
+    P, Q = lane.P, lane.Q
+    slots = lane.sched.max_batch - lane.R.n
+    if cut < t and Q.size:  # the queue is in arrival order
+        slots = min(slots, P.n + int(Q.col("arrival").searchsorted(cut, side="right")))
+        if slots <= 0:
+            return None
+    if P.n:
+        order = np.argsort(P.col("id"), kind="stable")[:slots]
+        mq = min(slots - len(order), Q.size)
+        return order, mq, np.concatenate([P.col("target")[order], Q.col("target")[:mq]])
+    mq = min(slots, Q.size)
+    return _EMPTY, mq, Q.col("target")[:mq]
+
+
+def _start_cached(lane: Lane, a: Rows, hit: np.ndarray, hkey: np.ndarray, chunk: np.ndarray) -> None:
+    """Admitted rows `a` start with the blocks they found in the prefix cache and hold blocks for their chunk."""
+    # Reused blocks are in the cache already: the row starts with them, computes the rest.
+    a.full[:] = hit
+    a.hkey[:] = hkey
+    a.cached[:] = hit * BLOCK
+    if lane.pool.host_total:
+        # Blocks found only in host memory came back over the host link before the step could run.
+        moved = lane.pool.loaded - lane.loaded_seen
+        lane.loaded_seen = lane.pool.loaded
+        lane.load_s += moved * BLOCK * lane.sm.kv_bytes_per_token / (lane.sm.hw.host_link_gbps * 1e9)
+    fresh = np.maximum(np.minimum(a.cached, a.prompt) - a.input, 0)  # prompt tokens never read before
+    a.input[:] += fresh
+    a.hit[:] += fresh
+    nf = int(fresh.sum())
+    lane.stats.in_tokens += nf
+    lane.stats.cached_in_tokens += nf
+    a.blocks[:] = blocks_for(a.cached + chunk)
+
+
+def _leave_waiting(lane: Lane, a: Rows, k: int, kp: int, order: np.ndarray, t: float) -> None:
+    """The k admitted rows `a` (the first kp of them preempted ones, at `order` in P) leave P and Q at t."""
+    P, Q = lane.P, lane.Q
+    first = np.isnan(a.admit)
+    a.admit[first] = t
+    if kp:
+        back = a.pick(slice(0, kp))  # readmitted after a preemption: their wait ends, their recompute starts
+        spend(back, t, back.pre, back.pre_v)
+        back.mark[:] = t  # (views: this writes a's rows)
+    if kp:
+        keep = np.ones(P.n, dtype=bool)
+        keep[order[:kp]] = False
+        P.keep(keep)
+    if k > kp:
+        Q.pop(k - kp)
+    lane.n_pf += k
+
+
+def admit_cached(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefill_planned: bool,
+                 dry: bool = False) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """Admission with prefix caching, candidate by candidate in order: each reuses the longest run of cached
+    blocks of its content (never the block holding its last token, which must be computed), then takes
+    blocks for the rest of its first chunk. Stops at the first that does not fit the budget or the pool.
+    Returns how many were admitted, their chunks, reused blocks and last reused key. `dry`: only whether the
+    first would join (1 or 0), changing nothing."""
+    pool = lane.pool
+    reserve = pool.available - free  # the running batch's growth this step
+    n = len(cand)
+    # The same head that did not fit last time still does not while nothing that could help has happened:
+    # no more blocks to be had, no new keys in the cache, no more of the token budget.
+    memo = (int(cand.id[0]), pool.keys_added)
+    if lane.blocked_head[:2] == memo and free <= lane.blocked_head[2] and tokens_planned >= lane.blocked_head[3]:
+        return 0, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    chunks = np.zeros(n, dtype=np.int64)
+    hits = np.zeros(n, dtype=np.int64)
+    hkeys = np.zeros(n, dtype=np.int64)
+    planned, pf_planned = tokens_planned, prefill_planned
+    maxhit = _max_hits(cand)
+    if not maxhit.any():
+        k, chunk = _admit_unkeyed(lane, cand, free, tokens_planned, prefill_planned, dry)
+        return k, chunk, hits, hkeys
+    j, batch = 0, 1
+    while j < n:
+        # Keys for a few candidates at a time (1, 4, 16, ...): a blocked queue head costs one request's keys.
+        sl = slice(j, min(n, j + batch))
+        mh = maxhit[sl]
+        if j == 0 and lane.head_keys[0] == memo[0] and lane.head_keys[1].size == mh[0]:
+            keys = lane.head_keys[1]  # a waiting head is tried every tick: its keys do not change
+        else:
+            keys = keying.block_keys(cand.id[sl], cand.group[sl], cand.prefix[sl], cand.body[sl], cand.sess[sl],
+                                     cand.prompt[sl], np.zeros_like(mh), mh, np.zeros(len(mh), dtype=np.int64))
+            if j == 0:
+                lane.head_keys = (memo[0], keys)
+        ends = np.cumsum(mh)
+        tg = cand.target[sl]
+        for i in range(len(mh)):
+            kk = keys[ends[i] - mh[i]:ends[i]]
+            h = pool.match(kk)
+            if h and pool.host:
+                h = keying.worth_loading(lane, kk[:h])
+            rem = int(tg[i]) - h * BLOCK
+            ch, ok = lane.sched.admit_chunks(np.array([rem], dtype=np.int64), planned, pf_planned)
+            nb = int(blocks_for(h * BLOCK + ch[0])) - h
+            if dry:
+                fits = bool(ok[0]) and nb <= pool.available - pool.revivable(kk[:h]) - reserve
+                return int(fits), chunks, hits, hkeys
+            if not ok[0] or not pool.admit(kk[:h], nb, reserve):
+                if j + i == 0:
+                    lane.blocked_head = (*memo, free, tokens_planned)
+                return j + i, chunks, hits, hkeys
+            chunks[j + i], hits[j + i] = ch[0], h
+            if h:
+                hkeys[j + i] = np.int64(kk[h - 1].astype(np.int64))
+            planned += int(ch[0])
+            pf_planned = True
+        j += len(mh)
+        batch *= 4
+    return n, chunks, hits, hkeys
+
+
+def _admit_unkeyed(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefill_planned: bool,
+                   dry: bool) -> tuple[int, np.ndarray]:
+    """admit_cached when no candidate could find a block in the cache: the leading run that fits the budget and
+    the free blocks, and their chunks (`dry`: 1 if the first fits, else 0, taking nothing)."""
+    chunk, ok = lane.sched.admit_chunks(cand.target, tokens_planned, prefill_planned)
+    ok &= np.cumsum(blocks_for(chunk)) <= free
+    k = len(ok) if ok.all() else int(np.argmin(ok))
+    if dry:
+        return min(k, 1), chunk
+    if k:
+        lane.pool.alloc(int(blocks_for(chunk[:k]).sum()))
+    return k, chunk
+
+
+def _max_hits(cand: Rows) -> np.ndarray:
+    """Blocks each candidate could find cached: never the one holding its last token (it must be computed), and
+    only shareable ones unless it was preempted (its own blocks were cached when it left)."""
+    maxhit = (cand.target - 1) >> SHIFT
+    return np.where(cand.preempts > 0, maxhit, np.minimum(maxhit, keying.shareable(cand.prompt, cand.prefix,
+                                                                                    cand.body, cand.sess)))

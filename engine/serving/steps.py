@@ -1,0 +1,616 @@
+"""The step kinds of a lane: how one planned step is turned into a batch record, priced and applied.
+
+Every kind does the same four things: it builds the step's batch record (engine.physics.batch.Batch) from the
+running rows, has the lane price it (Lane.price: the step model's one entry point, StepModel.price), moves the
+lane's clock, and applies the step (caches grow, tokens come out, first and first-visible times are stamped,
+finished requests leave) before the lane accounts it. The kinds differ only in the batch they build and what
+their tokens do, so each is a short function over the shared helpers here.
+
+STEP_KINDS is the registry, in the order the lane tries them: the first whose `when` accepts the step's plan
+runs it. A new kind is one StepKind added with `register` (docs/extending/step-kinds.md has the recipe).
+The quiet-run jump (many decode steps priced in one call) is not a kind: it runs between ticks, see jump().
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from engine.physics.batch import Batch
+from engine.physics.specs import Model
+from engine.physics.speculative import sample_accepted
+from engine.physics.step import StepCost, StepModel, StepParts
+from engine.serving import admission, keying
+from engine.serving.accounting import H
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, blocks_for
+
+if TYPE_CHECKING:
+    from engine.serving.lane import Lane, TickResult
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY.flags.writeable = False
+_ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
+_ONES[0].flags.writeable = False
+
+
+def ones(n: int) -> np.ndarray:
+    """n read-only int64 ones (a view of a shared array that doubles when a batch outgrows it)."""
+    a = _ONES[0]
+    if n > a.size:
+        a = np.ones(max(n, 2 * a.size), dtype=np.int64)
+        a.flags.writeable = False
+        _ONES[0] = a
+    return a[:n]
+
+
+class StepPlan(NamedTuple):
+    """What the lane decided for this tick before any kind runs it: rows [0, n_run) were running, [n_run, n)
+    were just admitted with `chunks` tokens each (`whole`: whole prompts from an empty cache)."""
+
+    n_run: int
+    n: int
+    new: np.ndarray | None  # tokens each running row computes (None: one each, a pure decode)
+    nb: np.ndarray | None  # with new None: the running rows whose next token opens a block
+    need: int  # blocks the running rows' growth takes this step
+    chunks: np.ndarray  # tokens each admitted row prefills
+    whole: bool
+    tick: int
+    admitted: np.ndarray  # ids admitted (for the TickResult)
+    pre: np.ndarray  # ids preempted
+    want: bool  # build a TickResult (False: a headless run reads totals only)
+
+
+class StepKind(NamedTuple):
+    """One kind of step: `when` says whether it runs a plan, `run` runs it (None when the plan wants no result)."""
+
+    name: str
+    when: Callable[[Lane, StepPlan], bool]
+    run: Callable[[Lane, StepPlan], TickResult | None]
+
+
+# ---- batch records: one builder per shape of batch ----------------------------------------------------------
+
+def window(model: Model, cached: np.ndarray, new: np.ndarray | None = None) -> tuple[float, float]:
+    """(sum_win, attn_win) of rows holding `cached` tokens that add `new` each (None: one each, a decode): what
+    the model's sliding-window or chunked layers read and attend to. Zero for a model without local layers."""
+    if model.sliding_layers <= 0:
+        return 0.0, 0.0
+    sum_win = float(model.local_seen(cached).sum())
+    if new is None:  # a decode token sees local_seen(c) and half a pair on itself
+        return sum_win, sum_win + 0.5 * cached.size
+    return sum_win, float(model.local_pairs(cached, new).sum())
+
+
+def decode_batch(model: Model, cached: np.ndarray) -> Batch:
+    """Every row decodes one token on top of its cache (the attention sums are whole and half tokens)."""
+    n = cached.size
+    sum_ctx = float(cached.sum())
+    attn = sum_ctx + 0.5 * n
+    sum_win, attn_win = window(model, cached)
+    return Batch(tokens=n, seqs=n, sum_ctx=sum_ctx, sum_win=sum_win, attn_full=attn, attn_win=attn_win, logits=n,
+                 attn_decode=attn)
+
+
+def join_batch(model: Model, dec: np.ndarray, chunks: np.ndarray) -> tuple[Batch, float]:
+    """Running rows (caches `dec`) decode one token each while admitted rows read whole prompts (`chunks`) from
+    an empty cache: every row emits, so every row needs logits. Also the prefill rows' attention pairs (the
+    step's cost rule charges them to input)."""
+    n_run = dec.size
+    s_dec = float(dec.sum())
+    nf = chunks.astype(np.float64)
+    attn_pf = float((nf * (nf / 2)).sum())
+    attn_dec = s_dec + 0.5 * n_run
+    sum_win, attn_win = window(model, dec)
+    if model.sliding_layers > 0:
+        attn_win += float(model.local_pairs(np.zeros(nf.size), nf).sum())
+    b = Batch(tokens=n_run + int(chunks.sum()), seqs=n_run + chunks.size, sum_ctx=s_dec, sum_win=sum_win,
+              attn_full=attn_dec + attn_pf, attn_win=attn_win, logits=n_run + chunks.size, attn_decode=attn_dec)
+    return b, attn_pf
+
+
+def mixed_batch(model: Model, cached: np.ndarray, new: np.ndarray, nf: np.ndarray, a: np.ndarray,
+                decoding: np.ndarray, logits: int) -> Batch:
+    """Rows add `new` tokens (float `nf`, pairs `a` = nf (cached + nf / 2)) on top of `cached`; rows in
+    `decoding` are past their prompt; `logits` rows reach their target and emit."""
+    sum_win, attn_win = window(model, cached, nf)
+    return Batch(tokens=int(new.sum()), seqs=int(np.count_nonzero(new)), sum_ctx=float(cached.sum()),
+                 sum_win=sum_win, attn_full=float(a.sum()), attn_win=attn_win, logits=logits,
+                 attn_decode=float(a[decoding].sum()))
+
+
+def verify_batch(model: Model, cached: np.ndarray, q: np.ndarray) -> Batch:
+    """A speculative verify pass: each row computes q tokens (its drafts and one more) on top of its cache, every
+    one of them scored (logits), all of them decode pairs (MLA's absorbed width)."""
+    nf = q.astype(np.float64)
+    tokens = int(q.sum())
+    attn = float((nf * (cached + nf / 2)).sum())
+    sum_win, attn_win = window(model, cached, nf)
+    return Batch(tokens=tokens, seqs=cached.size, sum_ctx=float(cached.sum()), sum_win=sum_win, attn_full=attn,
+                 attn_win=attn_win, logits=tokens, attn_decode=attn)
+
+
+def run_batch(model: Model, cached: np.ndarray, k: int) -> Batch:
+    """k decode steps in a row, as arrays: step j has every row j tokens further on and adds one each. Tokens
+    and logits stay one float (every step has the same batch): the step model prices their terms once."""
+    n = cached.size
+    j = np.arange(k)
+    sum_ctx = (int(cached.sum()) + j * n).astype(np.float64)
+    attn = sum_ctx + 0.5 * n
+    if model.sliding_layers > 0:
+        sum_win = window_sums(cached, k, int(model.sliding_window), model.chunked)
+        attn_win = sum_win + 0.5 * n
+    else:
+        sum_win = attn_win = 0.0  # one float for every step: the window terms are not priced per step
+    tok = float(n)
+    return Batch(tokens=tok, seqs=n, sum_ctx=sum_ctx, sum_win=sum_win, attn_full=attn, attn_win=attn_win, logits=tok,
+                 attn_decode=attn)
+
+
+def window_sums(cached: np.ndarray, k: int, w: int, chunked: bool) -> np.ndarray:
+    """Sum over rows of local_seen(cached + j) for j = 0..k-1, exactly (integers), without a k x rows matrix.
+
+    A sliding window sees min(c, w) tokens; a chunked layer sees c mod w (closed form here for k <= w)."""
+    j = np.arange(k)
+    n = cached.size
+    if chunked:
+        r = np.sort(cached % w)
+        # (r + j) mod w = r + j, less w for the rows that crossed into the next chunk (r >= w - j).
+        crossed = n - np.searchsorted(r, w - j, side="left")
+        return (int(r.sum()) + j * n - w * crossed).astype(np.float64)
+    cs = np.sort(cached)
+    below = np.searchsorted(cs, w - j, side="left")  # rows still inside the window: c + j < w
+    prefix = np.concatenate(([0], np.cumsum(cs)))
+    return (prefix[below] + j * below + (n - below) * w).astype(np.float64)
+
+
+# ---- what every kind shares ---------------------------------------------------------------------------------
+
+def stamp_visible(lane: Lane, n: int, gen: np.ndarray, emit: np.ndarray | None, t1: float) -> int:
+    """Stamp t1 as the first visible token's time of rows whose hidden thinking just ended, and return the
+    visible tokens the step emitted. `emit`: rows that emitted one token (None: every row did)."""
+    c = lane.R.cols
+    if emit is None:
+        if lane.think_zero:  # nothing hidden: a row whose first token this is was stamped with it
+            return n
+        think = c.think[:n]
+        vis = gen == think + 1
+        if vis.any():
+            c.visible[:n][vis] = t1
+        return int(np.count_nonzero(gen > think))
+    think = c.think[:n]
+    vis = emit & (gen == think + 1)
+    if vis.any():
+        c.visible[:n][vis] = t1
+    return int(np.count_nonzero(emit)) if lane.think_zero else int(np.count_nonzero(emit & (gen > think)))
+
+
+def finish(lane: Lane, s: StepPlan, p: StepParts, tokens: int, n_emit: int, vis_tokens: int, t1: float,
+           dt: float, ids: np.ndarray, counts: np.ndarray, inputs: tuple[int, int, float, float] = (0, 0, 0.0, 0.0),
+           ) -> TickResult | None:
+    """The end every kind shares: finished rows leave, the step is accounted (`inputs`: prompt tokens read
+    for the first time, recomputed tokens, and the step's shares charged to input and cached input), and the
+    TickResult is built when wanted."""
+    n = s.n
+    gen = lane.R.cols.gen[:n]
+    done = gen >= lane.R.cols.total[:n]
+    completed = lane.complete(done, t1) if done.any() else _EMPTY
+    in_new, recomputed, share_in, share_cached = inputs
+    lane.account(p, tokens, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
+    return lane.result(s.tick, dt, ids, counts, s.admitted, s.pre, completed) if s.want else None
+
+
+def fill_new_blocks(lane: Lane, n: int, cached: np.ndarray) -> None:
+    """With shared content, key the blocks rows just filled (engine.serving.keying)."""
+    if lane.shared_content:
+        keying.fill(lane, np.flatnonzero((cached >> SHIFT) > lane.R.cols.full[:n]))
+
+
+# ---- the kinds ----------------------------------------------------------------------------------------------
+
+def decode_step(lane: Lane, s: StepPlan) -> TickResult | None:
+    """A pure decode step: every running row adds one token on top of its cache."""
+    n, nb = s.n, s.nb
+    lane.pool.alloc(s.need)
+    c = lane.R.cols
+    cached = c.cached[:n]
+    dt, p = lane.price(decode_batch(lane.sm.model, cached))
+    t1 = lane.advance(dt)
+    gen = c.gen[:n]
+    cached += 1
+    c.blocks[:n] += nb
+    gen += 1
+    if lane.shared_content:
+        keying.fill(lane, np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
+    ids = c.id[:n].copy() if s.want else _EMPTY
+    vis_tokens = stamp_visible(lane, n, gen, None, t1)
+    lane.stats.itl.add(dt, c.stage[:n] if lane.staged else 0, n)  # every row had its first token already
+    return finish(lane, s, p, n, n, vis_tokens, t1, dt, ids, ones(n))
+
+
+def join_step(lane: Lane, s: StepPlan) -> TickResult | None:
+    """mixed_step's common case on fewer and smaller arrays: the running rows [0, n_run) all decode and the rows
+    just admitted [n_run, n) read their whole prompt from an empty cache, so every row emits.
+
+    Same aggregates as mixed_step (its sums are of whole and half tokens, exact in any order), same updates.
+    """
+    n_run, n, chunks = s.n_run, s.n, s.chunks
+    lane.pool.alloc(s.need)
+    c = lane.R.cols
+    b, attn_pf = join_batch(lane.sm.model, c.cached[:n_run], chunks)
+    dt, p = lane.price(b)
+    in_new, recomputed, share_in = _join_inputs(lane, s, p, b, attn_pf)
+    t1 = lane.advance(dt)
+    if lane.stats.preemptions:
+        lane.end_recomputes(~np.isnan(c.mark[:n]), t1)  # every row emits: recomputes that end with this step
+    if n_run:
+        c.cached[:n_run] += 1
+        c.blocks[:n_run] += s.nb
+    c.cached[n_run:n] = chunks
+    fill_new_blocks(lane, n, c.cached[:n])
+    gen = c.gen[:n]
+    gen += 1
+    first = gen[n_run:] == 1  # decode rows had a token already; a recomputed row too
+    n_first = _stamp_first(lane, n_run, n, first, t1)
+    vis_tokens = stamp_visible(lane, n, gen, None, t1)
+    # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
+    if lane.staged:
+        st = c.stage[:n]
+        lane.stats.itl.add(dt, np.concatenate([st[:n_run], st[n_run:][~first]]), n - n_first)
+    else:
+        lane.stats.itl.add(dt, 0, n - n_first)
+    ids = c.id[:n].copy() if s.want else _EMPTY
+    lane.n_pf = 0
+    return finish(lane, s, p, b.tokens, n, vis_tokens, t1, dt, ids, ones(n), (in_new, recomputed, share_in, 0.0))
+
+
+def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float) -> tuple[int, int, float]:
+    """A join step's prompt tokens read for the first time, recomputed ones and prefill's share of the time."""
+    n_run, n, chunks = s.n_run, s.n, s.chunks
+    c = lane.R.cols
+    # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
+    inp = c.input[n_run:n]
+    gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
+    in_new = int(gained.sum())
+    inp += gained
+    t_pf = b.tokens - n_run
+    # mixed_step's cost rule: prefill's share of the step's FLOPs is charged to input tokens.
+    ftot = p.flops_total
+    part = p.fl_mm * t_pf / b.tokens
+    if b.attn_full:
+        part += p.fl_attn * attn_pf / b.attn_full
+    part += p.fl_lm * (n - n_run) / n
+    return in_new, t_pf - in_new, part / ftot if ftot else 0.0
+
+
+def _stamp_first(lane: Lane, n_run: int, n: int, first: np.ndarray, t1: float) -> int:
+    """Stamp t1 as the first token's time of admitted rows [n_run, n) in `first` (and as the first visible one
+    with nothing hidden); returns how many."""
+    c = lane.R.cols
+    n_first = int(np.count_nonzero(first))
+    if n_first == n - n_run:  # (the common case, every admitted row new: slices, not masks)
+        if lane.think_zero:  # nothing hidden: the first token is the first visible one
+            c.f[FloatCol.FIRST:FloatCol.VISIBLE + 1, n_run:n] = t1
+        else:
+            c.first[n_run:n] = t1
+    elif n_first:
+        c.first[n_run:n][first] = t1
+        if lane.think_zero:
+            c.visible[n_run:n][first] = t1
+    return n_first
+
+
+def mixed_step(lane: Lane, s: StepPlan) -> TickResult | None:
+    """A step with prefill in it: `new` tokens per row on top of its cache; rows reaching their target emit."""
+    new, need, n = _mixed_plan(lane, s)
+    lane.pool.alloc(need)
+    c = lane.R.cols
+    cached = c.cached[:n]
+    target = c.target[:n]
+    pf = cached < target
+    fresh_end = cached + new
+    emit = (fresh_end >= target) & (new > 0)
+    nf = new.astype(np.float64)
+    a = nf * (cached + nf / 2)
+    b = mixed_batch(lane.sm.model, cached, new, nf, a, ~pf, int(np.count_nonzero(emit)))
+    t_step, p = lane.price(b)
+    inputs = _mixed_inputs(lane, n, new, fresh_end, pf, emit, nf, a, p, b)
+    dt, inputs = _with_load(lane, t_step, inputs)
+    t1 = lane.advance(dt)
+    if lane.stats.preemptions:
+        lane.end_recomputes(emit & ~np.isnan(c.mark[:n]), t1)  # rows whose recompute ends with this step
+    # Apply: caches grow, tokens come out, first-token times are stamped.
+    gen = c.gen[:n]
+    cached[:] = fresh_end
+    c.blocks[:n] = blocks_for(fresh_end)
+    fill_new_blocks(lane, n, fresh_end)
+    gen += emit
+    first = emit & (gen == 1)
+    if first.any():
+        c.first[:n][first] = t1
+    vis_tokens = stamp_visible(lane, n, gen, emit, t1)
+    ids = c.id[:n][emit]  # (a copy: a mask picks)
+    later = emit & (gen > 1)  # tokens after a request's first: their gap is this step
+    lane.stats.itl.add(dt, c.stage[:n][later] if lane.staged else 0, int(np.count_nonzero(later)))
+    lane.n_pf = int(np.count_nonzero(cached < target))
+    n_emit = len(ids)
+    return finish(lane, s, p, b.tokens, n_emit, vis_tokens, t1, dt, ids, ones(n_emit), inputs)
+
+
+def _mixed_plan(lane: Lane, s: StepPlan) -> tuple[np.ndarray, int, int]:
+    """The tokens every row computes in a mixed step, the blocks the running rows take and the batch size."""
+    need, new = s.need, s.new
+    if s.n > s.n_run:
+        if new is None and lane.spec_k:
+            # Prefill joins: this step is a plain mixed step, decode rows verify nothing (one token each).
+            need = int(np.count_nonzero((lane.R.cols.cached[:s.n_run] & (BLOCK - 1)) == 0))
+        new = np.concatenate([ones(s.n_run) if new is None else new, s.chunks])
+    assert new is not None
+    return new, need, s.n
+
+
+def _mixed_inputs(lane: Lane, n: int, new: np.ndarray, fresh_end: np.ndarray, pf: np.ndarray, emit: np.ndarray,
+                  nf: np.ndarray, a: np.ndarray, p: StepParts, b: Batch) -> tuple[int, int, float, float]:
+    """A mixed step's prompt tokens read for the first time, recomputed ones, and the shares of its time charged
+    to input and to cached input.
+
+    Cost rule: a step's time is split between prefill and decode by each side's share of the step's FLOPs.
+    Every token passes through the same weights, so the matmuls (and the weight read they share) go by token
+    count; attention goes to whoever attends; the LM head to whoever needs logits. Prefill time is then charged
+    to input tokens, decode time to output. Prompt tokens that came from the prefix cache cost only the
+    attention that reads them: that part of the prefill rows' attention is charged to cached input.
+    """
+    c = lane.R.cols
+    cached = c.cached[:n]
+    # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
+    reach = np.minimum(fresh_end, c.prompt[:n])
+    inp = c.input[:n]
+    gained = np.maximum(reach - inp, 0)
+    in_new = int(gained.sum())
+    inp += gained
+    t_pf = int(new[pf].sum())
+    share_in = share_cached = 0.0
+    if t_pf:
+        ftot = p.flops_total
+        attn, logits = b.attn_full, b.logits
+        part = p.fl_mm * t_pf / b.tokens
+        if attn:
+            part += p.fl_attn * float(a[pf].sum()) / attn
+            if lane.caching:
+                reads = float((nf[pf] * np.minimum(c.hit[:n][pf], cached[pf])).sum())
+                share_cached = p.fl_attn * reads / attn / ftot if ftot else 0.0
+        if logits:
+            part += p.fl_lm * int(np.count_nonzero(emit & pf)) / logits
+        share_in = part / ftot - share_cached if ftot else 0.0
+    return in_new, t_pf - in_new, share_in, share_cached
+
+
+def _with_load(lane: Lane, t_step: float, inputs: tuple[int, int, float, float],
+               ) -> tuple[float, tuple[int, int, float, float]]:
+    """The step's time with the host-to-GPU copies of its cache hits (the step waits for them; the copy is
+    cached input's cost), and its input shares rescaled to that time."""
+    if not lane.load_s:
+        return t_step, inputs
+    in_new, recomputed, share_in, share_cached = inputs
+    load, lane.load_s = lane.load_s, 0.0
+    dt = t_step + load
+    f = t_step / dt
+    return dt, (in_new, recomputed, share_in * f, share_cached * f + load / dt)
+
+
+def spec_step(lane: Lane, s: StepPlan) -> TickResult | None:
+    """A speculative decode step: the drafter proposes K tokens per row, one verify pass computes K+1 on top of
+    each cache, each row keeps its accepted run plus one token, and the rejected drafts' KV is rolled back."""
+    n, need = s.n, s.need
+    lane.pool.alloc(need)
+    c = lane.R.cols
+    K = lane.spec_k
+    cached = c.cached[:n]
+    gen = c.gen[:n]
+    q = np.minimum(K + 1, c.total[:n] - gen)  # a row near its end verifies only what it still writes
+    b = verify_batch(lane.sm.model, cached, q)
+    t_step, p = lane.price(b)
+    dt = t_step + lane.spec.drafter.time(n, b.sum_ctx)  # type: ignore[union-attr]
+    t1 = lane.advance(dt)
+    acc = sample_accepted(lane.spec_rng, n, K, lane.spec.spec_accept)
+    emitted = np.minimum(acc + 1, q)
+    before = gen.copy()
+    cached += emitted
+    gen += emitted
+    held = int(c.blocks[:n].sum()) + need  # what the verify pass held (its K+1 tokens' blocks)
+    c.blocks[:n] = blocks_for(cached)
+    lane.pool.give(held - int(c.blocks[:n].sum()))  # the rejected drafts' blocks go back
+    fill_new_blocks(lane, n, cached)
+    # Several tokens a row: the first visible one comes out in this step if thinking ends inside the run.
+    think = c.think[:n]
+    vis = (before <= think) & (gen > think)
+    if vis.any():
+        c.visible[:n][vis] = t1
+    n_out = int(emitted.sum())
+    vis_tokens = int((gen - np.maximum(before, think)).clip(0).sum())
+    st = lane.stats
+    st.spec_steps += n
+    st.spec_tokens += n_out
+    st.itl.add(dt, c.stage[:n] if lane.staged else 0, n)  # a row's tokens of one step arrive together
+    ids = c.id[:n].copy() if s.want else _EMPTY
+    counts = emitted.copy() if s.want else _EMPTY
+    return finish(lane, s, p, b.tokens, n_out, vis_tokens, t1, dt, ids, counts)
+
+
+# ---- quiet runs: many decode steps at once -------------------------------------------------------------------
+
+def jump(lane: Lane, stop: float, max_steps: int) -> int:
+    """Run up to `max_steps` decode steps at once while none of them can meet an event; returns how many ran
+    (0: the next step is not quiet, take it with Lane.step).
+
+    Quiet means: every row decodes (no prefill), no step starts at or after the next arrival or `stop`, no
+    waiting request can be admitted (admission is monotone in free blocks, and they only shrink), and the
+    pool holds every new block (no preemption). The steps are priced in one call (a Batch of arrays); completions
+    end the run (the last step may finish requests). Counts, clocks and the per-tick history come out exactly as
+    step() by step() would give them (the same aggregates, and sums taken in the same order).
+    """
+    n, t0 = lane.R.n, lane.clock
+    if n == 0 or lane.n_pf or max_steps < 2 or lane.next_arrival <= t0 or lane.spec_k:
+        return 0
+    k, used, grown = _quiet_blocks(lane, max_steps)
+    if k < 2:
+        return 0
+    c = lane.R.cols
+    b = run_batch(lane.sm.model, c.cached[:n], k)
+    p = lane.sm.price(b)
+    dts, flops, byts = p.time, p.flops_total, p.bytes_total
+    clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
+    k = min(k, int(np.searchsorted(clock[:-1], min(lane.next_arrival, stop), side="left")))
+    if k < 2:
+        return 0
+    dts, flops, byts, used, grown, ends = dts[:k], flops[:k], byts[:k], used[:k], grown[:k], clock[1:k + 1]
+    gen = c.gen[:n]
+    _apply_run(lane, k, ends, int(grown[-1]), c.cached[:n], gen)
+    if lane.async_sched:
+        lane.chosen_at = float(clock[k - 1])  # the last jumped step's start
+    _account_run(lane, k, ends, dts, flops, byts, used, gen >= c.total[:n])
+    # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
+    lane.priced = partial(_last_of_run, lane.sm, b, k - 1, n)
+    lane.stats.last_batch = n
+    return k
+
+
+def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
+    """The StepCost of step `last` of a run priced as one record `b` (built only when last_cost is read)."""
+    win = (0.0, 0.0) if isinstance(b.sum_win, float) else (float(b.sum_win[last]), float(b.attn_win[last]))
+    at = float(b.attn_full[last])
+    return sm.cost(Batch(tokens=n, seqs=n, sum_ctx=float(b.sum_ctx[last]), sum_win=win[0], attn_full=at,
+                         attn_win=win[1], logits=n, attn_decode=at))
+
+
+def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """How many decode steps may run before a completion, an admission or a preemption could happen (< 2: not
+    worth a jump), with the pool's used blocks after each and the blocks the run has grown by then."""
+    none = (0, _EMPTY, _EMPTY)
+    n = lane.R.n
+    c = lane.R.cols
+    cached = c.cached[:n]
+    # The first step finishing a request ends the run.
+    k = min(max_steps, int((c.total[:n] - c.gen[:n]).min()))
+    model = lane.sm.model
+    if model.sliding_layers and model.chunked:
+        k = min(k, int(model.sliding_window))  # window_sums' closed form holds for k <= the chunk
+    if k < 2:
+        return none
+    # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16.
+    lag = (-cached) & (BLOCK - 1)
+    if not admission.blocked(lane, lane.pool.available - int(np.count_nonzero(lag == 0)), n, False):
+        return none
+    opens = np.bincount(lag, minlength=BLOCK)
+    grown = np.cumsum(opens[np.arange(k) & (BLOCK - 1)])
+    over = grown > lane.pool.available  # cached blocks are reclaimed before anyone is preempted
+    if over.any():
+        k = int(np.argmax(over))  # the step that would preempt is taken by step()
+        grown = grown[:k]
+    return k, lane.pool.used + grown, grown
+
+
+def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
+    """Caches and generated counts (views of the running rows) move k on; visible answers start where they start;
+    blocks are taken."""
+    n = lane.R.n
+    c = lane.R.cols
+    if lane.think_zero:
+        vis_tokens = n * k
+    else:
+        jv = c.think[:n] - gen  # the step at whose end a row's first visible token comes out
+        now = (jv >= 0) & (jv < k)
+        if now.any():
+            c.visible[:n][now] = ends[jv[now]]
+        vis_tokens = int((k - np.clip(jv, 0, k)).sum())
+    cached += k
+    gen += k
+    c.blocks[:n] = blocks_for(cached)
+    lane.pool.alloc(grown)
+    fill_new_blocks(lane, n, cached)
+    lane.stats.visible_tokens += vis_tokens
+
+
+def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
+                 used: np.ndarray, done: np.ndarray) -> None:
+    """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave."""
+    n = lane.R.n
+    st = lane.stats
+    st.itl.add_steps(dts, lane.R.cols.stage[:n] if lane.staged else 0, n)
+    t1 = float(ends[-1])
+    lane.clock = t1
+    st.ticks += k
+    st.out_tokens += n * k
+    # Add one step at a time, as account's += does: np.add.accumulate is a left fold (numpy's sum would pair
+    # them up); five totals in one call, each row its running total then the run's steps.
+    fold = np.empty((5, k + 1))
+    fold[:, 0] = (st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes)
+    fold[0:2, 1:] = dts
+    fold[2:4, 1:] = flops
+    fold[4, 1:] = byts
+    st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
+        np.add.accumulate(fold, axis=1)[:, -1].tolist()
+    st.batch_hist[min(n, st.max_batch)] += k
+    if done.any():
+        lane.complete(done, t1)
+    h = np.zeros((k, len(H)))
+    h[:, H.TIME] = ends
+    h[:, H.DT] = dts
+    h[:, H.KV] = used / lane.pool.total
+    h[-1, H.KV] = lane.pool.util  # the history row is taken after the last step's completions free blocks
+    h[:, H.QUEUE] = lane.waiting
+    h[:, H.BATCH] = n
+    h[:, H.OUT] = n
+    h[:, H.COUT] = dts
+    h[:, H.FLOPS] = flops
+    h[:, H.BYTES] = byts
+    st.hist.push(h)
+    if lane.rec is not None:
+        lane.rec.steps(lane, ends, dts, n, byts, flops)
+
+
+# ---- the registry -------------------------------------------------------------------------------------------
+
+def _joins(lane: Lane, s: StepPlan) -> bool:
+    """The common mixed step: every running row decodes, every admitted row reads its whole prompt."""
+    return s.n > s.n_run and s.whole and s.new is None and not lane.spec_k and not lane.load_s
+
+
+def _verifies(lane: Lane, s: StepPlan) -> bool:
+    """Speculative decoding with nothing admitted and nothing prefilling."""
+    return s.n == s.n_run and s.new is None and lane.spec_k > 0
+
+
+def _decodes(lane: Lane, s: StepPlan) -> bool:
+    """Every row decodes one token, nothing admitted."""
+    return s.n == s.n_run and s.new is None
+
+
+STEP_KINDS: list[StepKind] = [
+    StepKind("join", _joins, join_step),
+    StepKind("spec", _verifies, spec_step),
+    StepKind("decode", _decodes, decode_step),
+    StepKind("mixed", lambda lane, s: True, mixed_step),  # anything with prefill in it: the general case
+]
+
+
+def register(kind: StepKind, before: str = "mixed") -> None:
+    """Add a step kind, tried just before the kind named `before` (mixed, the general case, stays last)."""
+    if any(k.name == kind.name for k in STEP_KINDS):
+        raise ValueError(f"a step kind named {kind.name!r} is registered already")
+    STEP_KINDS.insert(next(i for i, k in enumerate(STEP_KINDS) if k.name == before), kind)
+
+
+def unregister(name: str) -> None:
+    """Remove a registered step kind (tests register toy kinds and take them out again)."""
+    STEP_KINDS[:] = [k for k in STEP_KINDS if k.name != name]
+
+
+def run(lane: Lane, s: StepPlan) -> TickResult | None:
+    """Run the plan with the first kind that takes it."""
+    for _, when, go in STEP_KINDS:
+        if when(lane, s):
+            return go(lane, s)
+    raise AssertionError("no step kind takes this plan")  # mixed takes every plan

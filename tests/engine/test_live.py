@@ -1,0 +1,151 @@
+"""engine.serving.live: the simulated server's engine side gives a trace run's timings, aborts free KV."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from engine.serving.engine import Engine
+from engine.serving.live import LiveEngine, content_key
+
+ARRIVALS = [0.0, 0.013, 0.05, 0.051, 0.2, 0.9, 0.905]
+PROMPTS = [700, 1200, 64, 3000, 500, 900, 900]
+OUTPUTS = [40, 12, 80, 25, 60, 30, 31]
+
+
+def _drive(le: LiveEngine, until: float, dt: float = 0.004) -> list:
+    """Advance in wall-like increments (as the server's driver does), collecting emissions."""
+    out, t = [], 0.0
+    while t < until:
+        t += dt
+        out += le.advance(t)
+    return out
+
+
+def test_live_matches_a_trace_run(tmp_path):
+    """Requests submitted as they arrive get the TTFT and end a trace run of the same arrivals and lengths gets."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{a},{p},{o}\n" for a, p, o in zip(ARRIVALS, PROMPTS, OUTPUTS, strict=True)))
+    cfg = EngineConfig(users=0, prefix_caching=False, debug=True)
+    eng = Engine(EngineConfig(users=0, trace=str(trace), prefix_caching=False))
+    eng.run()
+    lat = eng.latencies()  # TTFT, raw TTFT, TPOT, e2e, queue delay per finished request (in id order of finish)
+    le = LiveEngine(cfg)
+    sent = []
+    t = 0.0
+    fin = []
+    for a, p, o in zip(ARRIVALS, PROMPTS, OUTPUTS, strict=True):
+        while t < a:
+            t = min(a, t + 0.004)
+            le.advance(t)
+        sent.append(le.submit(p, o, a))
+    _drive(le, 3.0)
+    fin = sorted(le.pop_finished(), key=lambda f: f.rid)
+    assert [f.output for f in fin] == OUTPUTS
+    e2e_live = sorted(round(f.done - f.arrival, 9) for f in fin)
+    path = eng.lanes[0].stats.path_s  # the run's TTFT and e2e include the request path outside the GPU steps
+    e2e_run = sorted(round(x - path, 9) for x in lat[:, 3])
+    assert e2e_live == pytest.approx(e2e_run, abs=1e-9)
+    ttft_live = sorted(f.first - f.arrival for f in fin)
+    assert ttft_live == pytest.approx(sorted(lat[:, 1] - path), abs=1e-9)
+
+
+def test_tokens_come_at_step_ends_and_counts_are_exact():
+    le = LiveEngine(EngineConfig(debug=True))
+    rid = le.submit(300, 17, 0.0)
+    ems = _drive(le, 1.0)
+    mine = [(e.t, int(e.gen[e.ids == rid][0])) for e in ems if (e.ids == rid).any()]
+    times = [t for t, _ in mine]
+    counts = [g for _, g in mine]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    assert counts == list(range(1, 18))  # one token per step, 17 in all
+    assert ems[-1].done.tolist() == [rid]
+
+
+def test_idle_lane_starts_a_request_when_it_arrives():
+    le = LiveEngine(EngineConfig())
+    le.advance(5.0)
+    rid = le.submit(100, 2, 5.5)
+    assert le.advance(5.4) == [] and le.waiting == 1
+    ems = le.advance(6.0)
+    f = le.pop_finished()[0]
+    assert f.rid == rid and f.admit == pytest.approx(5.5) and ems[-1].t > 5.5
+
+
+def test_abort_frees_kv_everywhere():
+    """An aborted request leaves the batch, the preempted set or the queue with its blocks back in the pool."""
+    le = LiveEngine(EngineConfig(kv_pool_blocks=200, max_batch=2, prefix_caching=False, debug=True))
+    ids = [le.submit(1000, 400, 0.0) for _ in range(4)]
+    le.advance(0.3)
+    assert le.running == 2 and le.waiting == 2
+    used = le.kv_usage
+    assert le.abort(ids[0]) and le.abort(ids[3])  # one running, one queued
+    le.check()
+    assert le.kv_usage < used and le.running == 1 and le.waiting == 1 and le.aborted == 2
+    assert not le.abort(ids[0])
+    _drive(le, 20.0)
+    assert sorted(f.rid for f in le.pop_finished()) == [ids[1], ids[2]]
+    assert le.kv_usage == 0.0
+    le.check()
+
+
+def test_pending_abort_and_bad_lengths():
+    le = LiveEngine(EngineConfig())
+    rid = le.submit(10, 10, 1.0)
+    assert le.abort(rid) and le.waiting == 0
+    with pytest.raises(ValueError):
+        le.submit(le.max_tokens_per_request, 1, 0.0)
+
+
+def test_identical_prompts_and_shared_prefixes_hit_the_cache():
+    le = LiveEngine(EngineConfig(prefix_caching=True))
+    le.submit(1000, 5, 0.0, prompt_text="same words")
+    _drive(le, 0.5)
+    le.submit(1000, 5, 0.5, prompt_text="same words")
+    le.submit(1000, 5, 0.5, prompt_text="other words", prefix_text="system", prefix_tokens=320)
+    _drive(le, 0.8)
+    le.submit(1000, 5, 0.8, prompt_text="third words", prefix_text="system", prefix_tokens=320)
+    _drive(le, 1.2)
+    hits = {f.rid: f.hit for f in le.pop_finished()}
+    # the repeat reads all but its last block from the cache; the fourth reuses the third's 20 prefix blocks
+    # (blocks are found once computed: requests admitted in one step cannot share)
+    assert hits[1] == 992 and hits[2] == 0 and hits[3] == 320
+    assert le.prefix_hits == 992 + 320 and le.prefix_queries == 4000
+
+
+def test_content_key_is_stable():
+    assert content_key("abc") == content_key("abc") != content_key("abd")
+    assert 0 < content_key("") < 1 << 56 and np.int64(content_key("x" * 100))
+
+
+def test_finished_requests_are_emitted_once_and_popped_once():
+    le = LiveEngine(EngineConfig())
+    a = le.submit(50, 2, 0.0)
+    ems = _drive(le, 0.2)
+    assert [e.done.tolist() for e in ems if e.done.size] == [[a]]
+    assert [f.rid for f in le.pop_finished()] == [a] and le.pop_finished() == []
+    b = le.submit(50, 2, 0.3)
+    ems = _drive(le, 0.6)
+    assert [e.done.tolist() for e in ems if e.done.size] == [[b]]
+    assert [f.rid for f in le.pop_finished()] == [b]
+
+
+def test_abort_a_preempted_request_with_prefix_caching():
+    """KV pressure preempts; aborting the preempted request keeps every invariant (prefix-cache references too)."""
+    le = LiveEngine(EngineConfig(kv_pool_blocks=300, max_batch=8, prefix_caching=True, debug=True,
+                                 scheduler="chunked", max_batched_tokens=2048))
+    ids = [le.submit(1000, 2500, 0.0, prompt_text=f"p{i}", prefix_text="sys", prefix_tokens=200) for i in range(4)]
+    t, gone = 0.0, None
+    while le.busy:
+        t += 0.05
+        le.advance(t)
+        P = le._ln.P
+        if P.n and gone is None:
+            gone = int(P.col("id")[0])
+            assert le.abort(gone)
+            le.check()
+    le.check()
+    assert gone is not None and le.preemptions >= 1 and le.aborted == 1 and le.kv_usage == 0.0
+    assert sorted(f.rid for f in le.pop_finished()) == sorted(set(ids) - {gone})

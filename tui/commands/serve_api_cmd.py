@@ -1,0 +1,107 @@
+"""`tokensim serve-api`: a simulated vLLM server. OpenAI's HTTP API on 127.0.0.1, answers timed by the engine.
+
+Each HTTP request becomes a request in the engine (its prompt's token count, max_tokens for the answer); tokens
+are sent when the engine's steps make them, on the engine's clock mapped to the wall's (--time-scale); /metrics
+has vLLM's metric names. Options are named as vLLM's `vllm serve` names them. Needs the `api` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from importlib import metadata
+
+import numpy as np
+
+from engine import options as O
+from engine.config import MAX_BATCHED_TOKENS, SCHEDULERS, EngineConfig
+from engine.errors import InputError
+from engine.traffic.workload import Sampler, parse_dist
+from tui.commands.options import add_model_options, nonneg_int, positive_float, positive_int, seed_int
+from tui.commands.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, check_port_free, port_number
+
+DEFAULT_OUTPUT = "256"  # answer tokens when a request gives no max_tokens
+MAX_CONNECTIONS = 4096  # uvicorn answers 503 beyond this many open connections (a flood cannot exhaust the host)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Model options, vLLM's serving knobs, the clock mapping and the listening address."""
+    add_model_options(p)
+    s = p.add_argument_group("serving (as vLLM names them)")
+    s.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
+    s.add_argument("--max-num-seqs", type=positive_int, default=256, help="most sequences in a step (default 256)")
+    s.add_argument("--max-num-batched-tokens", type=positive_int, default=MAX_BATCHED_TOKENS,
+                   help=f"token budget of a step (default {MAX_BATCHED_TOKENS})")
+    s.add_argument("--max-model-len", type=positive_int, default=None,
+                   help="longest request, prompt + answer; longer ones get a 400 (default: the model's context)")
+    s.add_argument("--scheduler", choices=SCHEDULERS, default="chunked",
+                   help="batching policy (default chunked, vLLM V1's chunked prefill)")
+    s.add_argument("--gpu-memory-utilization", type=O.BY_NAME["gpu_memory_utilization"].parse(), default=None,
+                   help="KV pool by vLLM's memory rule with this share of GPU memory")
+    s.add_argument("--kv-blocks", type=positive_int, default=None, help="a KV pool of this many 16-token blocks")
+    s.add_argument("--prefix-caching", choices=("on", "off"), default="on",
+                   help="reuse KV blocks of prompts that share a prefix (default on, as vLLM)")
+    s.add_argument("--max-waiting", type=nonneg_int, default=None,
+                   help="refuse requests with 503 while this many wait (default: no cap)")
+    w = p.add_argument_group("answers and clock")
+    w.add_argument("--time-scale", type=positive_float, default=1.0,
+                   help="engine seconds per wall second (default 1: real time; 10: ten times faster)")
+    w.add_argument("--output", default=DEFAULT_OUTPUT,
+                   help=f"answer tokens for requests without max_tokens, a number or distribution (default "
+                        f"{DEFAULT_OUTPUT})")
+    w.add_argument("--seed", type=seed_int, default=0, help="seed of the drawn answer lengths (default 0)")
+    w.add_argument("--tokenizer", metavar="TOKENIZER.json", default=None,
+                   help="count prompt tokens with this tokenizer (needs the tokenizers package); default: an"
+                        " estimate of one token per 4 bytes")
+    a = p.add_argument_group("server")
+    a.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
+    a.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
+    a.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
+                   help="server log detail (default info)")
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The engine the options describe (no workload of its own: HTTP clients are the workload)."""
+    return EngineConfig(
+        hardware=args.hardware, model=args.model, tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
+        ideal=args.ideal, runtime=args.runtime or "vllm", scheduler=args.scheduler, max_batch=args.max_num_seqs,
+        max_batched_tokens=args.max_num_batched_tokens, users=0, rate=0.0, seed=args.seed,
+        kv_pool_blocks=args.kv_blocks, gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len, prefix_caching=args.prefix_caching == "on")
+
+
+def build(args: argparse.Namespace):  # -> (Starlette, Driver); untyped here so the module imports without the extra
+    """The app and its driver for these options (InputError for bad ones). Needs the `api` extra."""
+    try:
+        from tui.api import text
+        from tui.api.app import ServerSpec, build_app
+        from tui.api.driver import Driver
+    except ImportError as e:
+        raise InputError(f"serve-api needs the api extra: pip install -e \".[api]\" ({e.name} is missing)") from None
+    from engine.serving.live import LiveEngine
+
+    live = LiveEngine(config_from_args(args))
+    rng = np.random.default_rng([args.seed, 0xA91])
+    sampler = Sampler(parse_dist(args.output, "--output", 1), rng, True, 1, live.max_tokens_per_request)
+    try:
+        count = text.load_counter(args.tokenizer)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    name = args.served_model_name or args.model
+    spec = ServerSpec(model=name, version=metadata.version("tokensim"), max_model_len=live.max_tokens_per_request,
+                      draw_output=lambda: int(sampler.take(1)[0]), count=count)
+    driver = Driver(live, args.time_scale, name, args.max_waiting)
+    return build_app(driver, spec), driver
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted (a port in use or an address not of this machine: one line, exit 2)."""
+    app, _ = build(args)
+    check_port_free(args.host, args.port)
+    import uvicorn
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, limit_concurrency=MAX_CONNECTIONS,
+                timeout_keep_alive=5)
+    return 0
