@@ -25,6 +25,8 @@ import re
 import sys
 from typing import Any
 
+from engine.validation import printable_line
+
 # Keys engine.physics.specs reads (with this module's rewrites), and tokensim's own preset keys.
 READ = frozenset({
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
@@ -53,6 +55,37 @@ def size_keys_unread(d: dict[str, Any]) -> list[str]:
     """The whole-number keys of a config that look size-bearing but are neither read nor known harmless."""
     return sorted(k for k, v in d.items() if isinstance(v, int) and not isinstance(v, bool)
                   and _SIZE_KEY.search(k) and k not in READ and k not in HARMLESS)
+
+
+def _note(where: str, key: str, text: str) -> None:
+    """One note on stderr per file and key."""
+    tag = f"{where}:{key}"
+    if tag not in _WARNED:
+        _WARNED.add(tag)
+        print(f"note: {printable_line(where)}: {text}", file=sys.stderr)
+
+
+def _note_unread(d: dict[str, Any], where: str) -> None:
+    """Config keys that change what a deployment costs but that tokensim does not read say so (issue 30, class 7):
+    a quantization other than gpt-oss's MXFP4 experts, a non-16-bit torch_dtype, a rope_scaling. The weights are
+    priced at --dtype (bf16 by default); the context is max_position_embeddings."""
+    q = d.get("quantization_config")
+    if isinstance(q, dict):
+        method = str(q.get("quant_method", "")).lower()
+        bits = q.get("bits", q.get("weight_bits"))
+        if method != "mxfp4":
+            odd = "" if bits is None or isinstance(bits, (int, float)) and not isinstance(bits, bool) else \
+                f" (its bits {printable_line(str(bits))[:20]!r} are not a number)"
+            _note(where, "quantization_config", f"quantization_config quant_method {printable_line(method)[:30]!r}"
+                  f"{odd} is not read: the weights are priced at --dtype; give --dtype fp8 or int4 to price them"
+                  " quantized")
+    dt = d.get("torch_dtype", d.get("dtype"))
+    if isinstance(dt, str) and dt.lower() not in ("bfloat16", "float16", "bf16", "fp16", "auto"):
+        _note(where, "torch_dtype", f"torch_dtype {printable_line(dt)[:20]!r} is not read: the weights are priced at"
+              " --dtype (bf16 unless given)")
+    if d.get("rope_scaling"):
+        _note(where, "rope_scaling", "rope_scaling is not read: the longest context is max_position_embeddings"
+              f" ({printable_line(str(d.get('max_position_embeddings')))[:20]})")
 
 
 def _whole(v: Any, default: int) -> int:
@@ -92,6 +125,7 @@ def normalise(d: dict[str, Any], where: str) -> dict[str, Any]:
                 d["intermediate_size"] = d["intermediate_size_mlp"]  # the dense layers' MLP
         if layers and every > 1:
             d.setdefault("first_k_dense_replace", layers - layers // every)
+    _note_unread(d, where)
     for k in size_keys_unread(d):
         tag = f"{where}:{k}"
         if tag not in _WARNED:

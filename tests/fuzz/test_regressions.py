@@ -318,3 +318,17 @@ def test_the_conservation_invariant_catches_a_vanished_request() -> None:
     lane.stats.accepted += 1
     with pytest.raises(AssertionError, match="lane: accepted"):
         lane.check_conserved()
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quant_method 'awq' is not read"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": "four"}}, "its bits 'four' are not a number"),
+    ({"torch_dtype": "float32"}, "torch_dtype 'float32' is not read"),
+    ({"rope_scaling": {"type": "yarn", "factor": 4}}, "rope_scaling is not read"),
+])
+def test_config_keys_read_and_ignored_say_so(tmp_path: Path, extra: dict, words: str) -> None:
+    """Issue 30, class 7: before, these keys were read and dropped without a word."""
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({**MODEL, "architectures": ["LlamaForCausalLM"], "model_type": "llama", **extra}))
+    o = call(["step", "--model", str(f)])
+    assert o.code == 0 and words in o.err and o.err.count("\n") == 1
