@@ -365,6 +365,16 @@ def _check_idle(a: Any) -> None:
                          " and the report would show a capacity the run did not use): give one")
 
 
+def check_fleet_options(values: Any, spec: FleetSpec) -> None:
+    """`tokensim run`'s fleet options that would change nothing for `spec` are refused (issue 30, class 7). Not the
+    app's: its settings form keeps a router or a link speed while the replica count changes around them."""
+    if values.kv_link_gbps is not None and spec.pd is None:
+        raise InputError("--kv-link-gbps sets the link P/D copies KV over: it does nothing without --pd P:D")
+    if _given(values, "router") and spec.replicas == 1:
+        raise InputError(f"--router {values.router} picks among replicas: with one there is nothing to pick;"
+                         " give --replicas N (2 or more)")
+
+
 def _check_sources(a: Any, scripted: bool) -> None:
     """Where requests come from is said once: a file, or users, or a rate (never two, never none)."""
     if scripted:
@@ -386,9 +396,4 @@ def setup_from(values: Any, cfg: EngineConfig) -> FleetSpec:
 
     pd = parse_pd(values.pd) if values.pd else None
     replicas = values.replicas if values.replicas is not None else (sum(pd) if pd else 1)
-    if values.kv_link_gbps is not None and pd is None:
-        raise InputError("--kv-link-gbps sets the link P/D copies KV over: it does nothing without --pd P:D")
-    if _given(values, "router") and replicas == 1:
-        raise InputError(f"--router {values.router} picks among replicas: with one there is nothing to pick;"
-                         " give --replicas N (2 or more)")
     return FleetSpec(cfg, replicas=replicas, router=values.router, pd=pd, kv_link_gbps=values.kv_link_gbps)

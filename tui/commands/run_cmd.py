@@ -62,6 +62,7 @@ def build(args: argparse.Namespace) -> Engine | Fleet:
     """One engine, or a fleet when --replicas or --pd asks for more than one replica."""
     cfg = config_from_args(args)
     spec = fleet_spec(args, cfg)
+    O.check_fleet_options(args, spec)
     replicas = spec.replicas
     engine = engine_for(spec)
     gpus = engine.gpus if isinstance(engine, Fleet) else cfg.tp
