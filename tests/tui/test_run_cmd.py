@@ -112,3 +112,23 @@ def test_run_takes_a_vllm_serve_line_and_names_what_it_cannot_model(capsys: pyte
     assert err == "tokensim: note: vLLM's --enforce-eager is not modelled by tokensim: ignored\n"
     assert main(["run", "--speculative-config", "{not json", "--requests", "5"]) == 2
     assert "--speculative-config must be a JSON object" in capsys.readouterr().err
+
+
+def test_expert_parallel_is_asked_for_by_tokensim_and_vllm_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """--ep N (or vLLM's --data-parallel-size N with --enable-expert-parallel) splits a MoE model's routed experts
+    over N GPUs: a rank's decode step reads fewer expert weights, so it is faster; a dense model is refused."""
+    times = {}
+    for ep in (1, 4):
+        assert main(["step", "--model", "qwen3-30b-a3b", "--ep", str(ep), "--batch", "64", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["ep"] == ep
+        times[ep] = out["time_s"]
+    assert times[4] < 0.7 * times[1]
+    tpot = {}
+    for extra in ([], ["--data-parallel-size", "4", "--enable-expert-parallel"]):
+        argv = ["run", "--model", "qwen3-30b-a3b", "--users", "32", "--requests", "64", "--json", *extra]
+        assert main(argv) == 0
+        tpot[bool(extra)] = json.loads(capsys.readouterr().out)["tpot_p50"]
+    assert tpot[True] < tpot[False]
+    assert main(["run", "--ep", "2", "--requests", "5"]) == 2
+    assert "needs a mixture-of-experts model and tp 1" in capsys.readouterr().err

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     kind = "prefill" if args.prompt is not None else "decode"
     if args.json:
         out = {"hardware": sm.hw.name, "model": sm.model.name, "kind": kind, "batch": args.batch,
-               "context": args.context, "prompt": args.prompt, "tp": sm.opts.tp, "weight_dtype": sm.wdtype,
+               "context": args.context, "prompt": args.prompt, "tp": sm.opts.tp, "ep": sm.opts.ep,
+               "weight_dtype": sm.wdtype,
                "kv_dtype": sm.opts.kv_dtype, "ideal": args.ideal, "runtime": None if args.ideal else sm.opts.runtime}
         out.update(cost.as_dict())
         out["tokens_per_s"] = cost.tokens / cost.time_s if cost.time_s else 0.0
