@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
 
 
 def test_bench_json_engine_section() -> None:
-    r = cli("bench", "--json", "--ticks", "300", "--users", "300", "--frames", "3")
+    r = cli("bench", "--json", "--ticks", "300", "--users", "300", "--frames", "3", "--open-requests", "200")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     e = res["engine"]
@@ -92,6 +92,12 @@ def test_bench_json_engine_section() -> None:
     v = res["engine_varied"]
     assert v["ticks_per_s"] > 0 and v["sim_s_per_wall_s"] > 0 and v["ticks"] == 300
     assert v["prompt"].startswith("uniform:") and v["output"].startswith("uniform:")
+    # The open-loop rows run the commands to their bound (a fifth of the requests at rate 1), in CPU time.
+    for key, rate, n in (("run_rate_10", 10, 200), ("run_rate_1", 1, 40)):
+        o = res[key]
+        assert o["command"].endswith(f"--rate {rate} --requests {n}") and o["requests"] == n
+        assert o["sim_time_s"] > 0.5 * n / rate and o["sim_s_per_cpu_s"] == pytest.approx(o["sim_time_s"] / o["cpu_s"])
+    assert 0 < res["startup"]["cpu_s"] < 30
     # The trace row replays the bundled sample to its end.
     tr = res["trace"]
     assert tr["requests"] == 300 and tr["sim_time_s"] > 84 and tr["wall_s"] > 0
