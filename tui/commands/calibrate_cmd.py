@@ -10,12 +10,13 @@ from pathlib import Path
 
 from rich.table import Table
 
+from engine import options as O
 from engine.errors import InputError
 from engine.evidence.measured import read_result
 from engine.evidence.measured.calibrate import DEFAULT_FIT, FIT, calibrate, toml_text
 from engine.files import write_text_atomic
 from engine.physics.calibration import load_runtime
-from tui.commands import replay_cmd, run_cmd
+from tui.commands import replay_cmd
 from tui.commands.options import console, print_json, versioned
 
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     for m in records:
         replay_cmd.check(args, m)
     names = [n.strip() for n in args.fit.split(",") if n.strip()]
-    base = run_cmd.config_from_args(_any_load(args))
+    base = O.config_from(_any_load(args))
     res = calibrate(records, base, load_runtime(base.runtime), names, not args.no_cross_validate)
     write_text_atomic(out, toml_text(args.name, res), "-o", [*args.results, getattr(args, "runtime_file", None)])
     if args.json:

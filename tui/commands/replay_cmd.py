@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
+from engine import options as O
 from engine.errors import InputError
 from engine.evidence.measured import Measured, bench_out, formats, read_result
 from engine.evidence.measured.compare import METRICS, STATS, compare, finished, write_trace
@@ -49,7 +50,7 @@ def check(args: argparse.Namespace, m: Measured) -> None:
     for flag, key in _WORKLOAD:
         if getattr(args, key, None) not in (None, False):
             raise InputError(f"{flag} contradicts RESULT: replay sends the file's own requests at its own times")
-    if args.prompt != run_cmd.DEFAULT_PROMPT or args.output != run_cmd.DEFAULT_OUTPUT or args.think != "0":
+    if args.prompt != O.DEFAULT_PROMPT or args.output != O.DEFAULT_OUTPUT or args.think != "0":
         raise InputError("--prompt, --output and --think contradict RESULT: replay uses the file's own lengths")
     named = m.settings.get("model")
     preset = model_preset(str(named)) if named else None
