@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -346,3 +347,23 @@ def table_coverage(t: dict[str, Any], runtime: str | None = None) -> dict[str, A
 
     return {"metric": "speed", "held_in": share(split["train"]), "per_metric": None, "held_out": share(split["test"]),
             "expected": list(expected_coverage_range(len(split["train"])))}
+
+
+@lru_cache(maxsize=64)
+def _pcts(runtime: str, q: Question) -> tuple[float, float] | None:
+    """(TTFT, TPOT) "+-x %" for a profile and question (None: no band); cached, as the app asks every frame."""
+    b = band(runtime)
+    if b is None:
+        return None
+    it = interval(b, q)
+    return it.pct("ttft"), it.pct("itl")
+
+
+def snapshot_pcts(snap: Any) -> tuple[float, float] | None:
+    """The "+-x %" of TTFT and TPOT for an engine Snapshot's deployment (None when ideal or without a band)."""
+    o = snap.opts
+    if o.ideal or not isinstance(o.runtime, str):
+        return None
+    q = Question(snap.hardware.name, family(snap.model.name), bool(snap.model.is_moe), int(o.tp),
+                 precision(o.weight_dtype or snap.model.weight_dtype))
+    return _pcts(o.runtime, q)
