@@ -35,6 +35,9 @@ CAMPAIGN_FIT = ("bw_eff", "attn_bw_eff", "expert_bw_eff")
 # constant to 0.1 %).
 _FIRST = {"bw_eff": 0.1, "flops_eff": 0.1, "step_overhead_s": 2e-3, "attn_bw_eff": 0.1, "expert_bw_eff": 0.1}
 _LAST = {"bw_eff": 0.002, "flops_eff": 0.005, "step_overhead_s": 5e-5, "attn_bw_eff": 0.005, "expert_bw_eff": 0.005}
+# A campaign fit's last phase: a short simplex on full replays from the short search's optimum (first step, stop
+# when every vertex is this close, at most this many evaluations of ~20 CPU s each).
+_POLISH_STEP, _POLISH_TOL, _POLISH_EVALS = 0.04, 0.01, 12
 _LOADS_APART = 1.5  # two loads tell a fixed step cost from bandwidth when their mean concurrency differs this much
 _SENSITIVE = 0.005  # a row "fixes" a constant when moving it 5 % moves one of the row's means this much
 
@@ -248,14 +251,18 @@ def fit(rows: list[Row], base: EngineConfig, start: Runtime, names: Sequence[str
         def make(v: np.ndarray) -> Runtime:
             return replace(start, **dict(zip(names, (float(x) for x in v), strict=True)))
 
-        def loss_of(v: np.ndarray) -> float:
-            return objective(_predict(make(v), rows, base, tmp), meas)[0]
+        def loss_of(v: np.ndarray, full: bool = False) -> float:
+            return objective(_predict(make(v), rows, base, tmp, full), meas)[0]
 
         x0 = np.array([_get(start, n) for n in names], dtype=float)
         x, best = simplex(loss_of, x0, np.array([_FIRST[n] for n in names]), lo, hi,
                           np.array([_LAST[n] for n in names]))
+        camp = any(r.campaign for r in rows)
+        if camp:  # polish on validate's full replay: the short one's stages are biased by their ramp
+            x, best = simplex(lambda v: loss_of(v, True), x, np.full(x.size, _POLISH_STEP), lo, hi,
+                              np.full(x.size, _POLISH_TOL), max_evals=_POLISH_EVALS)
         rt = make(np.array([float(f"{v:.3g}") for v in x]))
-        over = objective(_predict(rt, rows, base, tmp), meas)[1]
+        over = objective(_predict(rt, rows, base, tmp, camp), meas)[1]
     return replace(rt, request_overhead_s=float(f"{over:.3g}")), best
 
 
