@@ -14,6 +14,7 @@ from rich.table import Table
 from engine import options as O
 from engine import vllm_flags
 from engine.errors import InputError
+from engine.evidence import bands
 from engine.evidence.measured import bench_out
 from engine.files import atomic_output
 from engine.fleet.fleet import Fleet, engine_for
@@ -129,6 +130,7 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
+    out["interval"] = bands.for_run(out, sm, out["runtime"])  # error bars from the profile's residuals
     return json_safe(out)
 
 
@@ -193,6 +195,7 @@ def _print(r: dict[str, Any]) -> None:
     for label, key, scale, unit in rows:
         t.add_row(label, *(fixed(r[key].get(p), scale, 1, f" {unit}") for p in ("p50", "p90", "p99")))
     con.print(t)
+    con.print(f"error bars (80 %): {r['interval']['note'] if r['interval'] else 'none (no calibration record)'}")
     s = Table(header_style="bold", show_edge=False, show_header=False)
     s.add_column("")
     s.add_column("", justify="right")

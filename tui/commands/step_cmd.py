@@ -9,6 +9,7 @@ from rich.table import Table
 
 from engine import validation as V
 from engine.errors import InputError
+from engine.evidence import bands
 from engine.numbers import fixed, si
 from engine.physics.batch import Batch
 from engine.physics.step import StepCost, StepModel
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         out["tokens_per_s"] = cost.tokens / cost.time_s if cost.time_s else 0.0
         out["time_s_ideal"], out["time_s_calibrated"] = ideal.time_s, calib.time_s
         out["xray"] = step_xray(cost, args.ideal).as_dict()
+        out["interval"] = bands.for_step(sm, kind, args.batch, cost.time_s, out["tokens_per_s"], args.ideal)
         print_json(versioned(out))
         return 0
     _print(sm, kind, args, ideal, calib, cost)
@@ -112,6 +114,9 @@ def _print(sm: StepModel, kind: str, args: argparse.Namespace, ideal: StepCost, 
     for r in rows:
         t.add_row(*r)
     con.print(t)
+    band = bands.for_step(sm, kind, args.batch, calib.time_s, calib.tokens / calib.time_s if calib.time_s else 0, False)
+    con.print(f"calibrated step time, 80 % interval: {_ms(band['time_s'][0])} to {_ms(band['time_s'][1])} "
+              f"({band['note']})" if band else "calibrated step time: no error band (no calibration record)")
     b = Table(header_style="bold", show_edge=False, title="bytes moved and work done (same in both columns)")
     b.add_column("quantity")
     b.add_column("value", justify="right")
