@@ -57,7 +57,8 @@ def items(frame: Frame) -> dict[str, tuple[str, str, str | None]]:
     return {
         "step": (t(lang, "m_step"), dur(step_t), None),
         "batch": (t(lang, "m_batch"), num(s.batch_size), None),
-        "tok_s": (t(lang, "m_tok_s"), _f(metric(frame, "tok_s_out")), "bold"),
+        # Reading and writing side by side: a prompt is read thousands of tokens a step, an answer one a step.
+        "tok_s": (t(lang, "m_tok_s"), f"{_f(metric(frame, 'tok_s_in'))}/{_f(metric(frame, 'tok_s_out'))}", "bold"),
         "per_user": (t(lang, "m_per_user"), _f(metric(frame, "tok_s_user"), "{:,.1f}"), "bold"),
         "ttft": (t(lang, "m_ttft"), dur(metric(frame, "ttft")), None),
         "tpot": (t(lang, "m_tpot"), dur(metric(frame, "tpot")), None),
