@@ -28,6 +28,7 @@ EN: dict[str, str] = {
     "playing": "▶ playing",
     "paused": "‖ paused",
     "behind": "behind",
+    "behind_long": "behind: this computer simulates slower than ×{s}",
     # warehouse
     "warehouse": "HBM warehouse {gb} GB",
     "warehouse_tp": "HBM warehouse {gb} GB per GPU × {tp}",
@@ -267,6 +268,7 @@ ZH: dict[str, str] = {
     "playing": "▶ 运行",
     "paused": "‖ 暂停",
     "behind": "追赶中",
+    "behind_long": "追赶中：本机模拟不到 ×{s}",
     "warehouse": "HBM 仓库 {gb} GB",
     "warehouse_tp": "HBM 仓库 每卡 {gb} GB × {tp}",
     "weights": "权重",

@@ -287,3 +287,12 @@ def test_l2_says_what_a_refill_count_means() -> None:
     assert f"{-(-st.l2_refills // 1):,.0f} refills" in words
     idle = l2.render(build_frame(make_snapshot(6, phases=[Phase.DONE] * 6)), 58, 2)[1].plain
     assert "a step's - pass" in idle and ": - refills" in idle
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_behind_badge_says_what_it_means_when_there_is_room(lang: str) -> None:
+    frame = dataclasses.replace(build_frame(make_snapshot(6), lang=lang), behind=True, speed=5.0)
+    wide, narrow = header.render(frame, 120).plain, header.render(frame, 80).plain
+    assert t(lang, "behind_long", s="5") in wide and "×5" in t(lang, "behind_long", s="5")
+    assert t(lang, "behind") in narrow and t(lang, "behind_long", s="5") not in narrow
+    assert cell_len(wide) == 120 and cell_len(narrow) == 80
