@@ -265,6 +265,21 @@ def _print_explain(con: Any, x: dict[str, Any]) -> None:
         for part in (*x["parts"], "total"):
             t.add_row(part, *(fixed(s[c][part], scale, digits, unit) for c in cols))
         con.print(t)
+    _print_slowest(con, x.get("per_request"))
+
+
+def _print_slowest(con: Any, pr: dict[str, Any] | None, n: int = 5) -> None:
+    """The `n` slowest requests end to end, each with its own parts (explain's per_request rows)."""
+    if not pr or not pr["rows"]:
+        return
+    cols = pr["columns"]
+    t = Table(header_style="bold", show_edge=False, title=f"slowest requests (of {len(pr['rows']):,}; all in"
+              " --json's explain.per_request)", title_justify="left")
+    for c in cols:
+        t.add_column(c, justify="right")
+    for r in sorted(pr["rows"], key=lambda r: -r[-1])[:n]:
+        t.add_row(f"#{r[0]}", *(fixed(v, 1.0, 2, " s") for v in r[1:]))
+    con.print(t)
 
 
 def _print_fleet(con: Any, r: dict[str, Any]) -> None:

@@ -64,7 +64,8 @@ def items(frame: Frame) -> dict[str, tuple[str, str, str | None]]:
     return {
         "step": (t(lang, "m_step"), dur(step_t), None),
         "batch": (t(lang, "m_batch"), num(s.batch_size), None),
-        "tok_s": (t(lang, "m_tok_s"), _f(metric(frame, "tok_s_out")), "bold"),
+        # Reading and writing side by side: a prompt is read thousands of tokens a step, an answer one a step.
+        "tok_s": (t(lang, "m_tok_s"), f"{_f(metric(frame, 'tok_s_in'))}/{_f(metric(frame, 'tok_s_out'))}", "bold"),
         "per_user": (t(lang, "m_per_user"), _f(metric(frame, "tok_s_user"), "{:,.1f}"), "bold"),
         "ttft": (t(lang, "m_ttft"), _pm(dur(metric(frame, "ttft")), bars, 0), None),
         "tpot": (t(lang, "m_tpot"), _pm(dur(metric(frame, "tpot")), bars, 1), None),
