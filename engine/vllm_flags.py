@@ -18,10 +18,12 @@ GIB_GB = 1.073741824  # --kv-offloading-size is in GiB (vLLM's CacheConfig); tok
 # vLLM's spellings of the same option: passed on as tokensim's name.
 SAME = {"-tp": "--tp", "--tensor-parallel-size": "--tp", "--max-num-seqs": "--max-batch",
         "--max-num-batched-tokens": "--max-batched-tokens", "--gpu-memory-utilization": "--gpu-memory-utilization",
-        "--max-model-len": "--max-model-len", "--model": "--model"}
+        "--max-model-len": "--max-model-len", "--model": "--model", "--data-parallel-size": "--ep", "-dp": "--ep"}
 SWITCHES = {"--enable-prefix-caching": ["--prefix-caching", "on"], "--no-enable-prefix-caching": ["--prefix-caching",
             "off"], "--enable-chunked-prefill": ["--scheduler", "chunked"],
-            "--no-enable-chunked-prefill": ["--scheduler", "continuous"]}
+            "--no-enable-chunked-prefill": ["--scheduler", "continuous"],
+            # Experts split across the data-parallel ranks: what --ep (--data-parallel-size) already prices.
+            "--enable-expert-parallel": []}
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16", "fp8": "fp8",
            "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 _DRAFTS = {"ngram": "ngram", "mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp"}

@@ -89,6 +89,7 @@ COMPACT_BELOW = (110, 34)  # below this the floor drops borders and the roofline
 # Rows the floor keeps besides the guide: header + keys, the panels (#top), and the users list's title
 # and two rows (boxed: plus its border). The guide gets what is left, so it never hides the users.
 FLOOR_ROWS = {False: 2 + 22 + 4, True: 2 + 13 + 3}
+WELCOME_S = 30.0  # wall seconds the first frame's offer of the tour stays (issue #31: a newcomer starts here)
 NARRATION_MAX = 12  # the guide's rows at most (a boxed guide counts its border)
 FLEET_STRIP_MAX = 10  # rows of #fleet above a replica's users list (boxed, full layout only)
 # Actions that exist only with a fleet on screen: elsewhere their keys do what they did (tab moves focus).
@@ -113,8 +114,10 @@ class TokensimApp(App[None]):
 
     def __init__(self, config: EngineConfig | None = None, lang: str | None = None, autoplay: bool = True,
                  seed: int | None = None, speed: float = 1.0, narration: tuple[str, ...] | None = None,
-                 highlight: str | None = None, engine: Engine | None = None, fleet: FleetSpec | None = None) -> None:
-        """Build the engine (or the fleet) now, so a configuration that does not fit fails before the screen opens."""
+                 highlight: str | None = None, engine: Engine | None = None, fleet: FleetSpec | None = None,
+                 welcome: bool = False) -> None:
+        """Build the engine (or the fleet) now, so a configuration that does not fit fails before the screen opens.
+        `welcome`: the first frame's guide offers the tour (`tokensim` with no command), for WELCOME_S seconds."""
         super().__init__()
         cfg = config or default_config()
         if seed is not None:
@@ -127,7 +130,8 @@ class TokensimApp(App[None]):
         spec = replace(fleet, config=cfg) if fleet is not None else FleetSpec(cfg)
         # The one handle on the simulator: the view clock over it (playback.sim: one Engine or a Fleet).
         self.playback: Playback = playback_for(engine if engine is not None else engine_for(spec, preroute=False))
-        self.set_reactive(TokensimApp.narration, narration)
+        self.welcome = welcome and narration is None
+        self.set_reactive(TokensimApp.narration, (t(self.lang, "welcome"),) if self.welcome else narration)
         self.set_reactive(TokensimApp.highlight, highlight)
         self._timer: Timer | None = None
         self._last_wall: float | None = None
@@ -170,6 +174,8 @@ class TokensimApp(App[None]):
             self._set_highlight(None, self.highlight)
         self._fit_to(self.size.width, self.size.height)
         self._timer = self.set_interval(1 / FPS, self._on_timer, pause=not self.playing)
+        if self.welcome:
+            self.set_timer(WELCOME_S, self.end_welcome)
         self._publish()
         # All built so far lives as long as the app: keep it out of the collector's full sweeps, which otherwise
         # walk it every few hundred frames (a 30-40 ms frame in the render bench). Undone on unmount.
@@ -363,11 +369,19 @@ class TokensimApp(App[None]):
         self.engine.set_users(n)  # the engine's config follows
         self._resync()
 
+    def end_welcome(self) -> None:
+        """Hand the welcome's rows back to the users list."""
+        if self.welcome:
+            self.welcome = False
+            self.narration = None
+
     def set_lang(self, lang: str) -> None:
         """Switch the labels to 'en' or 'zh'."""
         if lang not in LANGS:
             raise ValueError(f"lang must be one of {LANGS}")
         self.lang = lang
+        if self.welcome:
+            self.narration = (t(lang, "welcome"),)
         self._fit_to(self.size.width, self.size.height)
         self._publish()
 

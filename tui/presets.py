@@ -24,6 +24,7 @@ from engine.physics.specs import (
 )
 from engine.physics.step import StepModel, StepOptions
 from engine.serving.engine import Engine
+from engine.traffic.workload import parse_dist
 from tui.i18n import t
 
 # Tensor-parallel degrees a fix may propose: powers of two, as GPUs come in NVLink groups of 2, 4, 8
@@ -46,6 +47,9 @@ class Fit:
     message: str = ""
     fix: dict[str, Any] = field(default_factory=dict)
     other_tps: tuple[int, ...] = ()  # other tp degrees that also fit, nearest first
+    # For the fix's tp and each other one: (KV GB per GPU it leaves, conversations that KV holds at the
+    # current lengths). A fix that barely fits (70B on two H100s: 1.4 GB, six users) is no fix for 64 users.
+    room: dict[int, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -87,9 +91,31 @@ def explain_fit(cfg: EngineConfig) -> Fit:
         kind = "weights"
         figures = {"weights_gb": sm.weight_bytes_per_gpu / 1e9, "reserve_gb": sm.reserve_bytes / 1e9,
                    "memory_gb": hw.memory_gb, "tp": cfg.tp}
-    tps = _fitting_tps(cfg)
+    tps = _serving_first(cfg, _fitting_tps(cfg))
     fix: dict[str, Any] = {"tp": tps[0]} if tps else _dtype_fix(cfg)
-    return Fit(kind, figures, message, fix, tuple(tps[1:ALTERNATIVES + 1]))
+    return Fit(kind, figures, message, fix, tuple(tps[1:ALTERNATIVES + 1]), {d: kv_room(replace(cfg, tp=d))
+                                                                             for d in tps[:ALTERNATIVES + 1]})
+
+
+def kv_room(cfg: EngineConfig) -> tuple[float, int]:
+    """(KV pool GB per GPU, conversations it holds at their full length: mean prompt + think + output tokens)."""
+    sm = _step_model(cfg)
+    if sm is None or sm.kv_capacity_bytes <= 0:
+        return 0.0, 0
+    tokens = sum(parse_dist(getattr(cfg, f), f).mean for f in ("prompt", "think", "output"))
+    per_user = sm.kv_bytes_per_token * max(1.0, tokens)
+    return sm.kv_capacity_bytes / 1e9, int(sm.kv_capacity_bytes // per_user)
+
+
+def _serving_first(cfg: EngineConfig, tps: list[int]) -> list[int]:
+    """The nearest fitting degree whose KV holds every closed-loop user first (then the rest, nearest first):
+    the nearest degree that merely fits may leave room for a handful of conversations."""
+    if cfg.users <= 0 or not tps:
+        return tps
+    serving = [d for d in tps if kv_room(replace(cfg, tp=d))[1] >= cfg.users]
+    if not serving or serving[0] == tps[0]:
+        return tps
+    return [serving[0], *(d for d in tps if d != serving[0])]
 
 
 def _step_model(cfg: EngineConfig) -> StepModel | None:
@@ -156,7 +182,15 @@ def fix_words(fit: Fit, lang: str) -> str:
     if not fit.fix:
         return t(lang, "fix_none")
     key, value = next(iter(fit.fix.items()))
-    return t(lang, f"fix_{key}", v=value)
+    words = t(lang, f"fix_{key}", v=value)
+    if key == "tp" and value in fit.room:
+        words += f" ({room_words(fit.room[value], lang)})"
+    return words
+
+
+def room_words(room: tuple[float, int], lang: str) -> str:
+    """'18.6 GB KV per GPU, ~45 users': the room a fix leaves, in conversations at the current lengths."""
+    return t(lang, "fix_room", gb=f"{room[0]:.1f}", n=f"{room[1]:,}")
 
 
 def why_words(fit: Fit, lang: str) -> str:
@@ -174,7 +208,8 @@ def remedy_words(fit: Fit, lang: str) -> str:
     """The fix and the other tp degrees that fit: 'needs tp 4 · tp 2 or 1 would fit too'."""
     parts = [fix_words(fit, lang)]
     if fit.other_tps:
-        tps = [str(x) for x in fit.other_tps]
+        tps = [f"{x} ({t(lang, 'fix_room_short', n=f'{fit.room[x][1]:,}')})" if x in fit.room else str(x)
+               for x in fit.other_tps]
         listed = tps[0] if len(tps) == 1 else f"{', '.join(tps[:-1])} {t(lang, 'or')} {tps[-1]}"
         parts.append(t(lang, "fix_also", tps=listed))
     return " · ".join(parts)

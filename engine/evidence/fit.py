@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.evidence import bands
 from engine.evidence.validate import Case, cases, predict
 from engine.files import write_text_atomic
 from engine.numbers import err_pct
@@ -363,6 +364,8 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
             lines.append("# GEMM kernel is built for many tokens; quant_layer_overhead_s: their extra time per layer.")
             kernels = ", ".join(f'"{k}"' for k in rt.slow_quant_kernels)
             lines.append(f"slow_quant_kernels = [{kernels}]")
+        # The error band is carried as written: python -m engine.evidence.band_fit recomputes it after a refit.
+        lines += bands.toml_lines(bands.band(name))
         lines.append("")
     return "\n".join(lines)
 

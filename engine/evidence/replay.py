@@ -98,7 +98,12 @@ class Experiment:
 @cache
 def load_rows() -> tuple[dict[str, str], ...]:
     """The table's rows (comment lines dropped), every source column kept, as strings."""
-    text = resources.files("engine").joinpath("presets", "measured", TABLE_FILE).read_text(encoding="utf-8")
+    return rows_of_text(resources.files("engine").joinpath("presets", "measured", TABLE_FILE).read_text(
+        encoding="utf-8"))
+
+
+def rows_of_text(text: str) -> tuple[dict[str, str], ...]:
+    """A campaign table's rows from its text (the shipped one, or a user's file of the same columns)."""
     return tuple(csv.DictReader(io.StringIO("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")))))
 
 
@@ -163,7 +168,11 @@ def experiment(r: dict[str, str], stages: list[dict[str, str]], count_ratio: dic
 @cache
 def experiments() -> tuple[tuple[Experiment, ...], tuple[dict[str, Any], ...]]:
     """(replayable experiments, rows that cannot be replayed each with a 'reason'), in table order."""
-    rows = load_rows()
+    return experiments_of(load_rows())
+
+
+def experiments_of(rows: tuple[dict[str, str], ...]) -> tuple[tuple[Experiment, ...], tuple[dict[str, Any], ...]]:
+    """A campaign table's rows as (replayable experiments, rows that cannot be replayed with a 'reason')."""
     # The client counts output tokens by retokenising the streamed text; for random-token text that count is a
     # property of the model's tokenizer (Llama 2's comes out at about 0.79 of max_tokens). Where an experiment
     # did not record it, the ratio measured on the same model's other experiments stands in (else 1).
@@ -212,8 +221,9 @@ def config(e: Experiment, runtime: str | Runtime = "vllm", seed: int = 0) -> Eng
 
 
 def replay(e: Experiment, runtime: str | Runtime = "vllm", stage_requests: int | None = STAGE_REQUESTS,
-           seed: int = 0) -> dict[str, Any]:
-    """Run the experiment through the engine; the whole run's mean TTFT, ITL and E2E (ms) and what it served.
+           seed: int = 0, by_stage: bool = False) -> dict[str, Any]:
+    """Run the experiment through the engine; the whole run's mean TTFT, ITL and E2E (ms) and what it served
+    (by_stage: also "stages", each stage's means, see _stage_means).
 
     With workload files and prefix caching in the engine (EngineConfig.workload), the stages run in one
     engine with the prompts' shared prefixes cached; without, each stage runs on its own at its rate with
@@ -237,7 +247,26 @@ def replay(e: Experiment, runtime: str | Runtime = "vllm", stage_requests: int |
             eng.run()
             _drain(eng)
             runs.append((eng.metrics(), eng))
-    return _summarise(e, runs)
+    out = _summarise(e, runs)
+    if by_stage:
+        out["stages"] = _stage_means(e, runs)
+    return out
+
+
+def _stage_means(e: Experiment, runs: list[tuple[dict[str, Any], Any]]) -> list[tuple[float, float, float]]:
+    """Per workload stage (the request's stage as sent), mean TTFT, ITL (the campaign's definition) and E2E, ms."""
+    from engine.serving.accounting import L
+
+    lat = np.concatenate([_latencies(eng) for _, eng in runs])
+    out = []
+    for s in range(len(e.stages)):
+        k = lat[:, L.STAGE] == s
+        if not k.any():
+            out.append((math.nan, math.nan, math.nan))
+            continue
+        ttft, e2e = float(np.nanmean(lat[k, L.TTFT])), float(np.nanmean(lat[k, L.E2E]))
+        out.append((1e3 * ttft, 1e3 * (e2e - ttft) / max(e.output_counted - 1.0, 1.0), 1e3 * e2e))
+    return out
 
 
 def _drain(eng: Any) -> None:

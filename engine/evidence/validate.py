@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError, suggest
-from engine.evidence import replay
+from engine.evidence import bands, replay
 from engine.evidence.claim_rows import row
 from engine.numbers import err_pct
 from engine.physics.batch import Batch
@@ -547,8 +547,11 @@ def report(tables: list[str] | None = None, runtime: str | None = None) -> dict[
     for n in names:
         if n not in known:
             raise InputError(f"unknown table '{n}'{suggest(n, known)}")
-    return {"tables": [replay.table_report(runtime or "vllm") if n == replay.TABLE else table_report(n, runtime)
-                       for n in names]}
+    tables = [replay.table_report(runtime or "vllm") if n == replay.TABLE else table_report(n, runtime)
+              for n in names]
+    for t in tables:  # how often the rows fall inside their profile's 80 % error band
+        t["coverage"] = bands.table_coverage(t, runtime)
+    return {"tables": tables}
 
 
 def subset_stats(rows: list[dict[str, Any]], **match: str) -> dict[str, float | None]:

@@ -67,10 +67,22 @@ class Runtime:
 
 
 @cache
+def _tables() -> dict[str, dict[str, Any]]:
+    """Each profile's whole section as read (its record's band and scope included), shipped and registered."""
+    text = resources.files("engine").joinpath("presets", "runtimes.toml").read_text(encoding="utf-8")
+    return dict(tomllib.loads(text))
+
+
+@cache
 def runtimes() -> dict[str, Runtime]:
     """The shipped profiles (presets/runtimes.toml) by name, and any a --runtime-file registered."""
-    text = resources.files("engine").joinpath("presets", "runtimes.toml").read_text(encoding="utf-8")
-    return {name: runtime_from_table(name, d) for name, d in tomllib.loads(text).items()}
+    return {name: runtime_from_table(name, d) for name, d in _tables().items()}
+
+
+def runtime_table(name: str) -> dict[str, Any] | None:
+    """A profile's section as read (None for an unknown name): engine.evidence.bands reads its error band there."""
+    runtimes()
+    return _tables().get(name)
 
 
 def runtime_from_table(name: str, d: dict[str, Any]) -> Runtime:
@@ -118,9 +130,13 @@ def load_runtime_file(path: str | Path) -> Runtime:
         V.required(d, key, V.number, f"{p} [{name}]", lo=0.0, hi=1.0)
     try:
         rt = runtime_from_table(name, d)
-    except (TypeError, ValueError) as e:
+        from engine.evidence.bands import band_from_table  # its error band, checked here so a bad one is one line
+
+        band_from_table(name, d)
+    except (TypeError, ValueError, IndexError, KeyError) as e:
         raise InputError(f"{p}: [{name}]: {e}") from None
     runtimes()[name] = rt
+    _tables()[name] = d
     return rt
 
 

@@ -697,10 +697,21 @@ def split_summary(ids: np.ndarray, parts: np.ndarray) -> dict[str, Any]:
 
 def explain(lanes: list[LaneLike]) -> dict[str, Any]:
     """`run --json --explain`'s "explain" key: over the same finished requests as the latency percentiles, the
-    mean TTFT and E2E split into PARTS and the split of the p50, p90 and p99 requests."""
+    mean TTFT and E2E split into PARTS, the split of the p50, p90 and p99 requests, and every request's own
+    split (per_request), so the slow ones can be found and read."""
     s = lanes_split(lanes)
     return {"parts": list(PARTS), "requests": int(len(s.ids)), "ttft_s": split_summary(s.ids, s.ttft),
-            "e2e_s": split_summary(s.ids, s.e2e)}
+            "e2e_s": split_summary(s.ids, s.e2e), "per_request": per_request(lanes, s)}
+
+
+def per_request(lanes: list[LaneLike], s: Split) -> dict[str, Any]:
+    """One row per finished request: [id, its E2E parts (PARTS, seconds)..., its E2E as the latency ring has it].
+    Columns, then rows (a table, not an object per request: 10,000 requests stay a compact list of lists). The
+    parts add up to the last column: the times ring and the latency ring are written together, row for row."""
+    e2e = np.concatenate([ln.stats.lat.last()[:, L.E2E] for ln in lanes])
+    rows = np.column_stack([s.ids.astype(np.float64), s.e2e, e2e]) if len(e2e) else np.zeros((0, len(PARTS) + 2))
+    return {"columns": ["request", *PARTS, "e2e"],
+            "rows": [[int(r[0]), *map(float, r[1:])] for r in rows.tolist()]}
 
 
 def check_conserved(where: str, accepted: int, completed: int, running: int, queued: int, preempted: int,

@@ -462,7 +462,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     p = lane.sm.price(b)
     dts, flops, byts = p.time, p.flops_total, p.bytes_total
     clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
-    k = min(k, int(np.searchsorted(clock[:-1], min(lane.next_arrival, stop), side="left")))
+    k, k_arr = _cut_at_arrival(lane, clock, k, stop)
     if k < 2:
         return 0
     dts, flops, byts, used, grown, ends = dts[:k], flops[:k], byts[:k], used[:k], grown[:k], clock[1:k + 1]
@@ -470,11 +470,42 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     _apply_run(lane, k, ends, int(grown[-1]), c.cached[:n], gen)
     if lane.async_sched:
         lane.chosen_at = float(clock[k - 1])  # the last jumped step's start
-    _account_run(lane, k, ends, dts, flops, byts, used, gen >= c.total[:n])
+    queue = lane.waiting
+    if k_arr < k:  # the run's last step starts after the arrival: it joins the queue then, as step() draws it
+        _arrive_in_run(lane, float(clock[k_arr]), c.cached[:n])
+    _account_run(lane, k, ends, dts, flops, byts, used, gen >= c.total[:n], (k_arr, queue))
     # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
     lane.priced = partial(_last_of_run, lane.sm, b, k - 1, n)
     lane.stats.last_batch = n
     return k
+
+
+def _cut_at_arrival(lane: Lane, clock: np.ndarray, k: int, stop: float) -> tuple[int, int]:
+    """How many of a quiet run's k steps (starting at clock[:-1]) run before the next arrival or `stop`, and the
+    first step starting at or after the arrival (k when none does).
+
+    Under async scheduling a step's batch was chosen when the step before it started, so a request arriving
+    during step j - 1 cannot join step j: step j still decodes the same rows, with the request waiting in the
+    queue. The run then takes that step too (the arrival is drawn at its start), instead of ending a step early
+    and leaving it to step(). Never past `stop`.
+    """
+    nxt = lane.next_arrival
+    cut = int(np.searchsorted(clock[:-1], min(nxt, stop), side="left"))
+    if cut >= k:
+        return k, k
+    if lane.async_sched and nxt <= stop and clock[cut] < stop:
+        return cut + 1, cut
+    return cut, k
+
+
+def _arrive_in_run(lane: Lane, t: float, cached: np.ndarray) -> None:
+    """Requests due by t (the start of a run's last step) join the queue, as step() would draw them. If they are
+    the first to share content (Lane.note_content), step() would have keyed the blocks the last step filled:
+    so are they here (the run's earlier steps filled theirs with nothing shared, unkeyed)."""
+    was = lane.shared_content
+    lane._arrive(t)
+    if lane.shared_content and not was:
+        keying.fill(lane, np.flatnonzero((cached & (BLOCK - 1)) == 0))
 
 
 def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
@@ -534,11 +565,17 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
 
 
 def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: np.ndarray, done: np.ndarray) -> None:
-    """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave."""
+                 used: np.ndarray, done: np.ndarray, queue: tuple[int, int]) -> None:
+    """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave.
+    `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
     n = lane.R.n
     st = lane.stats
-    st.itl.add_steps(dts, lane.R.cols.stage[:n] if lane.staged else 0, n)
+    stage = lane.R.cols.stage[:n] if lane.staged else 0
+    if queue[0] < k:  # the step after an arrival is added alone, as step() adds it (the same rounding)
+        st.itl.add_steps(dts[:-1], stage, n)
+        st.itl.add(float(dts[-1]), stage, n)
+    else:
+        st.itl.add_steps(dts, stage, n)
     t1 = float(ends[-1])
     lane.clock = t1
     st.ticks += k
@@ -561,6 +598,7 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
     h[:, H.KV] = used / lane.pool.total
     h[-1, H.KV] = lane.pool.util  # the history row is taken after the last step's completions free blocks
     h[:, H.QUEUE] = lane.waiting
+    h[:queue[0], H.QUEUE] = queue[1]
     h[:, H.BATCH] = n
     h[:, H.OUT] = n
     h[:, H.COUT] = dts

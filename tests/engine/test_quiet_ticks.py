@@ -157,3 +157,24 @@ def test_a_policy_claiming_whole_prompts_that_splits_one_is_caught_under_debug(m
     e = _engine(False, **CONFIGS["chunked"])
     with pytest.raises(AssertionError, match="whole_prompts"):
         e.run()
+
+
+def test_runs_take_the_step_after_an_arrival_under_async_scheduling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under async scheduling a request arriving mid-step cannot join the next step: the quiet run takes that
+    step too, drawing the arrival at its start, and still matches stepping tick by tick."""
+    drawn: list[tuple[float, float]] = []
+    orig = steps._arrive_in_run
+
+    def spy(lane: Lane, t: float, cached: Any) -> None:
+        chosen = lane.chosen_at
+        orig(lane, t, cached)
+        drawn.append((t, float(lane.Q.col("arrival")[-1])) if lane.Q.size else (t, math.nan))
+        assert chosen is not None and chosen == t  # the run's last step starts where it drew
+
+    monkeypatch.setattr(steps, "_arrive_in_run", spy)
+    on, off = _engine(True, **CONFIGS["open"]), _engine(False, **CONFIGS["open"])
+    assert on._lanes[0].async_sched
+    assert on.run() == off.run()
+    assert len(drawn) > 10
+    assert all(a <= t for t, a in drawn)  # what it drew had arrived by the step's start
+    _compare(on, off)

@@ -263,7 +263,8 @@ def test_calibrated_step_is_two_rooflines_in_sequence() -> None:
 
 def test_report_json_shape(rep: dict) -> None:
     for t in rep.values():
-        assert set(t) == {"name", "rows", "median_abs_err_pct", "max_abs_err_pct", "heldout", "unrepresented"}
+        assert set(t) == {"name", "rows", "median_abs_err_pct", "max_abs_err_pct", "heldout", "unrepresented",
+                          "coverage"}
         assert set(t["heldout"]) == {"median_abs_err_pct", "max_abs_err_pct"}
         for r in t["rows"]:
             assert {"measured", "predicted", "err_pct", "split"} <= set(r) and r["split"] in ("train", "test")

@@ -100,7 +100,7 @@ def test_xray_rows_are_the_steps_segments() -> None:
     x = step_xray(frame.step, frame.snapshot.opts.ideal)
     rows = xray.render(frame, 50, 2)
     assert len(rows) == 2 and all(r.cell_len == 50 for r in rows)
-    tail = " " + xray.dur(x.time_s)
+    tail = " = step " + xray.dur(x.time_s)  # the step total, labelled as such (issue #31)
     assert rows[0].plain.endswith(tail)
     cells = 50 - len(tail)
     # Each segment's run of the bar is its share of the step time, to a cell.

@@ -255,3 +255,44 @@ def test_open_loop_and_idle_frames_render() -> None:
         assert cell_len(users.row(frame, y, 100).plain) == 100
     idle = build_frame(frame.snapshot, step=None)
     assert "idle" in traffic.layer_bar(idle, 60).plain or "no step" in traffic.layer_bar(idle, 60).plain
+
+
+# ---- issue #31: lessons the floor shows on its own, one truth per figure ------------------------------------
+
+def test_metrics_show_reading_beside_writing() -> None:
+    snap = dataclasses.replace(make_snapshot(3), metrics={"tok_s_in": 52_000.0, "tok_s_out": 310.0})
+    text = " ".join(r.plain for r in metrics.render(build_frame(snap), 60, 6))
+    assert "tok/s in/out" in text and "52,000/310" in text
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_users_title_counts_preemptions_so_far(lang: str) -> None:
+    snap = dataclasses.replace(make_snapshot(6), preemptions_total=72)
+    title = users.title(build_frame(snap, lang=lang))
+    assert "72" in title and ("preempted 72 so far" in title if lang == "en" else "累计抢占 72" in title)
+
+
+def test_xray_labels_the_step_total_as_the_step_not_a_segment() -> None:
+    from tui.render import xray
+    frame = build_frame(make_snapshot(6), progress=0.4)
+    row = xray.render(frame, 56, 1)[0].plain
+    assert row.rstrip().endswith(f"= step {dur(frame.step.time_s)}")
+
+
+def test_l2_says_what_a_refill_count_means() -> None:
+    frame = build_frame(make_snapshot(6), progress=0.4)
+    st = frame.step
+    words = l2.render(frame, 58, 2)[1].plain
+    assert f"{si(float(st.bytes_total), 'B')} pass this 50 MB shelf" in words
+    assert f"{-(-st.l2_refills // 1):,.0f} refills" in words
+    idle = l2.render(build_frame(make_snapshot(6, phases=[Phase.DONE] * 6)), 58, 2)[1].plain
+    assert "a step's - pass" in idle and ": - refills" in idle
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_behind_badge_says_what_it_means_when_there_is_room(lang: str) -> None:
+    frame = dataclasses.replace(build_frame(make_snapshot(6), lang=lang), behind=True, speed=5.0)
+    wide, narrow = header.render(frame, 120).plain, header.render(frame, 80).plain
+    assert t(lang, "behind_long", s="5") in wide and "×5" in t(lang, "behind_long", s="5")
+    assert t(lang, "behind") in narrow and t(lang, "behind_long", s="5") not in narrow
+    assert cell_len(wide) == 120 and cell_len(narrow) == 80

@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
 
 
 def test_bench_json_engine_section() -> None:
-    r = cli("bench", "--json", "--ticks", "300", "--users", "300", "--frames", "3")
+    r = cli("bench", "--json", "--ticks", "300", "--users", "300", "--frames", "3", "--open-requests", "200")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     e = res["engine"]
@@ -92,6 +92,12 @@ def test_bench_json_engine_section() -> None:
     v = res["engine_varied"]
     assert v["ticks_per_s"] > 0 and v["sim_s_per_wall_s"] > 0 and v["ticks"] == 300
     assert v["prompt"].startswith("uniform:") and v["output"].startswith("uniform:")
+    # The open-loop rows run the issue's commands to their bound (a fifth of the requests at rate 1), in CPU time.
+    for key, rate, n in (("run_rate_10", 10, 200), ("run_rate_1", 1, 40)):
+        o = res[key]
+        assert o["command"].endswith(f"--rate {rate} --requests {n}") and o["requests"] == n
+        assert o["sim_time_s"] > 0.5 * n / rate and o["sim_s_per_cpu_s"] == pytest.approx(o["sim_time_s"] / o["cpu_s"])
+    assert 0 < res["startup"]["cpu_s"] < 30
     # The trace row replays the bundled sample to its end.
     tr = res["trace"]
     assert tr["requests"] == 300 and tr["sim_time_s"] > 84 and tr["wall_s"] > 0
@@ -112,3 +118,23 @@ def test_run_takes_a_vllm_serve_line_and_names_what_it_cannot_model(capsys: pyte
     assert err == "tokensim: note: vLLM's --enforce-eager is not modelled by tokensim: ignored\n"
     assert main(["run", "--speculative-config", "{not json", "--requests", "5"]) == 2
     assert "--speculative-config must be a JSON object" in capsys.readouterr().err
+
+
+def test_expert_parallel_is_asked_for_by_tokensim_and_vllm_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """--ep N (or vLLM's --data-parallel-size N with --enable-expert-parallel) splits a MoE model's routed experts
+    over N GPUs: a rank's decode step reads fewer expert weights, so it is faster; a dense model is refused."""
+    times = {}
+    for ep in (1, 4):
+        assert main(["step", "--model", "qwen3-30b-a3b", "--ep", str(ep), "--batch", "64", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["ep"] == ep
+        times[ep] = out["time_s"]
+    assert times[4] < 0.7 * times[1]
+    tpot = {}
+    for extra in ([], ["--data-parallel-size", "4", "--enable-expert-parallel"]):
+        argv = ["run", "--model", "qwen3-30b-a3b", "--users", "32", "--requests", "64", "--json", *extra]
+        assert main(argv) == 0
+        tpot[bool(extra)] = json.loads(capsys.readouterr().out)["tpot_p50"]
+    assert tpot[True] < tpot[False]
+    assert main(["run", "--ep", "2", "--requests", "5"]) == 2
+    assert "needs a mixture-of-experts model and tp 1" in capsys.readouterr().err

@@ -30,12 +30,32 @@ def test_json_without_explain_has_no_explain_key(capsys: pytest.CaptureFixture[s
         assert x[key]["p99"]["request"] >= 0
 
 
+def test_per_request_records_add_up_to_each_requests_e2e(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #31.8: every finished request's own split, its parts summing to its E2E, so the slow ones show."""
+    assert main([*ARGS, "--json", "--explain"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    x = out["explain"]
+    pr = x["per_request"]
+    assert pr["columns"] == ["request", *x["parts"], "e2e"]
+    assert len(pr["rows"]) == x["requests"] == out["requests_completed"]
+    assert len({r[0] for r in pr["rows"]}) == len(pr["rows"])  # one row per request
+    for r in pr["rows"]:
+        assert sum(r[1:-1]) == pytest.approx(r[-1], rel=1e-9, abs=1e-12)
+    e2e = sorted(r[-1] for r in pr["rows"])
+    assert e2e[len(e2e) // 2] == pytest.approx(out["e2e_s"]["p50"], rel=0.05)
+    slowest = max(pr["rows"], key=lambda r: r[-1])
+    assert slowest[-1] == pytest.approx(max(e2e))
+    pre = pr["columns"].index("preempted")
+    assert any(r[pre] > 0 for r in pr["rows"])  # 700 KV blocks for 48 users: some were evicted, and it shows
+
+
 def test_rich_report_prints_where_latency_went(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*ARGS, "--explain"]) == 0
     text = capsys.readouterr().out
     assert "where TTFT went" in text and "where end to end went" in text
     for part in ("queue", "prefill", "decode", "preempted", "recompute", "path"):
         assert part in text
+    assert "slowest requests" in text
 
 
 def test_trace_out_writes_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

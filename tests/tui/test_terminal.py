@@ -44,3 +44,27 @@ def test_terminal_matches_a_full_redraw_after_every_key() -> None:
         app.press("n")
         _check(app, "a step at 80x24")
         assert "paused" in "\n".join(app.lines()) or "暂停" in "\n".join(app.lines())
+
+
+def test_the_first_frame_offers_the_tour_and_hands_its_rows_back() -> None:
+    """Issue #31.6: `tokensim` opens with a line offering the tour (most newcomers start on the free floor)."""
+    with PtyApp(["--paused", "--lang", "en", "--seed", "1"]) as app:
+        app.wait_for("tokensim tour")
+        app.settle(updates=0)
+        screen = "\n".join(app.lines())
+        assert "New here? Quit (q) and run `tokensim tour`" in screen and "paused" in screen
+        app.press("l")
+        assert "tokensim tour" in "\n".join(app.lines()) and "第一次来" in "\n".join(app.lines())
+
+
+async def test_the_welcome_is_only_the_free_floors_and_goes_away() -> None:
+    from tui.app import TokensimApp
+    app = TokensimApp(lang="en", autoplay=False, welcome=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.narration is not None and "tokensim tour" in app.narration[0]
+        app.end_welcome()
+        await pilot.pause()
+        assert app.narration is None
+        app.set_lang("zh")
+        assert app.narration is None  # once gone, a language switch does not bring it back
+    assert TokensimApp(lang="en", autoplay=False, welcome=True, narration=("a scene",)).narration == ("a scene",)

@@ -24,7 +24,8 @@ def test_json_has_the_issue_shape(capsys: pytest.CaptureFixture[str]) -> None:
     d["tables"] += json.loads(out)["tables"]
     assert set(d) == {"tables"} and [t["name"] for t in d["tables"]] == ["qwen25", "trtllm"]
     for t in d["tables"]:
-        assert set(t) == {"name", "rows", "median_abs_err_pct", "max_abs_err_pct", "heldout", "unrepresented"}
+        assert set(t) == {"name", "rows", "median_abs_err_pct", "max_abs_err_pct", "heldout", "unrepresented",
+                          "coverage"}
         assert set(t["heldout"]) == {"median_abs_err_pct", "max_abs_err_pct"}
         r = t["rows"][0]
         assert {"measured", "predicted", "err_pct", "split", "source"} <= set(r)

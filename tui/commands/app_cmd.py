@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from tui.app import TokensimApp  # Textual loads only when the app opens
 
     cfg = config_from_args(args)
-    app = TokensimApp(cfg, lang=args.lang, autoplay=not args.paused, speed=args.speed, fleet=setup_from(args, cfg))
+    app = TokensimApp(cfg, lang=args.lang, autoplay=not args.paused, speed=args.speed, fleet=setup_from(args, cfg),
+                      welcome=True)
     require_terminal("for a report without one, try: tokensim run")  # after the options: their errors first
     return run_app(app)

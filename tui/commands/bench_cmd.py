@@ -28,6 +28,9 @@ from tui.commands.options import console, positive_float, positive_int, print_js
 BENCH_USERS = 1000
 WARMUP_TICKS = 3000  # fill the batch before timing: the first ticks are one big prefill wave
 VARIED = {"prompt": "uniform:256,768", "output": "uniform:128,384"}  # the fixed 512 / 256, spread out
+# The open-loop rows: issue 26's `run --rate 10 --requests 10000` and `--rate 1 --requests 2000`.
+OPEN_MODEL = "llama-3.1-8b"
+OPEN_REQUESTS = 10_000
 
 
 def bench_config(users: int = BENCH_USERS) -> EngineConfig:
@@ -61,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", default="azure-conv-sample",
                    help="trace to replay for the trace row (default: the bundled azure-conv-sample)")
     p.add_argument("--frames", type=positive_int, default=300, help="frames to time in each render row (default 300)")
+    p.add_argument("--open-requests", type=positive_int, default=OPEN_REQUESTS,
+                   help=f"requests of the busy open-loop run row (default {OPEN_REQUESTS:,}; the quiet row runs a"
+                        " fifth of them)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -97,6 +103,43 @@ def engine_bench(ticks: int = 20_000, users: int = BENCH_USERS, varied: bool = F
     }
 
 
+def open_loop_bench(rate: float, requests: int) -> dict[str, Any]:
+    """`tokensim run --model llama-3.1-8b --rate R --requests N` as the CLI builds it: CPU and wall seconds of
+    building the engine and running it to its bound, and simulated seconds per CPU second (the shared machine's
+    steadier figure)."""
+    from tui.cli import build_parser  # (the CLI's parser imports every command: only when this row runs)
+    from tui.commands.run_cmd import config_from_args
+
+    argv = ["run", "--model", OPEN_MODEL, "--rate", f"{rate:g}", "--requests", str(requests)]
+    cfg = config_from_args(build_parser(argv).parse_args(argv))
+    gc.collect()
+    t0, c0 = time.perf_counter(), time.process_time()
+    eng = Engine(cfg)
+    eng.run()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    sim = eng.metrics()["sim_time_s"]
+    return {"command": "tokensim " + " ".join(argv), "requests": requests, "sim_time_s": sim, "cpu_s": cpu,
+            "wall_s": wall, "sim_s_per_cpu_s": sim / cpu, "sim_s_per_wall_s": sim / wall}
+
+
+def startup_bench(repeats: int = 3) -> dict[str, Any]:
+    """CPU seconds of `tokensim run --requests 1` in a fresh interpreter (imports, parse, one request, the
+    report): the median of `repeats` runs, from the children's resource usage."""
+    import resource
+    import statistics
+    import subprocess
+    import sys
+
+    cpus = []
+    for _ in range(repeats):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "tui.cli", "run", "--requests", "1", "--json"], check=True,
+                       capture_output=True)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    return {"command": "tokensim run --requests 1 --json", "cpu_s": statistics.median(cpus), "repeats": repeats}
+
+
 def trace_bench(trace: str = "azure-conv-sample") -> dict[str, Any]:
     """Replay a trace at real speed on one H100 from start to end: wall and CPU seconds, requests, simulated time."""
     cfg = EngineConfig(hardware="h100-sxm", model="qwen2.5-14b", trace=trace, seed=0)
@@ -118,17 +161,21 @@ def render_bench(frames: int = 300) -> dict[str, dict[str, Any]]:
     return {"render" if n == rb.USERS[0] else f"render_{n}": rb.render_bench(n, frames=frames) for n in rb.USERS}
 
 
-def collect(ticks: int, users: int, trace: str = "azure-conv-sample", frames: int = 300) -> dict[str, Any]:
-    """Every section of the benchmark: the engine rows, the trace replay, the frame rows ("render", "render_10000")."""
+def collect(ticks: int, users: int, trace: str = "azure-conv-sample", frames: int = 300,
+            open_requests: int = OPEN_REQUESTS) -> dict[str, Any]:
+    """Every section of the benchmark: the engine rows, the open-loop runs ("run_rate_10", "run_rate_1"), start-up,
+    the trace replay, the frame rows ("render", "render_10000")."""
     out: dict[str, Any] = {"engine": engine_bench(ticks, users), "engine_varied": engine_bench(ticks, users, True),
-                           "trace": trace_bench(trace)}
+                           "run_rate_10": open_loop_bench(10.0, open_requests),
+                           "run_rate_1": open_loop_bench(1.0, max(1, open_requests // 5)),
+                           "startup": startup_bench(), "trace": trace_bench(trace)}
     out.update(render_bench(frames))
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark sections and print them."""
-    res = collect(args.ticks, args.users, args.trace, args.frames)
+    res = collect(args.ticks, args.users, args.trace, args.frames, args.open_requests)
     if args.fleet:
         from tui.commands.fleet_bench import fleet_day, plan_grid
 
@@ -154,6 +201,11 @@ def run(args: argparse.Namespace) -> int:
               " ticks)")
     t.add_row("ticks/s, varied lengths", f"{ev['ticks_per_s']:,.0f} ({ev['us_per_tick']:.1f} µs a tick)")
     t.add_row("simulated s per wall s, varied lengths", f"{ev['sim_s_per_wall_s']:,.0f}")
+    for key in ("run_rate_10", "run_rate_1"):
+        o = res[key]
+        t.add_row(o["command"], f"{o['sim_s_per_cpu_s']:,.0f} sim s per CPU s ({o['sim_time_s']:,.0f} s simulated in"
+                  f" {o['cpu_s']:.2f} CPU s, {o['wall_s']:.2f} s wall)")
+    t.add_row("start-up", f"{res['startup']['command']}: {res['startup']['cpu_s']:.2f} CPU s (median)")
     if "fleet_day" in res:
         f, g = res["fleet_day"], res["plan_grid"]
         t.add_row("fleet", f"{f['sim_s'] / 3600:g} h of {f['users']:,} users ({f['rate']:.2f} req/s) on"

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
 
+from engine import options as O
 from engine.errors import InputError
-from engine.evidence.measured import read_result
-from engine.evidence.measured.calibrate import DEFAULT_FIT, FIT, calibrate, toml_text
+from engine.evidence.measured import campaign, read_result
+from engine.evidence.measured.calibrate import CAMPAIGN_FIT, DEFAULT_FIT, FIT, calibrate, toml_text
 from engine.files import write_text_atomic
 from engine.physics.calibration import load_runtime
-from tui.commands import replay_cmd, run_cmd
+from tui.commands import replay_cmd
 from tui.commands.options import console, print_json, versioned
 
 
@@ -24,8 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", metavar="RESULT", nargs="+", help="measured results (any format replay reads)")
     p.add_argument("-o", "--output-file", metavar="FILE.toml", required=True, help="where to write the profile")
     p.add_argument("--name", default="my-cluster", help="the profile's name (default my-cluster)")
-    p.add_argument("--fit", default=",".join(DEFAULT_FIT),
-                   help=f"constants to fit, of {', '.join(FIT)} (default {','.join(DEFAULT_FIT)})")
+    p.add_argument("--fit", default=None,
+                   help=f"constants to fit, of {', '.join(FIT)} (default {','.join(DEFAULT_FIT)}; on a vLLM v0.15 "
+                        f"campaign table {','.join(CAMPAIGN_FIT)})")
+    p.add_argument("--blank", action="store_true",
+                   help="start every fitted constant from the search's neutral start (engine.evidence.fit.START), "
+                        "not the --runtime profile's value")
     p.add_argument("--no-cross-validate", action="store_true", help="skip leave-one-out (faster)")
     replay_cmd.add_engine_arguments(p)
 
@@ -37,19 +43,27 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output_file)
     if out.is_dir() or not out.parent.exists():
         raise InputError(f"-o {out}: not a writable file path")
-    records = [read_result(r, args.format) for r in args.results]
+    tables = [r for r in args.results if args.format is None and campaign.is_campaign(r)]
+    records = [read_result(r, args.format) for r in args.results if r not in tables]
     for m in records:
         replay_cmd.check(args, m)
-    names = [n.strip() for n in args.fit.split(",") if n.strip()]
-    base = run_cmd.config_from_args(_any_load(args))
-    res = calibrate(records, base, load_runtime(base.runtime), names, not args.no_cross_validate)
+    fit = args.fit or ",".join(CAMPAIGN_FIT if tables else DEFAULT_FIT)
+    names = [n.strip() for n in fit.split(",") if n.strip()]
+    base = O.config_from(_any_load(args))
+    start = load_runtime(base.runtime)
+    if args.blank:
+        from engine.evidence.fit import START
+
+        start = replace(start, request_overhead_s=0.0, **{n: START[n] for n in names if n in START})
+    res = calibrate(records, base, start, names, not args.no_cross_validate, tables)
     write_text_atomic(out, toml_text(args.name, res), "-o", [*args.results, getattr(args, "runtime_file", None)])
     if args.json:
         rt = res["runtime"]
         print_json(versioned({"command": "calibrate", "output_file": str(out), "name": args.name,
                               "constants": {n: getattr(rt, n) for n in (*res["fitted"], "request_overhead_s")},
                               **{k: res[k] for k in ("fitted", "loss", "standard_error", "rows", "fixed_by",
-                                                     "held_out")}}))
+                                                     "held_out")},
+                              "band": {k: list(v) for k, v in res["band"].err.items()}}))
         return 0
     _print(args.name, out, res)
     return 0

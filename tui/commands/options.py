@@ -67,7 +67,9 @@ def step_model_from_args(args: argparse.Namespace) -> StepModel:
     """Build and fit-check the step model the options describe."""
     hw = load_hardware(args.hardware)
     model = load_model(args.model)
-    sm = StepModel(hw, model, StepOptions(tp=args.tp, weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
+    sm = StepModel(hw, model, StepOptions(tp=args.tp, ep=getattr(args, "ep", 1),
+                                          ep_comm=getattr(args, "ep_comm", "all-to-all"),
+                                          weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
                                           ideal=args.ideal, runtime=args.runtime or "vllm"))
     sm.check_fits()
     return sm

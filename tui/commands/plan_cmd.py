@@ -23,6 +23,7 @@ from rich.table import Table
 from engine import budget, vllm_flags
 from engine import options as O
 from engine.errors import InputError
+from engine.evidence import bands
 from engine.fleet import plan as pl
 from engine.numbers import fixed
 from engine.physics.specs import load_hardware, load_model
@@ -162,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
     results, stopped = _run_jobs(jobs, mapper, show=sys.stderr.isatty())
     out = pl.summarize(results, pruned, slo)
+    bands.annotate_plan(out, [r.as_dict() for r in results], None if base.ideal else base.runtime, base.weight_dtype)
     if stopped is not None:  # a partial report: what finished before the signal, and how much that is
         out["stopped"] = {"by": stopped[0], "finished": len(results), "of": len(jobs)}
     out["pruned_slo"] = len(beyond)  # of the pruned: points that fit but provably miss the SLOs
@@ -271,8 +273,12 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
         t.add_row(r["hardware"], r["model"], str(r["tp"]), str(r["replicas"]), r["pd"] or "-", r["router"],
                   str(r["max_num_seqs"]), f"{r['cost_per_hour']:,.2f}", fixed(r["usd_per_mtok"], 1, 3),
                   fixed(r["ttft_s"], 1e3), fixed(r["tpot_s"], 1e3, 2), fixed(r["goodput_rps"], 1, 2),
-                  "no" if _key(r) in bad else "yes")
+                  ("no" if _key(r) in bad else "yes") + ("?" if (r["interval"] or {}).get("slo_flips") else ""))
     con.print(t)
+    if out["slo_flips"]:
+        which = ", ".join(f"{c['replicas']} x {c['hardware']} tp{c['tp']}" for c in out["slo_flips"][:4])
+        con.print(f"?: the SLO verdict flips inside the 80 % interval for {len(out['slo_flips'])} configurations "
+                  f"({which}); {(b or out['pareto'][0])['interval']['note']}")
     front = {_key(r) for r in out["pareto"]}
     best = _key(b) if b else None
     marks = []

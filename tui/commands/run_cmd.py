@@ -14,6 +14,7 @@ from rich.table import Table
 from engine import options as O
 from engine import vllm_flags
 from engine.errors import InputError
+from engine.evidence import bands
 from engine.evidence.measured import bench_out
 from engine.files import atomic_output
 from engine.fleet.fleet import Fleet, engine_for
@@ -131,6 +132,7 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
+    out["interval"] = bands.for_run(out, sm, out["runtime"])  # error bars from the profile's residuals
     return json_safe(out)
 
 
@@ -205,6 +207,7 @@ def _print(r: dict[str, Any]) -> None:
     for label, key, scale, unit in rows:
         t.add_row(label, *(fixed(r[key].get(p), scale, 1, f" {unit}") for p in ("p50", "p90", "p99")))
     con.print(t)
+    con.print(f"error bars (80 %): {r['interval']['note'] if r['interval'] else 'none (no calibration record)'}")
     s = Table(header_style="bold", show_edge=False, show_header=False)
     s.add_column("")
     s.add_column("", justify="right")
@@ -274,6 +277,21 @@ def _print_explain(con: Any, x: dict[str, Any]) -> None:
         for part in (*x["parts"], "total"):
             t.add_row(part, *(fixed(s[c][part], scale, digits, unit) for c in cols))
         con.print(t)
+    _print_slowest(con, x.get("per_request"))
+
+
+def _print_slowest(con: Any, pr: dict[str, Any] | None, n: int = 5) -> None:
+    """The `n` slowest requests end to end, each with its own parts (explain's per_request rows)."""
+    if not pr or not pr["rows"]:
+        return
+    cols = pr["columns"]
+    t = Table(header_style="bold", show_edge=False, title=f"slowest requests (of {len(pr['rows']):,}; all in"
+              " --json's explain.per_request)", title_justify="left")
+    for c in cols:
+        t.add_column(c, justify="right")
+    for r in sorted(pr["rows"], key=lambda r: -r[-1])[:n]:
+        t.add_row(f"#{r[0]}", *(fixed(v, 1.0, 2, " s") for v in r[1:]))
+    con.print(t)
 
 
 def _print_fleet(con: Any, r: dict[str, Any]) -> None:

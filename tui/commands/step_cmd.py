@@ -9,6 +9,7 @@ from rich.table import Table
 
 from engine import validation as V
 from engine.errors import InputError
+from engine.evidence import bands
 from engine.numbers import fixed, si
 from engine.physics.batch import Batch
 from engine.physics.step import StepCost, StepModel
@@ -72,12 +73,14 @@ def run(args: argparse.Namespace) -> int:
     kind = "prefill" if args.prompt is not None else "decode"
     if args.json:
         out = {"hardware": sm.hw.name, "model": sm.model.name, "kind": kind, "batch": args.batch,
-               "context": args.context, "prompt": args.prompt, "tp": sm.opts.tp, "weight_dtype": sm.wdtype,
+               "context": args.context, "prompt": args.prompt, "tp": sm.opts.tp, "ep": sm.opts.ep,
+               "weight_dtype": sm.wdtype,
                "kv_dtype": sm.opts.kv_dtype, "ideal": args.ideal, "runtime": None if args.ideal else sm.opts.runtime}
         out.update(cost.as_dict())
         out["tokens_per_s"] = cost.tokens / cost.time_s if cost.time_s else 0.0
         out["time_s_ideal"], out["time_s_calibrated"] = ideal.time_s, calib.time_s
         out["xray"] = step_xray(cost, args.ideal).as_dict()
+        out["interval"] = bands.for_step(sm, kind, args.batch, cost.time_s, out["tokens_per_s"], args.ideal)
         print_json(versioned(out))
         return 0
     _print(sm, kind, args, ideal, calib, cost)
@@ -111,6 +114,9 @@ def _print(sm: StepModel, kind: str, args: argparse.Namespace, ideal: StepCost, 
     for r in rows:
         t.add_row(*r)
     con.print(t)
+    band = bands.for_step(sm, kind, args.batch, calib.time_s, calib.tokens / calib.time_s if calib.time_s else 0, False)
+    con.print(f"calibrated step time, 80 % interval: {_ms(band['time_s'][0])} to {_ms(band['time_s'][1])} "
+              f"({band['note']})" if band else "calibrated step time: no error band (no calibration record)")
     b = Table(header_style="bold", show_edge=False, title="bytes moved and work done (same in both columns)")
     b.add_column("quantity")
     b.add_column("value", justify="right")

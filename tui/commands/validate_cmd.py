@@ -49,6 +49,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _coverage_line(t: dict[str, Any]) -> str:
+    """How many rows fall inside their profile's 80 % error band, held in (the fit's rows) and held out."""
+    c = t.get("coverage")
+    if c is None:
+        return f"{t['name']}: no error band recorded for its profiles"
+
+    def part(x: dict[str, Any]) -> str:
+        return f"{x['inside']}/{x['n']} ({fixed(x['fraction'], 100, 0, ' %')})"
+
+    lo, hi = c["expected"]
+    out = (f"{t['name']}: inside the 80 % error band ({c['metric']}): held in {part(c['held_in'])}, expected "
+           f"{100 * lo:.0f}-{100 * hi:.0f} %")
+    return out + (f"; held out {part(c['held_out'])}" if c["held_out"] else "")
+
+
 def _print_serving(t: dict[str, Any], override: str | None) -> None:
     """The vLLM v0.15 campaign: per experiment the measured and predicted means, then the median errors."""
     con = console()
@@ -74,6 +89,7 @@ def _print_serving(t: dict[str, Any], override: str | None) -> None:
               + f"; saturated: {t['saturated']}")
     for r in t["unrepresented"]:
         con.print(f"not replayed: {r['exp_id']} {r['model']}: {r['reason']}")
+    con.print(_coverage_line(t), highlight=False)
     con.print()
 
 
@@ -145,4 +161,5 @@ def _print_table(t: dict[str, Any], override: str | None) -> None:
         con.print(u)
     else:
         con.print(f"every row of {t['name']} is represented (none left out)")
+    con.print(_coverage_line(t), highlight=False)
     con.print()

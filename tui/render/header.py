@@ -44,8 +44,9 @@ def status(frame: Frame, short: bool) -> Text:
     factor) and play state. One engine's bar and a fleet's end alike."""
     lang = frame.lang
     out = Text()
-    if frame.behind:
-        out.append(t(lang, "behind") + "  ", style=pal.COMPUTE)
+    if frame.behind:  # wide: say what it means (the simulation, not the GPU, is slower than the speed asked)
+        label = t(lang, "behind") if short else t(lang, "behind_long", s=f"{frame.speed:g}")
+        out.append(label + "  ", style=pal.COMPUTE)
     out.append(t(lang, "sim", t=clock(frame.clock_s)) + "  ")
     out.append((f"×{frame.speed:g}" if short else speed_label(lang, frame.speed)) + "  ", style=pal.WEIGHTS)
     out.append(t(lang, "playing" if frame.playing else "paused") + " ", style="bold")

@@ -7,6 +7,7 @@ import math
 from rich.cells import cell_len
 from rich.text import Text
 
+from engine.evidence import bands
 from tui.frame import Frame
 from tui.i18n import t
 from tui.render import palette as pal
@@ -49,18 +50,25 @@ def _money(v: float | None) -> str:
     return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
 
 
+def _pm(value: str, bars: tuple[float, float] | None, i: int) -> str:
+    """A figure with its error band beside it: "41 ms ±5%" (as it is when unknown or without a band)."""
+    return value if bars is None or value == "-" else f"{value} ±{bars[i]:.0f}%"
+
+
 def items(frame: Frame) -> dict[str, tuple[str, str, str | None]]:
     """name -> (label, value, style), labels in the frame's language."""
     lang, s, st = frame.lang, frame.snapshot, frame.step
     step_t = st.time_s if st is not None and st.tokens > 0 else None
     bound = st.bound if st is not None and st.tokens > 0 else None
+    bars = bands.snapshot_pcts(s)  # the profile's 80 % error band for this deployment (engine.evidence.bands)
     return {
         "step": (t(lang, "m_step"), dur(step_t), None),
         "batch": (t(lang, "m_batch"), num(s.batch_size), None),
-        "tok_s": (t(lang, "m_tok_s"), _f(metric(frame, "tok_s_out")), "bold"),
+        # Reading and writing side by side: a prompt is read thousands of tokens a step, an answer one a step.
+        "tok_s": (t(lang, "m_tok_s"), f"{_f(metric(frame, 'tok_s_in'))}/{_f(metric(frame, 'tok_s_out'))}", "bold"),
         "per_user": (t(lang, "m_per_user"), _f(metric(frame, "tok_s_user"), "{:,.1f}"), "bold"),
-        "ttft": (t(lang, "m_ttft"), dur(metric(frame, "ttft")), None),
-        "tpot": (t(lang, "m_tpot"), dur(metric(frame, "tpot")), None),
+        "ttft": (t(lang, "m_ttft"), _pm(dur(metric(frame, "ttft")), bars, 0), None),
+        "tpot": (t(lang, "m_tpot"), _pm(dur(metric(frame, "tpot")), bars, 1), None),
         "mfu": (t(lang, "m_mfu"), pct(metric(frame, "mfu")), None),
         "bw": (t(lang, "m_bw"), pct(metric(frame, "bw")), None),
         "bound": (t(lang, "m_bound"), t(lang, bound) if bound else "-",

@@ -30,10 +30,12 @@ def phase_width(lang: str) -> int:
 
 
 def title(frame: Frame) -> str:
-    """users 6 · running 4 · queued 1 · done 1."""
+    """users 6 · running 4 · queued 1 · done 1 · preempted 0 so far: evictions under KV pressure since the start
+    (the engine does them from ~128 users on the default floor; a user row says so while one waits to recompute)."""
     s = frame.snapshot
     n = s.users if s.users > 0 else frame.row_count
-    return t(frame.lang, "users_title", n=num(n), r=num(s.running), q=num(s.queued + s.preempted), d=num(s.done))
+    return t(frame.lang, "users_title", n=num(n), r=num(s.running), q=num(s.queued + s.preempted), d=num(s.done),
+             p=num(s.preemptions_total))
 
 
 def row_pieces(frame: Frame, y: int, width: int) -> Pieces:

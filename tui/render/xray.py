@@ -12,6 +12,7 @@ from rich.text import Text
 from engine.physics.xray import SEGMENTS, XRay, step_xray
 from scenes.words import SEGMENT_WORDS
 from tui.frame import Frame
+from tui.i18n import t
 from tui.render import palette as pal
 from tui.render.fmt import dur
 
@@ -92,7 +93,7 @@ def render(frame: Frame, width: int, height: int = 1) -> list[Text]:
     x = xray(frame)
     if x is None:
         return [Text(" " * width)] * max(0, min(height, 2))
-    tail = f" {dur(x.time_s)}"
+    tail = f" {t(frame.lang, 'xray_total')} {dur(x.time_s)}"  # the whole step, not the last segment's time
     top = bar(x, max(1, width - len(tail)), frame.lang)
     top.append(tail, style="bold")
     top.truncate(width, overflow="crop", pad=True)

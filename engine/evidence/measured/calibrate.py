@@ -21,31 +21,47 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.evidence import bands
+from engine.evidence.measured import campaign
 from engine.evidence.measured.compare import replay
 from engine.evidence.measured.record import Measured
 from engine.physics.calibration import Runtime
 
-FIT = ("bw_eff", "flops_eff", "step_overhead_s")  # what --fit can name
+FIT = ("bw_eff", "flops_eff", "step_overhead_s", "attn_bw_eff", "expert_bw_eff")  # what --fit can name
 DEFAULT_FIT = ("bw_eff", "flops_eff")  # a fixed step cost needs loads far apart in bytes per step (see _HINT)
+# On a campaign table (measured/campaign.py): the decode-side constants fit.py fits the shipped vllm profile with.
+CAMPAIGN_FIT = ("bw_eff", "attn_bw_eff", "expert_bw_eff")
 # First simplex steps, and how close every vertex must come to the best to stop (a user's few files do not pin a
 # constant to 0.1 %).
-_FIRST = {"bw_eff": 0.1, "flops_eff": 0.1, "step_overhead_s": 2e-3}
-_LAST = {"bw_eff": 0.002, "flops_eff": 0.005, "step_overhead_s": 5e-5}
+_FIRST = {"bw_eff": 0.1, "flops_eff": 0.1, "step_overhead_s": 2e-3, "attn_bw_eff": 0.1, "expert_bw_eff": 0.1}
+_LAST = {"bw_eff": 0.002, "flops_eff": 0.005, "step_overhead_s": 5e-5, "attn_bw_eff": 0.005, "expert_bw_eff": 0.005}
+# A campaign fit's last phase: a short simplex on full replays from the short search's optimum (first step, stop
+# when every vertex is this close, at most this many evaluations of ~20 CPU s each).
+_POLISH_STEP, _POLISH_TOL, _POLISH_EVALS = 0.04, 0.01, 12
 _LOADS_APART = 1.5  # two loads tell a fixed step cost from bandwidth when their mean concurrency differs this much
 _SENSITIVE = 0.005  # a row "fixes" a constant when moving it 5 % moves one of the row's means this much
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One (file, stage) of measurements: its requests and its measured mean TTFT, ITL, E2E (s)."""
+    """One (file, stage) of measurements: its requests (a Measured record, or a campaign table's Experiment), the
+    stage (None: the whole file), its measured mean TTFT, ITL, E2E (s) and mean requests in flight."""
 
     label: str
-    record: Measured
+    record: Any
     measured: np.ndarray  # (3,) mean TTFT, ITL, E2E
+    stage: int | None = None
+    load: float = 0.0
+    campaign: bool = False
+
+    def prompts(self) -> np.ndarray:
+        """The row's prompt lengths (a campaign experiment's one length)."""
+        return np.array([self.record.prompt]) if self.campaign else self.record.prompt
 
 
-def rows_of(records: Sequence[Measured]) -> list[Row]:
-    """The (file, stage) rows of the records (a file without latencies is refused: it fits nothing)."""
+def rows_of(records: Sequence[Measured], campaigns: Sequence[str] = ()) -> list[Row]:
+    """The (file, stage) rows of the records and of the campaign tables (a file without latencies is refused:
+    it fits nothing)."""
     out = []
     for m in records:
         if not m.measured:
@@ -53,7 +69,10 @@ def rows_of(records: Sequence[Measured]) -> list[Row]:
         for s in range(m.stages):
             k = m.stage == s
             label = m.path if m.stages == 1 else f"{m.path}#stage{s + 1}"
-            out.append(Row(label, m, np.array([np.nanmean(m.ttft[k]), np.nanmean(m.itl[k]), np.nanmean(m.e2e[k])])))
+            out.append(Row(label, m, np.array([np.nanmean(m.ttft[k]), np.nanmean(m.itl[k]), np.nanmean(m.e2e[k])]),
+                           None if m.stages == 1 else s, concurrency(m, s)))
+    for path in campaigns:
+        out += [Row(label, e, meas, st, load, True) for label, e, st, meas, load in campaign.stage_rows(path)]
     return out
 
 
@@ -66,14 +85,13 @@ def concurrency(m: Measured, stage: int) -> float:
 
 def check_identifiable(rows: list[Row], names: Sequence[str]) -> None:
     """Refuse a constant the rows cannot tell from another, saying which measurement would."""
-    loads = sorted(concurrency(r.record, s) for r in rows for s in [int(r.label.rsplit("#stage", 1)[1]) - 1
-                                                                      if "#stage" in r.label else 0])
+    loads = sorted(r.load for r in rows)
     if "step_overhead_s" in names and (len(loads) < 2 or loads[-1] < _LOADS_APART * max(loads[0], 1e-9)):
         raise InputError("step_overhead_s: the files hold one load (mean concurrency "
                          f"{loads[0]:.2g}), where a fixed step cost and bandwidth move ITL alike; add a run at a "
                          f"load {_LOADS_APART:g}x higher or lower (another request rate or concurrency), or fit "
                          "--fit bw_eff,flops_eff")
-    prompts = np.concatenate([r.record.prompt for r in rows])
+    prompts = np.concatenate([r.prompts() for r in rows])
     if "flops_eff" in names and prompts.max() < 2 * prompts.min():
         raise InputError("flops_eff: every prompt is about as long (tokens "
                          f"{prompts.min():,} to {prompts.max():,}), so prefill compute and the request path move "
@@ -101,7 +119,7 @@ def standard_errors(rt: Runtime, rows: list[Row], base: EngineConfig, names: Seq
     meas = np.array([r.measured for r in rows])
     with tempfile.TemporaryDirectory() as t:
         ref = _predict(rt, rows, base, Path(t))
-        cols = [np.nan_to_num(_predict(replace(rt, **{n: getattr(rt, n) * 1.05}), rows, base, Path(t)) / ref - 1)
+        cols = [np.nan_to_num(_predict(replace(rt, **{n: _get(rt, n) * 1.05}), rows, base, Path(t)) / ref - 1)
                 .ravel() / 0.05 for n in names]
     cols.append((np.array([_PATH_UNIT_S, 0.0, _PATH_UNIT_S]) / meas).ravel())
     jac = np.column_stack(cols)
@@ -126,17 +144,34 @@ def check_separable(rt: Runtime, rows: list[Row], base: EngineConfig, names: Seq
     return se
 
 
-def _predict(rt: Runtime, rows: list[Row], base: EngineConfig, tmp: Path) -> np.ndarray:
-    """Predicted mean TTFT, ITL, E2E per row (the request path left out: it is solved for)."""
-    out, done = [], {}
+def _predict(rt: Runtime, rows: list[Row], base: EngineConfig, tmp: Path, full: bool = False) -> np.ndarray:
+    """Predicted mean TTFT, ITL, E2E per row (the request path left out: it is solved for). Campaign rows replay
+    campaign.SEARCH_REQUESTS a stage, or validate's full length when `full`."""
+    out = np.full((len(rows), 3), np.nan)
+    done: dict[int, Any] = {}
     cfg = replace(base, runtime=replace(rt, request_overhead_s=0.0))  # type: ignore[arg-type]
-    for r in rows:
+    for i, r in enumerate(rows):
+        if r.campaign:
+            continue
         if id(r.record) not in done:
             done[id(r.record)] = replay(r.record, cfg, tmp)[0]
         res = done[id(r.record)]
-        part = res if "#stage" not in r.label else res["stages"][int(r.label.rsplit("#stage", 1)[1]) - 1]
-        out.append([part[k]["predicted_s"]["mean"] or np.nan for k in ("ttft", "itl", "e2e")])
-    return np.array(out, dtype=float)
+        part = res if r.stage is None else res["stages"][r.stage]
+        out[i] = [part[k]["predicted_s"]["mean"] or np.nan for k in ("ttft", "itl", "e2e")]
+    camp = [i for i, r in enumerate(rows) if r.campaign]
+    if camp:
+        from engine.evidence.replay import STAGE_REQUESTS
+
+        out[camp] = campaign.predict(cfg.runtime, [rows[i] for i in camp],
+                                     STAGE_REQUESTS if full else campaign.SEARCH_REQUESTS)
+    return out
+
+
+def _get(rt: Runtime, name: str) -> float:
+    """A constant's value; an attention or expert bandwidth left unset (None) is the GEMMs' bw_eff, as step.py
+    reads it."""
+    v = getattr(rt, name)
+    return float(rt.bw_eff if v is None else v)
 
 
 def loss(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
@@ -150,6 +185,17 @@ def loss(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
         if v < best[0]:
             best = (v, float(o))
     return best
+
+
+def campaign_loss(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
+    """On campaign rows, the objective the shipped vllm profile was fitted with (fit.py _serving_loss: per mean the
+    median |ln err| in units of its target, plus a tenth of the mean), so a fit from blank constants is a like-for-
+    like check of the shipped one: a few stages the physics misses for reasons of their own (Llama-4-Scout's
+    reasoning TTFT) cannot drag every other stage off, as they would a squared loss."""
+    from engine.evidence.fit import _serving_loss
+
+    ok = np.isfinite(pred).all(axis=1)
+    return _serving_loss(pred[ok], meas[ok]) if ok.any() else (np.inf, 0.0)
 
 
 def simplex(f: Any, x0: np.ndarray, step: np.ndarray, lo: np.ndarray, hi: np.ndarray, tol: np.ndarray,
@@ -198,27 +244,32 @@ def fit(rows: list[Row], base: EngineConfig, start: Runtime, names: Sequence[str
 
     meas = np.array([r.measured for r in rows])
     lo, hi = (np.array([BOUNDS[n][i] for n in names]) for i in (0, 1))
+    objective = campaign_loss if rows and all(r.campaign for r in rows) else loss
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
 
         def make(v: np.ndarray) -> Runtime:
             return replace(start, **dict(zip(names, (float(x) for x in v), strict=True)))
 
-        def loss_of(v: np.ndarray) -> float:
-            return loss(_predict(make(v), rows, base, tmp), meas)[0]
+        def loss_of(v: np.ndarray, full: bool = False) -> float:
+            return objective(_predict(make(v), rows, base, tmp, full), meas)[0]
 
-        x0 = np.array([getattr(start, n) for n in names], dtype=float)
+        x0 = np.array([_get(start, n) for n in names], dtype=float)
         x, best = simplex(loss_of, x0, np.array([_FIRST[n] for n in names]), lo, hi,
                           np.array([_LAST[n] for n in names]))
+        camp = any(r.campaign for r in rows)
+        if camp:  # polish on validate's full replay: the short one's stages are biased by their ramp
+            x, best = simplex(lambda v: loss_of(v, True), x, np.full(x.size, _POLISH_STEP), lo, hi,
+                              np.full(x.size, _POLISH_TOL), max_evals=_POLISH_EVALS)
         rt = make(np.array([float(f"{v:.3g}") for v in x]))
-        over = loss(_predict(rt, rows, base, tmp), meas)[1]
+        over = objective(_predict(rt, rows, base, tmp, camp), meas)[1]
     return replace(rt, request_overhead_s=float(f"{over:.3g}")), best
 
 
 def errors(rt: Runtime, rows: list[Row], base: EngineConfig) -> np.ndarray:
     """Signed percent error of each row's mean TTFT, ITL, E2E under a fitted profile."""
     with tempfile.TemporaryDirectory() as t:
-        pred = _predict(rt, rows, base, Path(t))
+        pred = _predict(rt, rows, base, Path(t), full=True)
     pred = pred + np.array([rt.request_overhead_s, 0.0, rt.request_overhead_s])
     return 100.0 * (pred / np.array([r.measured for r in rows]) - 1.0)
 
@@ -229,7 +280,7 @@ def sensitivity(rt: Runtime, rows: list[Row], base: EngineConfig, names: Sequenc
         ref = _predict(rt, rows, base, Path(t))
         out = {}
         for n in names:
-            moved = _predict(replace(rt, **{n: getattr(rt, n) * 1.05}), rows, base, Path(t))
+            moved = _predict(replace(rt, **{n: _get(rt, n) * 1.05}), rows, base, Path(t))
             hit = np.nanmax(np.abs(moved / ref - 1), axis=1) >= _SENSITIVE
             out[n] = [r.label for r, h in zip(rows, hit, strict=True) if h]
     out["request_overhead_s"] = [r.label for r in rows]
@@ -247,12 +298,14 @@ def held_out(rows: list[Row], base: EngineConfig, start: Runtime, names: Sequenc
 
 
 def calibrate(records: Sequence[Measured], base: EngineConfig, start: Runtime, names: Sequence[str] = DEFAULT_FIT,
-              cross_validate: bool = True) -> dict[str, Any]:
-    """Fit, then the record: constants, the rows that fixed each, each row's errors, the held-out errors."""
+              cross_validate: bool = True, campaigns: Sequence[str] = ()) -> dict[str, Any]:
+    """Fit, then the record: constants, the rows that fixed each, each row's errors, the held-out errors and the
+    error band (engine.evidence.bands) of the fitted rows. Campaign tables are not cross-validated here (each
+    held-out row would be a whole fit over full replays); their own held-out experiments are scored outside."""
     unknown = [n for n in names if n not in FIT]
     if unknown:
         raise InputError(f"--fit {','.join(unknown)}: can fit {', '.join(FIT)}")
-    rows = rows_of(records)
+    rows = rows_of(records, campaigns)
     check_identifiable(rows, names)
     se = check_separable(start, rows, base, names)
     rt, train = fit(rows, base, start, names)
@@ -260,10 +313,27 @@ def calibrate(records: Sequence[Measured], base: EngineConfig, start: Runtime, n
     out: dict[str, Any] = {"runtime": rt, "fitted": list(names), "loss": train,
                            "rows": {r.label: [float(x) for x in e] for r, e in zip(rows, err, strict=True)},
                            "fixed_by": sensitivity(rt, rows, base, names), "held_out": None,
-                           "standard_error": se}
-    if cross_validate and len(rows) > 1:
+                           "standard_error": se, "band": _band(rt.name, rows, err, base)}
+    if cross_validate and len(rows) > 1 and not campaigns:
         out["held_out"] = held_out(rows, base, start, names)
     return out
+
+
+def _band(name: str, rows: list[Row], err: np.ndarray, base: EngineConfig) -> bands.Band:
+    """The fitted rows' error band and the range they cover (a campaign row: its experiment's model, GPU, TP and
+    precision; a result file: the deployment the flags name)."""
+    from engine.physics.specs import load_model
+
+    conds = []
+    for r in rows:
+        e = r.record if r.campaign else base
+        m = load_model(e.model)
+        conds.append((e.hardware, bands.family(m.name), bool(m.is_moe), int(e.tp),
+                      bands.precision(e.weight_dtype or m.weight_dtype)))
+    hw, fam, moe, tp, prec = (sorted(set(c)) for c in zip(*conds, strict=True))
+    loads = [r.load for r in rows]
+    scope = bands.Scope(tuple(hw), tuple(fam), tuple(moe), (tp[0], tp[-1]), tuple(prec), (min(loads), max(loads)))
+    return bands.derive(name, {k: err[:, i] / 100.0 for i, k in enumerate(("ttft", "itl", "e2e"))}, scope)
 
 
 def toml_text(name: str, res: dict[str, Any]) -> str:
@@ -279,6 +349,7 @@ def toml_text(name: str, res: dict[str, Any]) -> str:
         lines.append("# Held out (fitted on the other rows):")
         lines += [f"#   {k}: {e[0]:+.1f} {e[1]:+.1f} {e[2]:+.1f}" for k, e in res["held_out"].items()]
     lines.append(f"[{name}]")
+    band = res.get("band")
     for f in fields(Runtime):
         v = getattr(rt, f.name)
         if f.name == "name" or v is None:
@@ -286,6 +357,8 @@ def toml_text(name: str, res: dict[str, Any]) -> str:
         if f.name == "description":
             v = f"{rt.description} (calibrated)"
         lines.append(f"{f.name} = {_toml(v)}")
+    if band is not None:
+        lines += bands.toml_lines(bands.Band(name, band.err, band.rows, band.scope))
     return "\n".join(lines) + "\n"
 
 
