@@ -261,6 +261,16 @@ OPTIONS: tuple[Option, ...] = (
        "goodput（达标吞吐）的 SLO：到第一个可见词元的时间（单位 s）", **_SECONDS),
     _o("slo_tpot", "--slo-tpot", "float", ME, "s_metrics", "goodput SLO: time per output token (s)",
        "goodput（达标吞吐）的 SLO：每个输出词元的时间（单位 s）", **_SECONDS),
+    _o("energy", "--energy", "flag", ME, "s_metrics",
+       "report energy: board power from bandwidth use and MFU, joules per output token, kW per replica, tokens/s"
+       " per MW, energy's share of $/Mtok (key \"energy\" in --json)",
+       "报告能耗（--json 里的 \"energy\" 键）：由带宽占用和 MFU 算出板卡功率、每个输出词元的焦耳数、"
+       "每副本千瓦、每 MW 每秒词元数、电费占 $/Mtok 的比例",
+       default=False, commands=("run", "plan")),
+    _o("price_per_kwh", "--price-per-kwh", "float", ME, "s_metrics",
+       "electricity $ per kWh for --energy (default 0.08: US industrial average, EIA)",
+       "--energy 所用的电价，每 kWh 多少 $（默认 0.08：US 工业平均电价，EIA）",
+       default=0.08, lo=0.0, commands=("run", "plan")),
     _o("debug", "--debug", "flag", ME, "s_metrics", "check every invariant on every tick (slower)",
        "每一步都检查全部不变量（会变慢）", default=False),
     # fleet: FleetSpec's fields, not EngineConfig's
