@@ -90,19 +90,22 @@ def step_energy(sm: StepModel, st: StepCost) -> StepEnergy:
 
 
 def run_energy(m: dict[str, Any], sm: StepModel, gpus: int, tp: int, price_per_kwh: float,
-               price_per_gpu_hour: float) -> dict[str, Any]:
+               price_per_gpu_hour: float, gpu_s_on: float | None = None) -> dict[str, Any]:
     """A run's energy from its metrics (`run --json` keys: wall-time mfu and bw_util per GPU, sim time, tokens).
 
     gpus: every GPU of the run; tp: GPUs per replica. Tokens per MW are output tokens per second per MW drawn;
     energy's share of $/Mtok is the electricity bill per GPU-hour over the GPU's $/hour (a rental price already
-    pays the power: this is the part of it the power is, at this $/kWh).
+    pays the power: this is the part of it the power is, at this $/kWh). gpu_s_on: GPU-seconds switched on, when
+    an autoscaler switched some off (None: every GPU the whole run); a GPU switched off draws nothing.
     """
     if not price_per_kwh >= 0:
         raise InputError(f"argument --price-per-kwh: must be a finite number >= 0, got {price_per_kwh}")
     p = Power.of(sm.hw)
-    w = p.watts(m["bw_util"], m["mfu"])
     sim = m["sim_time_s"]
-    joules = w * gpus * sim
+    on_s = gpus * sim if gpu_s_on is None else gpu_s_on
+    # The work's joules are the same however many GPUs were on; idle power is paid only while on.
+    joules = p.idle_w * on_s + (p.watts(m["bw_util"], m["mfu"]) - p.idle_w) * gpus * sim
+    w = joules / on_s if on_s else p.idle_w  # average board power of a GPU while on
     out_tok = m["output_tokens"]
     j_tok = joules / out_tok if out_tok else None
     usd_per_gpu_h = w / 1000.0 * price_per_kwh
@@ -110,7 +113,7 @@ def run_energy(m: dict[str, Any], sm: StepModel, gpus: int, tp: int, price_per_k
         "idle_power_w": p.idle_w, "max_power_w": p.max_w, "memory_share": MEMORY_SHARE,
         "power_w_per_gpu": w, "kw_per_replica": w * tp / 1000.0, "energy_kwh": joules / J_PER_KWH,
         "joules_per_output_token": j_tok,
-        "output_tok_s_per_mw": m["throughput_out_tok_s"] / (w * gpus / 1e6) if w and gpus else None,
+        "output_tok_s_per_mw": m["throughput_out_tok_s"] * sim / (joules / 1e6) if joules else None,
         "price_per_kwh": price_per_kwh,
         "energy_cost_per_mtok_out": j_tok * 1e6 / J_PER_KWH * price_per_kwh if j_tok is not None else None,
         "energy_share_of_cost": usd_per_gpu_h / price_per_gpu_hour if price_per_gpu_hour else None,

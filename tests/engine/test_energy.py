@@ -94,3 +94,15 @@ def test_run_energy_json_and_bad_price(capsys: pytest.CaptureFixture[str]) -> No
     assert bad.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--price-per-kwh" in err[0]
+
+
+def test_gpus_switched_off_draw_no_idle_power() -> None:
+    """With an autoscaler, the same work on GPUs on for half the run saves exactly their idle joules."""
+    sm = _sm()
+    m = {"bw_util": 0.2, "mfu": 0.1, "sim_time_s": 3600.0, "output_tokens": 1e6, "throughput_out_tok_s": 1e6 / 3600}
+    full = energy.run_energy(m, sm, gpus=4, tp=1, price_per_kwh=0.1, price_per_gpu_hour=2.0)
+    half = energy.run_energy(m, sm, gpus=4, tp=1, price_per_kwh=0.1, price_per_gpu_hour=2.0, gpu_s_on=2 * 3600.0)
+    saved_kwh = 70.0 * 2 * 3600.0 / energy.J_PER_KWH
+    assert full["energy_kwh"] - half["energy_kwh"] == pytest.approx(saved_kwh)
+    assert half["power_w_per_gpu"] > full["power_w_per_gpu"]  # the work is shared by fewer GPU-hours
+    assert half["output_tok_s_per_mw"] > full["output_tok_s_per_mw"]

@@ -139,7 +139,9 @@ def energy_of(engine: Engine | Fleet, m: dict[str, Any]) -> dict[str, Any]:
     """The run's energy (engine.physics.energy) from its metrics: every GPU of every lane or replica."""
     cfg = engine.config
     gpus = m["gpus"] if isinstance(engine, Fleet) else m["lanes"] * cfg.tp
-    return energy.run_energy(m, engine.step_model, gpus, cfg.tp, cfg.price_per_kwh, m["price_per_hour"])
+    scaled = m.get("autoscale")
+    on = scaled["gpu_hours"] * 3600.0 if scaled else None  # an autoscaler switched some GPUs off for a while
+    return energy.run_energy(m, engine.step_model, gpus, cfg.tp, cfg.price_per_kwh, m["price_per_hour"], on)
 
 
 def run_inputs(args: argparse.Namespace) -> list[str | None]:
