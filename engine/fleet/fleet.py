@@ -31,6 +31,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.fleet.autoscale import Autoscaler, cold_start_s
 from engine.fleet.pd import KV_LINK_LATENCY_S, CopyState, KVCopies
 from engine.fleet.pool import pool_map
 from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
@@ -38,7 +39,7 @@ from engine.fleet.routers import ROUTERS, Pick, RoutingSnapshot, make_router
 from engine.fleet.spec import FleetSpec, parse_pd
 from engine.physics.batch import Batch
 from engine.physics.step import StepModel
-from engine.serving.accounting import H, explain, rolling, run_metrics
+from engine.serving.accounting import H, T, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
 from engine.serving.snapshot import Snapshot
 from engine.serving.tables import Rows
@@ -97,6 +98,9 @@ class Fleet:
         self.router = make_router(spec.router)
         self.loop = self._loop(preroute and open_loop)
         sm = self.step_model
+        self.scaler = None if spec.scale is None else Autoscaler(
+            spec.scale, len(self.reps), cold_start_s(sm.weight_bytes_per_gpu, sm.hw.host_link_gbps,
+                                                     spec.scale.cold_extra_s))
         self.price_per_gpu_hour = cfg.price_per_hour if cfg.price_per_hour is not None else sm.hw.price_per_hour
         # P/D: each GPU of a tp group sends its own KV shard over its own link, one direction of it
         # (interconnect_gbps is the total of both directions).
@@ -124,7 +128,7 @@ class Fleet:
         speculative decoding: see _calm) and no KV offload."""
         spec, cfg = self.spec, self.spec.config
         kind = self.router.loop
-        if not open_loop or spec.pd is not None or spec.replicas < 2:
+        if not open_loop or spec.pd is not None or spec.replicas < 2 or spec.scale is not None:
             return "events"
         if kind == "dealt" or (kind == "lazy" and not cfg.spec_tokens and not cfg.kv_offload_gb):
             return kind
@@ -258,8 +262,12 @@ class Fleet:
             ta = self.src.next_time
             tl = xfer.next_landing
             tmin = ready[0][0] if ready else math.inf
-            if until < math.inf and min(ta, tl, tmin) >= until:
+            ts = self.scaler.next_t if self.scaler is not None and (ready or ta < math.inf) else math.inf
+            if until < math.inf and min(ta, tl, tmin, ts) >= until:
                 break  # every event before `until` has happened
+            if ts < math.inf and ts <= min(ta, tl, tmin) and (d is None or ts < d):
+                self.scaler.decide(ts, reps)  # type: ignore[union-attr]  # ts is finite only with a scaler
+                continue
             if tl <= tmin and tl <= ta and tl < math.inf:
                 self._land()
                 continue
@@ -425,6 +433,9 @@ class Fleet:
         """The replica (of those that read prompts) the router picks for a request, with why and the figure that
         decided it, as the router read them."""
         reps = self.front
+        if self.scaler is not None and row is not None:  # only replicas serving when the request comes
+            t = float(row.arrival[0])
+            reps = [r for r in reps if self.scaler.serving(r.index, t)]
         if len(reps) == 1:
             return Pick(reps[0].index, "only", 0)
         return self.router.pick(self._snapshots(reps, row))
@@ -537,6 +548,11 @@ class Fleet:
         m["router"] = self.spec.router
         m["replicas"] = [r.summary(m["sim_time_s"]) for r in self.reps]
         m["kv_peak_bytes"] = max(s["kv_peak_bytes"] for s in m["replicas"])
+        if self.scaler is not None:
+            times = np.concatenate([r.lane.stats.times.last() for r in self.back])
+            cfg = self.spec.config
+            m["autoscale"] = self.scaler.report(m["sim_time_s"], cfg.tp, times[:, T.ARRIVAL], self.latencies()[:, 0],
+                                                cfg.slo_ttft)
         return m
 
 
@@ -565,7 +581,7 @@ def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:
 
     `preroute=False` keeps a round-robin fleet on the event-ordered loop, which `advance_to` (the app) needs.
     """
-    if spec.replicas == 1 and spec.pd is None:
+    if spec.replicas == 1 and spec.pd is None and spec.scale is None:
         return Engine(spec.config)
     return Fleet(spec, preroute=preroute)
 
@@ -587,5 +603,8 @@ def _validate(spec: FleetSpec) -> None:
             raise InputError(f"--pd {p}:{d} needs at least one prefill and one decode replica")
         if p + d != spec.replicas:
             raise InputError(f"--pd {p}:{d} is {p + d} replicas, but --replicas is {spec.replicas}")
+    if spec.scale is not None and (spec.pd is not None or spec.scale.hi != spec.replicas):
+        raise InputError(f"--autoscale {spec.scale.lo}:{spec.scale.hi} scales one pool of --replicas"
+                         f" {spec.scale.hi}: give MAX = --replicas, without --pd")
     if spec.config.fast_share > 0 and spec.replicas > 1:
         raise InputError("--fast-share is a second GPU group of one engine; with --replicas use one or the other")

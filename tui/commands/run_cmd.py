@@ -19,6 +19,7 @@ from engine.evidence.measured import bench_out
 from engine.files import atomic_output
 from engine.fleet.fleet import Fleet, engine_for
 from engine.numbers import fixed, json_safe
+from engine.physics import energy
 from engine.serving import trace_out
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
@@ -127,11 +128,22 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     # and fewer finish per second than arrive (a closed loop cannot: its users wait for their answers).
     out["overloaded"] = bool(cfg.rate > 0 and queued > cfg.max_batch and served_rate < 0.9 * cfg.rate)
     out["percentiles_cover"] = "finished requests only"
+    if cfg.energy:
+        out["energy"] = energy_of(engine, m)
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
     out["interval"] = bands.for_run(out, sm, out["runtime"])  # error bars from the profile's residuals
     return json_safe(out)
+
+
+def energy_of(engine: Engine | Fleet, m: dict[str, Any]) -> dict[str, Any]:
+    """The run's energy (engine.physics.energy) from its metrics: every GPU of every lane or replica."""
+    cfg = engine.config
+    gpus = m["gpus"] if isinstance(engine, Fleet) else m["lanes"] * cfg.tp
+    scaled = m.get("autoscale")
+    on = scaled["gpu_hours"] * 3600.0 if scaled else None  # an autoscaler switched some GPUs off for a while
+    return energy.run_energy(m, engine.step_model, gpus, cfg.tp, cfg.price_per_kwh, m["price_per_hour"], on)
 
 
 def run_inputs(args: argparse.Namespace) -> list[str | None]:
