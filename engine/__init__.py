@@ -17,9 +17,9 @@ The groups:
   evidence/  the articles' claims, the measured tables replayed, the profile fit, each figure explained
 
 Extension points (each a small interface and a registry): scheduler policies (serving/scheduler.py POLICIES),
-routers (fleet/routers.py ROUTERS; the recipe is docs/extending/routers.md), step kinds
-(serving/steps.py STEP_KINDS; recipe in docs/extending/step-kinds.md), result formats (evidence/measured/formats.py),
-options (options.py OPTIONS; recipe in docs/extending/options.md).
+routers (fleet/routers.py ROUTERS; the recipe is docs/extending/routers.md), autoscaling policies
+(fleet/autoscale.py POLICIES), step kinds (serving/steps.py STEP_KINDS; recipe in docs/extending/step-kinds.md),
+result formats (evidence/measured/formats.py), options (options.py OPTIONS; recipe in docs/extending/options.md).
 
 Invariants, by name (checked by `Lane.check` under --debug and by the tests):
   request conservation   every accepted request is queued, running, preempted, done or aborted (its client

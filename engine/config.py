@@ -52,6 +52,10 @@ class EngineConfig:
     price_per_hour: float | None = None  # None: the hardware preset's
     slo_ttft: float | None = None
     slo_tpot: float | None = None
+    # energy (engine.physics.energy): report it, at this electricity price ($/kWh). The default is the US industrial
+    # average, about 8 cents in 2023-2024 (EIA Electric Power Monthly, table 5.3, industrial sector).
+    energy: bool = False
+    price_per_kwh: float = 0.08
     debug: bool = False  # check every invariant on every tick
     kv_pool_blocks: int | None = None  # override the KV pool size in 16-token blocks (tests, what-ifs)
     # vLLM's knobs: the KV pool by its memory rule (with max_batched_tokens and max_batch), the served context

@@ -275,6 +275,16 @@ OPTIONS: tuple[Option, ...] = (
        "goodput（达标吞吐）的 SLO：到第一个可见词元的时间（单位 s）", **_SECONDS),
     _o("slo_tpot", "--slo-tpot", "float", ME, "s_metrics", "goodput SLO: time per output token (s)",
        "goodput（达标吞吐）的 SLO：每个输出词元的时间（单位 s）", **_SECONDS),
+    _o("energy", "--energy", "flag", ME, "s_metrics",
+       "report energy: board power from bandwidth use and MFU, joules per output token, kW per replica, tokens/s"
+       " per MW, energy's share of $/Mtok (key \"energy\" in --json)",
+       "报告能耗（--json 里的 \"energy\" 键）：由带宽占用和 MFU 算出板卡功率、每个输出词元的焦耳数、"
+       "每副本千瓦、每 MW 每秒词元数、电费占 $/Mtok 的比例",
+       default=False, commands=("run", "plan")),
+    _o("price_per_kwh", "--price-per-kwh", "float", ME, "s_metrics",
+       "electricity $ per kWh for --energy (default 0.08: US industrial average, EIA)",
+       "--energy 所用的电价，每 kWh 多少 $（默认 0.08：US 工业平均电价，EIA）",
+       default=0.08, lo=0.0, commands=("run", "plan")),
     _o("debug", "--debug", "flag", ME, "s_metrics", "check every invariant on every tick (slower)",
        "每一步都检查全部不变量（会变慢）", default=False),
     # fleet: FleetSpec's fields, not EngineConfig's
@@ -292,6 +302,25 @@ OPTIONS: tuple[Option, ...] = (
        "P/D KV copy link per GPU, GB/s one way (default: half the GPU's interconnect_gbps)",
        "P/D 之间拷贝 KV 的链路，每 GPU 单向 GB/s（默认为 GPU 的 interconnect_gbps 的一半）", lo=1e-3,
        field=None),
+    _o("autoscale", "--autoscale", "text", FL, "s_fleet",
+       "autoscale between MIN and MAX replicas (--replicas defaults to MAX): a policy decides every --scale-interval,"
+       " a new replica serves after loading its weights over the host link",
+       "在 MIN 到 MAX 个副本之间自动伸缩（--replicas 默认取 MAX）：策略每隔 --scale-interval 决定一次，"
+       "新副本经主机链路加载完权重后才开始服务", metavar="MIN:MAX", field=None, commands=("run",)),
+    _o("scale_policy", "--scale-policy", "choice", FL, "s_fleet",
+       "what the autoscaler targets: queue (requests in flight per replica) or kv (KV pool use)",
+       "自动伸缩的目标：queue（每副本在途请求数）或 kv（KV 池占用）", default="queue",
+       choices="engine.fleet.autoscale:POLICIES", field=None, commands=("run",)),
+    _o("scale_target", "--scale-target", "float", FL, "s_fleet",
+       "the policy's target per replica (default: queue 32, kv 0.7)",
+       "策略的每副本目标值（默认：queue 32，kv 0.7）", lo=0.0, lo_open=True, field=None, commands=("run",)),
+    _o("scale_interval", "--scale-interval", "float", FL, "s_fleet",
+       "seconds between autoscaling decisions (default 30)", "两次自动伸缩决定之间的秒数（默认 30）",
+       default=30.0, lo=0.0, lo_open=True, hi=1e6, field=None, commands=("run",)),
+    _o("cold_start_s", "--cold-start-s", "float", FL, "s_fleet",
+       "seconds a new replica takes beyond loading its weights over the host link (process start, CUDA graphs;"
+       " default 0)", "新副本除经主机链路加载权重外还需的秒数（进程启动、CUDA graphs；默认 0）",
+       default=0.0, lo=0.0, hi=1e6, field=None, commands=("run",)),
     _o("budget_per_hour", "--budget-per-hour", "float", FL, "s_fleet",
        "refuse a fleet that costs more $ per hour than this", "集群每小时花费超过这么多 $ 就拒绝运行",
        lo=0.0, lo_open=True, field=None, commands=("run",)),
@@ -408,5 +437,21 @@ def setup_from(values: Any, cfg: EngineConfig) -> FleetSpec:
     from engine.fleet.fleet import FleetSpec, parse_pd  # numpy: loaded only when a setup is built
 
     pd = parse_pd(values.pd) if values.pd else None
-    replicas = values.replicas if values.replicas is not None else (sum(pd) if pd else 1)
-    return FleetSpec(cfg, replicas=replicas, router=values.router, pd=pd, kv_link_gbps=values.kv_link_gbps)
+    scale = _scale_from(values)
+    replicas = values.replicas if values.replicas is not None else (sum(pd) if pd else scale.hi if scale else 1)
+    return FleetSpec(cfg, replicas=replicas, router=values.router, pd=pd, kv_link_gbps=values.kv_link_gbps,
+                     scale=scale)
+
+
+def _scale_from(values: Any) -> Any:
+    """The autoscaling the options ask for (engine.fleet.spec.ScaleSpec), or None without --autoscale."""
+    from engine.fleet.spec import ScaleSpec, parse_autoscale
+
+    text = getattr(values, "autoscale", None)
+    if not text:
+        for flag in ("scale_target", "cold_start_s"):
+            if getattr(values, flag, None):
+                raise InputError(f"--{flag.replace('_', '-')} does nothing without --autoscale MIN:MAX")
+        return None
+    lo, hi = parse_autoscale(text)
+    return ScaleSpec(lo, hi, values.scale_policy, values.scale_interval, values.scale_target, values.cold_start_s)

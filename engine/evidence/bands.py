@@ -24,6 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.errors import InputError
+from engine.physics.calibration import Runtime, load_runtime_file, runtime_table
+
 METRICS = ("ttft", "itl", "e2e", "throughput")
 PERCENTILES = (10.0, 90.0)  # the band: an 80 % interval
 # Extra relative spread per dimension a question leaves (added in quadrature to each side of the band). Judgement,
@@ -155,8 +158,6 @@ def band_from_table(name: str, d: dict[str, Any]) -> Band | None:
 
 def band(runtime: str | None) -> Band | None:
     """The band of a profile by name (shipped or registered by --runtime-file); None for none or no record."""
-    from engine.physics.calibration import runtime_table
-
     if runtime is None:
         return None
     d = runtime_table(runtime)
@@ -367,3 +368,15 @@ def snapshot_pcts(snap: Any) -> tuple[float, float] | None:
     q = Question(snap.hardware.name, family(snap.model.name), bool(snap.model.is_moe), int(o.tp),
                  precision(o.weight_dtype or snap.model.weight_dtype))
     return _pcts(o.runtime, q)
+
+
+def load_profile_file(path: str) -> Runtime:
+    """A `tokensim calibrate` profile file registered (engine.physics.calibration.load_runtime_file) with its error
+    band checked, so a malformed band is one line too. The band is read here, not in calibration: physics does not
+    import the evidence that is built on it."""
+    rt = load_runtime_file(path)
+    try:
+        band(rt.name)
+    except (TypeError, ValueError, IndexError, KeyError) as e:
+        raise InputError(f"{path}: [{rt.name}]: {e}") from None
+    return rt

@@ -32,6 +32,7 @@ import numpy as np
 from engine import budget
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.fleet.autoscale import Autoscaler, cold_start_s
 from engine.fleet.pd import KV_LINK_LATENCY_S, CopyState, KVCopies
 from engine.fleet.pool import pool_map
 from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
@@ -39,7 +40,7 @@ from engine.fleet.routers import ROUTERS, Pick, RoutingSnapshot, make_router
 from engine.fleet.spec import FleetSpec, parse_pd
 from engine.physics.batch import Batch
 from engine.physics.step import StepModel
-from engine.serving.accounting import H, check_conserved, explain, rolling, run_metrics
+from engine.serving.accounting import H, T, check_conserved, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
 from engine.serving.snapshot import Snapshot
 from engine.serving.tables import Rows
@@ -102,6 +103,9 @@ class Fleet:
         self.router = make_router(spec.router)
         self.loop = self._loop(preroute and open_loop)
         sm = self.step_model
+        self.scaler = None if spec.scale is None else Autoscaler(
+            spec.scale, len(self.reps), cold_start_s(sm.weight_bytes_per_gpu, sm.hw.host_link_gbps,
+                                                     spec.scale.cold_extra_s))
         self.price_per_gpu_hour = cfg.price_per_hour if cfg.price_per_hour is not None else sm.hw.price_per_hour
         # P/D: each GPU of a tp group sends its own KV shard over its own link, one direction of it
         # (interconnect_gbps is the total of both directions).
@@ -129,7 +133,7 @@ class Fleet:
         speculative decoding: see _calm) and no KV offload."""
         spec, cfg = self.spec, self.spec.config
         kind = self.router.loop
-        if not open_loop or spec.pd is not None or spec.replicas < 2:
+        if not open_loop or spec.pd is not None or spec.replicas < 2 or spec.scale is not None:
             return "events"
         if kind == "dealt" or (kind == "lazy" and not cfg.spec_tokens and not cfg.kv_offload_gb):
             return kind
@@ -234,25 +238,9 @@ class Fleet:
         if max_ticks is None and until == math.inf:
             loops = {"dealt": self._run_dealt, "lazy": self._run_lazy}
             n = loops[self.loop]() if self.loop in loops else self._run_events(None, math.inf)
-            self.check_conserved()
+            conserved(self)
             return n
         return self._run_events(max_ticks, until)
-
-    def check_conserved(self) -> None:
-        """Every request the fleet's source handed out is answered, on a replica (running, queued, preempted), drawn
-        but not yet routed, or (P/D) a read prompt on its way to a decode replica (accounting.check_conserved).
-        With P/D a prefill replica's finished rows are prompts read, not answers: only decode replicas answer."""
-        lanes = [r.lane for r in self.reps]
-        moving = 0
-        if self.spec.pd:
-            done = sum(r.lane.stats.completed for r in self.back)
-            moving = len(self.xfer.waiting) + len(self.xfer.landings) + sum(
-                len(rows) for r in self.front for rows in r.finished_rows)
-        else:
-            done = sum(ln.stats.completed for ln in lanes)
-        check_conserved("fleet", self.src.requests_accepted, done, sum(ln.R.n for ln in lanes),
-                        sum(ln.Q.size for ln in lanes) + sum(len(rows) for rows in self.ahead),
-                        sum(ln.P.n for ln in lanes), moving, sum(ln.stats.aborted for ln in lanes))
 
     def advance_to(self, t: float, max_ticks: int | None = None) -> int:
         """Every event before simulated time t (the app's clock: the workload may be unbounded); returns replica
@@ -279,8 +267,12 @@ class Fleet:
             ta = self.src.next_time
             tl = xfer.next_landing
             tmin = ready[0][0] if ready else math.inf
-            if until < math.inf and min(ta, tl, tmin) >= until:
+            ts = self.scaler.next_t if self.scaler is not None and (ready or ta < math.inf) else math.inf
+            if until < math.inf and min(ta, tl, tmin, ts) >= until:
                 break  # every event before `until` has happened
+            if ts < math.inf and ts <= min(ta, tl, tmin) and (d is None or ts < d):
+                self.scaler.decide(ts, reps)  # type: ignore[union-attr]  # ts is finite only with a scaler
+                continue
             if tl <= tmin and tl <= ta and tl < math.inf:
                 self._land()
                 continue
@@ -446,6 +438,9 @@ class Fleet:
         """The replica (of those that read prompts) the router picks for a request, with why and the figure that
         decided it, as the router read them."""
         reps = self.front
+        if self.scaler is not None and row is not None:  # only replicas serving when the request comes
+            t = float(row.arrival[0])
+            reps = [r for r in reps if self.scaler.serving(r.index, t)]
         if len(reps) == 1:
             return Pick(reps[0].index, "only", 0)
         return self.router.pick(self._snapshots(reps, row))
@@ -558,6 +553,11 @@ class Fleet:
         m["router"] = self.spec.router
         m["replicas"] = [r.summary(m["sim_time_s"]) for r in self.reps]
         m["kv_peak_bytes"] = max(s["kv_peak_bytes"] for s in m["replicas"])
+        if self.scaler is not None:
+            times = np.concatenate([r.lane.stats.times.last() for r in self.back])
+            cfg = self.spec.config
+            m["autoscale"] = self.scaler.report(m["sim_time_s"], cfg.tp, times[:, T.ARRIVAL], self.latencies()[:, 0],
+                                                cfg.slo_ttft)
         return m
 
 
@@ -586,7 +586,7 @@ def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:
 
     `preroute=False` keeps a round-robin fleet on the event-ordered loop, which `advance_to` (the app) needs.
     """
-    if spec.replicas == 1 and spec.pd is None:
+    if spec.replicas == 1 and spec.pd is None and spec.scale is None:
         return Engine(spec.config)
     return Fleet(spec, preroute=preroute)
 
@@ -594,6 +594,23 @@ def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:
 def scripted(cfg: EngineConfig) -> bool:
     """The workload comes from a file or a trace (the engine's scripts), not from users, rate and lengths."""
     return cfg.workload is not None or cfg.trace is not None
+
+
+def conserved(fleet: Fleet) -> None:
+    """Every request the fleet's source handed out is answered, on a replica (running, queued, preempted), drawn
+    but not yet routed, or (P/D) a read prompt on its way to a decode replica (accounting.check_conserved).
+    With P/D a prefill replica's finished rows are prompts read, not answers: only decode replicas answer."""
+    lanes = [r.lane for r in fleet.reps]
+    moving = 0
+    if fleet.spec.pd:
+        done = sum(r.lane.stats.completed for r in fleet.back)
+        moving = len(fleet.xfer.waiting) + len(fleet.xfer.landings) + sum(
+            len(rows) for r in fleet.front for rows in r.finished_rows)
+    else:
+        done = sum(ln.stats.completed for ln in lanes)
+    check_conserved("fleet", fleet.src.requests_accepted, done, sum(ln.R.n for ln in lanes),
+                    sum(ln.Q.size for ln in lanes) + sum(len(rows) for rows in fleet.ahead),
+                    sum(ln.P.n for ln in lanes), moving, sum(ln.stats.aborted for ln in lanes))
 
 
 def _check_budget(cfg: EngineConfig, first: Replica, script: Any, replicas: int) -> budget.Estimate:
@@ -620,5 +637,8 @@ def _validate(spec: FleetSpec) -> None:
             raise InputError(f"--pd {p}:{d} needs at least one prefill and one decode replica")
         if p + d != spec.replicas:
             raise InputError(f"--pd {p}:{d} is {p + d} replicas, but --replicas is {spec.replicas}")
+    if spec.scale is not None and (spec.pd is not None or spec.scale.hi != spec.replicas):
+        raise InputError(f"--autoscale {spec.scale.lo}:{spec.scale.hi} scales one pool of --replicas"
+                         f" {spec.scale.hi}: give MAX = --replicas, without --pd")
     if spec.config.fast_share > 0 and spec.replicas > 1:
         raise InputError("--fast-share is a second GPU group of one engine; with --replicas use one or the other")

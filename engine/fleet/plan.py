@@ -26,6 +26,7 @@ from engine.errors import InputError
 from engine.fleet import pool
 from engine.fleet.fleet import FleetSpec, engine_for, parse_pd, scripted
 from engine.fleet.routers import ROUTERS
+from engine.physics import energy
 from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware
 from engine.serving.accounting import L, finite_percentiles
@@ -121,10 +122,15 @@ class PointResult:
     requests_completed: int
     sim_time_s: float
     preemptions: int
+    # With --energy (engine.physics.energy); absent from the JSON without it.
+    joules_per_output_token: float | None = None
+    kw_per_replica: float | None = None
+    output_tok_s_per_mw: float | None = None
+    energy_share_of_cost: float | None = None
 
     def figures(self) -> dict[str, Any]:
-        """Every field but the point, in order."""
-        return {f: getattr(self, f) for f in _FIGURES}
+        """Every field but the point, in order (the energy figures only when the plan priced energy)."""
+        return {f: getattr(self, f) for f in _FIGURES if f not in _ENERGY or self.kw_per_replica is not None}
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON row: {"config": the point's fields, then every figure}."""
@@ -138,6 +144,7 @@ class PointResult:
 
 
 _FIGURES = tuple(f for f in PointResult.__dataclass_fields__ if f != "point")
+_ENERGY = ("joules_per_output_token", "kw_per_replica", "output_tok_s_per_mw", "energy_share_of_cost")
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,9 +312,12 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
         ok &= ~(tpot > slo.tpot)  # a one-token answer has no TPOT: it cannot miss it
     good = int(ok.sum())
     goodput = good / sim if sim else 0.0
+    watts = energy.run_energy(m, dep.step_model, point.gpus, point.tp, base.price_per_kwh, cost_h / point.gpus) \
+        if base.energy else {}
     return PointResult(point, cost_h, _pct(ttft, q), _pct(tpot, q), _pct(ttft, 99), _pct(tpot, 99), goodput,
                        goodput * 3600.0 / cost_h if cost_h else None, usd / tokens * 1e6 if tokens else None,
-                       m["throughput_out_tok_s"], m["requests_completed"], sim, m["preemptions"])
+                       m["throughput_out_tok_s"], m["requests_completed"], sim, m["preemptions"],
+                       **{k: watts[k] for k in _ENERGY if k in watts})
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:

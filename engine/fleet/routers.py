@@ -85,7 +85,7 @@ class RoundRobin(Router):
         self.next = 0
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
-        i = self.next
+        i = self.next % len(reps)  # the replicas it sees may change (autoscaling)
         self.next = (i + 1) % len(reps)
         return Pick(reps[i].index, self.name, i)
 

@@ -29,6 +29,31 @@ def parse_pd(text: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class ScaleSpec:
+    """Autoscaling (engine.fleet.autoscale): replicas between lo and hi, a policy and its target (None: the
+    policy's default), a decision every interval_s, and cold_extra_s added to a new replica's weight-load time."""
+
+    lo: int
+    hi: int
+    policy: str = "queue"
+    interval_s: float = 30.0
+    target: float | None = None
+    cold_extra_s: float = 0.0
+
+
+def parse_autoscale(text: str) -> tuple[int, int]:
+    """'MIN:MAX' -> (MIN, MAX) with 1 <= MIN <= MAX."""
+    lo, sep, hi = text.partition(":")
+    try:
+        a, b = int(lo), int(hi)
+    except ValueError:
+        a, b = 0, 0
+    if not sep or a < 1 or b < a:
+        raise InputError(f"--autoscale takes MIN:MAX replica counts with 1 <= MIN <= MAX, such as 1:4, got {text!r}")
+    return a, b
+
+
+@dataclass(frozen=True, slots=True)
 class FleetSpec:
     """A fleet: the per-replica configuration (workload included), how many replicas, router, P/D split."""
 
@@ -37,3 +62,4 @@ class FleetSpec:
     router: str = "round-robin"
     pd: tuple[int, int] | None = None  # (prefill replicas, decode replicas); their sum is `replicas`
     kv_link_gbps: float | None = None  # P/D KV transfer link (default: the GPU's interconnect)
+    scale: ScaleSpec | None = None  # autoscaling between its bounds (None: every replica serves throughout)

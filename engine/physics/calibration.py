@@ -130,9 +130,6 @@ def load_runtime_file(path: str | Path) -> Runtime:
         V.required(d, key, V.number, f"{p} [{name}]", lo=0.0, hi=1.0)
     try:
         rt = runtime_from_table(name, d)
-        from engine.evidence.bands import band_from_table  # its error band, checked here so a bad one is one line
-
-        band_from_table(name, d)
     except (TypeError, ValueError, IndexError, KeyError) as e:
         raise InputError(f"{p}: [{name}]: {e}") from None
     runtimes()[name] = rt

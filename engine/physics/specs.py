@@ -66,6 +66,10 @@ class Hardware:
     # board, 72 in an NVL72 rack, 2 for bridged PCIe cards, 0 for PCIe-only parts. A tensor-parallel group larger
     # than it all-reduces over PCIe (step.py _HOP_LATENCY_S).
     fabric_gpus: int = 8
+    # Board power, watts (engine.physics.energy): at idle (clocks parked, memory refreshed) and the board's power
+    # limit (TDP). None: the file does not say, and energy cannot be reported for the part.
+    idle_power_w: float | None = None
+    max_power_w: float | None = None
 
     @property
     def memory_bytes(self) -> float:
@@ -332,7 +336,17 @@ def hardware_from_mapping(d: dict[str, Any], where: str) -> Hardware:
         # absent: a fabric of 8 where the interconnect is faster than any PCIe x16 link (PCIe 6: 256 GB/s both ways)
         fabric_gpus=int(V.optional(d, "fabric_gpus", V.whole, where, 8 if vals["interconnect_gbps"] > 256 else 0,
                                    hi=1_000_000)),
+        **_power(d, where),
     )
+
+
+def _power(d: dict[str, Any], where: str) -> dict[str, float | None]:
+    """The optional board-power pair: both or neither, idle below max (a typo would make idle draw more)."""
+    idle = V.optional(d, "idle_power_w", V.positive, where, None, hi=1e5)
+    top = V.optional(d, "max_power_w", V.positive, where, None, hi=1e5)
+    if (idle is None) != (top is None) or (idle is not None and top is not None and idle >= top):
+        raise InputError(f"{where}: idle_power_w and max_power_w go together, idle below max (got {idle}, {top})")
+    return {"idle_power_w": idle, "max_power_w": top}
 
 
 def _label(d: dict[str, Any], key: str, where: str, default: str = "") -> str:

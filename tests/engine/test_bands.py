@@ -68,7 +68,7 @@ def test_runtime_file_band_is_read_and_a_bad_one_is_one_line(tmp_path) -> None:
     bad.write_text('[bands-bad]\ndescription = "x (calibrated)"\nbw_eff = 0.8\nflops_eff = 0.7\n'
                    "step_overhead_s = 0.001\nlayer_overhead_s = 0.0\nband_itl = [-0.05]\n", encoding="utf-8")
     with pytest.raises(InputError, match="bad.toml"):
-        load_runtime_file(bad)
+        B.load_profile_file(str(bad))
 
 
 def test_plan_row_flips_when_the_target_is_inside_the_interval() -> None:

@@ -179,3 +179,20 @@ def test_a_finished_point_leaves_no_engine_behind() -> None:
         assert not [o for o in gc.get_objects() if isinstance(o, Lane)]
     finally:
         gc.enable()
+
+
+def test_plan_prices_energy_only_when_asked() -> None:
+    """--energy adds its figures to each row; they agree with each other (joules per token = the replicas' kW over
+    the run / its output tokens), and a second replica idling at the same load raises the joules per token."""
+    from dataclasses import replace
+
+    one = pl.Point("h100-sxm", "generic-14b", 1, 1, None, 256, 8192, "round-robin")
+    two = replace(one, replicas=2)
+    assert "kw_per_replica" not in pl.evaluate(one, BASE, SLO).as_dict()
+    on = replace(BASE, energy=True)
+    r1, r2 = pl.evaluate(one, on, SLO), pl.evaluate(two, on, SLO)
+    assert r1.kw_per_replica is not None and r1.joules_per_output_token is not None
+    out_tokens = r1.throughput_out_tok_s * r1.sim_time_s
+    assert r1.joules_per_output_token * out_tokens == pytest.approx(r1.kw_per_replica * 1000 * r1.sim_time_s)
+    assert r2.joules_per_output_token is not None and r2.joules_per_output_token > r1.joules_per_output_token
+    assert "energy_share_of_cost" in r1.as_dict()

@@ -42,3 +42,16 @@ def test_json_output_matches_its_schema(name: str, capsys: pytest.CaptureFixture
     num = next(k for k, v in schema["properties"].items() if v.get("type") in ("number", "integer"))
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**out, num: "fast"}, schema)
+
+
+def test_energy_and_autoscale_blocks_match_the_run_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --energy --autoscale` adds two blocks; the schema names their keys, so one gone is caught."""
+    assert main(["run", "--rate", "6", "--requests", "60", "--autoscale", "1:2", "--scale-interval", "2", "--energy",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    schema = _schema("run")
+    jsonschema.validate(out, schema)
+    assert out["autoscale"]["max"] == 2 and out["energy"]["kw_per_replica"] > 0
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**out, "energy": {k: v for k, v in out["energy"].items() if k != "kw_per_replica"}},
+                            schema)

@@ -45,7 +45,8 @@ def test_every_option_of_run_and_the_app_is_one_field() -> None:
     assert set(names) == (app | run) - view
     live = {f.dest for f in fields if f.live}
     assert live == app - view
-    assert {"replicas", "router", "pd"} <= live and set(names) - live == {"budget_per_hour"}
+    assert {"replicas", "router", "pd"} <= live and set(names) - live == {"budget_per_hour", "energy", "price_per_kwh", "autoscale", "scale_policy",
+                                                       "scale_target", "scale_interval", "cold_start_s"}
 
 
 def test_fields_sit_in_their_sections_in_order() -> None:
@@ -80,7 +81,7 @@ def test_every_field_has_its_chinese_help_line_and_section_title() -> None:
     every field is one option of the table, and every section has its Chinese title."""
     fields = form.build_fields()
     dests = {f.dest for f in fields}
-    assert len(fields) == len(dests) == len(O.OPTIONS) == 46
+    assert len(fields) == len(dests) == len(O.OPTIONS) == 53
     assert dests == set(O.BY_NAME)
     assert sorted({f.section for f in fields if f.section not in ZH or ZH[f.section] == EN.get(f.section)}) == []
     for f in fields:

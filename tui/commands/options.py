@@ -15,8 +15,8 @@ from engine import options as O
 from engine import validation as V
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.evidence import bands
 from engine.numbers import json_safe
-from engine.physics.calibration import load_runtime_file
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
 
@@ -109,7 +109,7 @@ def runtime_file(args: argparse.Namespace) -> None:
     path = getattr(args, "runtime_file", None)
     if path is None:
         return
-    rt = load_runtime_file(path)
+    rt = bands.load_profile_file(path)
     if getattr(args, "runtime", None) not in (None, rt.name):
         raise InputError(f"--runtime {args.runtime} and --runtime-file {path} both name the profile: give one")
     args.runtime = rt.name

@@ -19,6 +19,7 @@ from engine.evidence.measured import bench_out
 from engine.files import atomic_output
 from engine.fleet.fleet import Fleet, engine_for
 from engine.numbers import fixed, json_safe
+from engine.physics import energy
 from engine.serving import trace_out
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
@@ -129,6 +130,8 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     # file or a trace offers what it sent over the run (before, such runs were never flagged).
     out["overloaded"] = bool(queued > cfg.max_batch and served_rate < 0.9 * offered_rate(cfg, m))
     out["percentiles_cover"] = "finished requests only"
+    if cfg.energy:
+        out["energy"] = energy_of(engine, m)
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
@@ -143,6 +146,15 @@ def offered_rate(cfg: Any, m: dict[str, Any]) -> float:
         return float(cfg.rate)
     scripted = cfg.workload is not None or cfg.trace is not None
     return m["requests_accepted"] / m["sim_time_s"] if scripted and m["sim_time_s"] else 0.0
+
+
+def energy_of(engine: Engine | Fleet, m: dict[str, Any]) -> dict[str, Any]:
+    """The run's energy (engine.physics.energy) from its metrics: every GPU of every lane or replica."""
+    cfg = engine.config
+    gpus = m["gpus"] if isinstance(engine, Fleet) else m["lanes"] * cfg.tp
+    scaled = m.get("autoscale")
+    on = scaled["gpu_hours"] * 3600.0 if scaled else None  # an autoscaler switched some GPUs off for a while
+    return energy.run_energy(m, engine.step_model, gpus, cfg.tp, cfg.price_per_kwh, m["price_per_hour"], on)
 
 
 def run_inputs(args: argparse.Namespace) -> list[str | None]:
