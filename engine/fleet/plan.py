@@ -115,8 +115,9 @@ class PointResult:
     tpot_s: float | None
     ttft_p99_s: float | None
     tpot_p99_s: float | None
-    goodput_rps: float
+    goodput_rps: float  # requests meeting the SLOs per second of the whole run, drain included (vLLM's definition)
     goodput_per_dollar: float | None
+    slo_met: float  # the share of finished requests that met the SLOs: what goodput alone hides when a run drains
     usd_per_mtok: float | None
     throughput_out_tok_s: float
     requests_completed: int
@@ -315,7 +316,8 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
     watts = energy.run_energy(m, dep.step_model, point.gpus, point.tp, base.price_per_kwh, cost_h / point.gpus) \
         if base.energy else {}
     return PointResult(point, cost_h, _pct(ttft, q), _pct(tpot, q), _pct(ttft, 99), _pct(tpot, 99), goodput,
-                       goodput * 3600.0 / cost_h if cost_h else None, usd / tokens * 1e6 if tokens else None,
+                       goodput * 3600.0 / cost_h if cost_h else None, good / ttft.size if ttft.size else 0.0,
+                       usd / tokens * 1e6 if tokens else None,
                        m["throughput_out_tok_s"], m["requests_completed"], sim, m["preemptions"],
                        **{k: watts[k] for k in _ENERGY if k in watts})
 

@@ -76,7 +76,7 @@ def test_slo_bounds_never_exceed_what_the_simulation_gives(hw: str, tp: int, rep
 
 def _r(cost: float, usd: float, ttft: float, tpot: float, reps: int) -> pl.PointResult:
     p = pl.Point("h100-sxm", "generic-14b", 1, reps, None, 256, 8192, "round-robin")
-    return pl.PointResult(p, cost, ttft, tpot, ttft, tpot, 1.0, 1.0, usd, 100.0, 10, 60.0, 0)
+    return pl.PointResult(p, cost, ttft, tpot, ttft, tpot, 1.0, 1.0, 1.0, usd, 100.0, 10, 60.0, 0)
 
 
 def test_pareto_best_and_what_binds() -> None:
@@ -104,8 +104,12 @@ def test_pool_and_serial_give_the_same_plan() -> None:
     assert serial == pooled
     assert [r.point for r in serial] == pts
     assert list(serial[0].as_dict()) == ["config", "cost_per_hour", "ttft_s", "tpot_s", "ttft_p99_s", "tpot_p99_s",
-                                         "goodput_rps", "goodput_per_dollar", "usd_per_mtok", "throughput_out_tok_s",
+                                         "goodput_rps", "goodput_per_dollar", "slo_met", "usd_per_mtok",
+                                         "throughput_out_tok_s",
                                          "requests_completed", "sim_time_s", "preemptions"]
+    for r in serial:  # the share meeting the SLOs is goodput's numerator over the finished requests
+        assert 0.0 <= r.slo_met <= 1.0
+        assert r.slo_met * r.requests_completed == pytest.approx(r.goodput_rps * r.sim_time_s)
     best = pl.summarize(serial, [], SLO)["best"]
     assert best["replicas"] == 1 and best["tp"] == 1 and best["ttft_s"] <= 0.5
 

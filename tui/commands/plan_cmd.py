@@ -262,7 +262,8 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
         con.print(f"[bold green]best:[/] {b['replicas']} x {b['hardware']} tp{b['tp']}{split} ({b['gpus']} GPUs,"
                   f" {b['router']}, max_num_seqs {b['max_num_seqs']}) for [bold]${b['cost_per_hour']:,.2f}/h[/]:"
                   f" {k} TTFT {fixed(b['ttft_s'], 1e3)} ms, TPOT {fixed(b['tpot_s'], 1e3)} ms,"
-                  f" goodput {fixed(b['goodput_rps'], 1, 2)} req/s ({fixed(b['goodput_per_dollar'], 1, 0)} per $)")
+                  f" goodput {fixed(b['goodput_rps'], 1, 2)} req/s over the whole run, drain included"
+                  f" ({b['slo_met']:.0%} of answers met the SLOs; {fixed(b['goodput_per_dollar'], 1, 0)} per $)")
     t = Table(title="Pareto front: $/Mtok against TTFT and TPOT", title_justify="left", header_style="bold",
               show_edge=False)
     for col in ("GPU", "model", "tp", "replicas", "P:D", "router", "seqs", "$/h", "$/Mtok", f"TTFT {k} ms",
