@@ -217,11 +217,12 @@ def read_text(path: Path, what: str) -> str:
     return text_
 
 
-def parse_json(text_: str, where: str) -> Any:
-    """JSON with sane limits: nesting at most MAX_JSON_DEPTH, integers of at most 4,300 digits."""
+def check_json_depth(text_: str, where: str) -> None:
+    """Refuse JSON (or JSON lines) nested deeper than MAX_JSON_DEPTH before json ever recurses into it: a cheap
+    pre-pass counting bracket depth outside strings."""
     depth = cur = 0
     in_str = esc = False
-    for ch in text_:  # bracket depth outside strings; a cheap pre-pass so json never recurses deeply
+    for ch in text_:
         if in_str:
             if esc:
                 esc = False
@@ -238,6 +239,11 @@ def parse_json(text_: str, where: str) -> Any:
                 raise InputError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
         elif ch in "]}":
             cur -= 1
+
+
+def parse_json(text_: str, where: str) -> Any:
+    """JSON with sane limits: nesting at most MAX_JSON_DEPTH, integers of at most 4,300 digits."""
+    check_json_depth(text_, where)
     try:
         return printable(json.loads(text_))  # names and notes are printed: no terminal escapes in them
     except json.JSONDecodeError as e:

@@ -43,6 +43,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "scene_bin.toml": bytes(range(256)) * 4,
         # issue 30: a header line of spaces made the line finder's pattern backtrack cubically (3,000: 13 s)
         "ws_header.toml": b"[" + b" " * 6000 + b"x\n",
+        # result files (engine.evidence.measured): deep nesting, a 5,000-digit integer, a 21-digit token count
+        "deep_result.json": b"[" * 5000 + b"]" * 5000,
+        "bigint_result.json": b"[" + b"9" * 5000 + b"]",
+        "big_count_result.json": b'{"input_lens": [' + b"9" * 21 + b'], "output_lens": [5], "ttfts": [0.1],'
+                                 b' "itls": [[0.01]], "start_times": [0]}',
         "tr_bin.csv": bytes(range(256)) * 4, "wl_bin.toml": bytes(range(256)) * 4,
         "wl_deep.toml": b"a = " + b"[" * 100_000, "wl_utf16.toml": "[[stage]]\nrate = 1\nduration = 5\n".encode("utf-16"), "tr_deep.jsonl": b'{"arrival_s": ' + b"[" * 100_000 + b"\n",
     }
@@ -130,6 +135,10 @@ REFUSED = [
     ("scene {f}/scene_ticks.toml --headless", "run_ticks"),
     ("run --rate 1e9 --duration 1", "would hold about"),
     ("run --workload {f}/ws_header.toml --requests 5", "not valid TOML"),
+    ("replay {f}/deep_result.json --model llama-3.1-8b", "JSON nested deeper than 64 levels"),
+    ("calibrate {f}/deep_result.json -o {f}/never.toml", "JSON nested deeper than 64 levels"),
+    ("replay {f}/bigint_result.json --model llama-3.1-8b", "unreadable JSON"),
+    ("replay {f}/big_count_result.json --model llama-3.1-8b", "must be a whole number >= 1 and <= 1,000,000,000"),
     ("run --workload {f}/wl_users.toml --requests 5", "stage[1].users: must be a whole number"),
     ("run --workload {f}/wl_upg.toml --requests 5", "users_per_group: must be a whole number"),
     ("run --workload {f}/wl_bigint.toml --requests 5", "groups: must be a whole number"),

@@ -27,10 +27,13 @@ def parse(path: str | Path) -> Doc:
     if not body:
         raise InputError(f"{label}: the file is empty")
     if body[0] in "[{":
+        V.check_json_depth(body, label)  # the validation layer's bound, before json recurses into it
         try:
             return Doc(label, "json", json.loads(body))
         except json.JSONDecodeError:
             pass
+        except ValueError as e:  # an integer over Python's 4,300-digit limit
+            raise InputError(f"{label}: unreadable JSON: {str(e).split(';')[0]}") from None
         rows = []
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
@@ -38,6 +41,8 @@ def parse(path: str | Path) -> Doc:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise InputError(f"{label}:{n}: not valid JSON: {e.msg}") from None
+                except ValueError as e:
+                    raise InputError(f"{label}:{n}: unreadable JSON: {str(e).split(';')[0]}") from None
         if not all(isinstance(r, dict) for r in rows):
             raise InputError(f"{label}: JSON lines must each be an object")
         return Doc(label, "jsonl", rows)

@@ -105,16 +105,21 @@ def _floats(a: Any, where: str, key: str, n: int, lo: float | None = 0.0, nan_ok
         bad &= ~np.isnan(x)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
-        raise V.fail(where, f"{key}[{j}]", "a finite number" + ("" if lo is None else f" >= {lo:g}"), x[j])
+        raise V.fail(where, f"{key}[{j}]", "a finite number" + ("" if lo is None else f" >= {lo:g}"), float(x[j]))
     return x
 
 
 def _counts(a: Any, where: str, key: str, n: int) -> np.ndarray:
-    """A token-count column of length n: whole numbers >= 1."""
+    """A token-count column of length n: whole numbers from 1 to the validation layer's MAX_COUNT (so the int64
+    cast below is exact: 1e19 tokens would wrap)."""
     x = _floats(a, where, key, n, lo=1.0)
+    big = np.flatnonzero(x > V.MAX_COUNT)
+    if big.size:
+        j = int(big[0])
+        raise V.fail(where, f"{key}[{j}]", f"a whole number >= 1 and <= {V.MAX_COUNT:,}", float(x[j]))
     frac = np.flatnonzero(x != np.floor(x))
     if frac.size:
-        raise V.fail(where, f"{key}[{int(frac[0])}]", "a whole number >= 1", x[int(frac[0])])
+        raise V.fail(where, f"{key}[{int(frac[0])}]", "a whole number >= 1", float(x[int(frac[0])]))
     return x.astype(np.int64)
 
 
