@@ -100,6 +100,9 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server):
     cases = [
         (b"{not json", 400, None),
         (b"[1, 2]", 400, None),
+        (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, None),  # deep nesting: no RecursionError
+        (b'\xff\xfe{"prompt": "x"}', 400, None),  # not UTF-8
+        ({"prompt": "x", "max_tokens": 12345678901234567890}, 400, "max_tokens"),  # 20 digits
         ({"prompt": "x", "max_tokens": -3}, 400, "max_tokens"),
         ({"prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
         ({"prompt": "x", "max_tokens": 10 ** 12}, 400, "max_tokens"),

@@ -26,6 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from engine import validation as V
+from engine.errors import InputError
 from tui.api import text
 from tui.api.driver import Driver, QueueFull, Stream
 from tui.api.fields import ApiError, Parsed, parse_request
@@ -62,7 +64,11 @@ async def _read_json(request: Request, limit: int) -> Any:
             raise ApiError(413, f"request body is over {limit:,} bytes", "RequestTooLargeError")
         chunks.append(c)
     try:
-        return json.loads(b"".join(chunks))
+        text = b"".join(chunks).decode("utf-8")
+        V.check_json_depth(text, "request body")  # the validation layer's bound: json would recurse past it
+        return json.loads(text)
+    except InputError as e:
+        raise ApiError(400, str(e)) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(400, f"request body is not valid JSON ({e})") from None
 
