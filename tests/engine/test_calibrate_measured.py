@@ -11,8 +11,9 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.errors import InputError
-from engine.evidence.measured import bench_out, read_result
+from engine.evidence.measured import bench_out
 from engine.evidence.measured.calibrate import calibrate, toml_text
+from engine.evidence.measured.formats import read_result
 from engine.physics.calibration import load_runtime_file, runtimes
 from engine.serving.engine import Engine
 

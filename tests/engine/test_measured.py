@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
-from engine.evidence.measured import formats, read_result
+from engine.evidence.measured.formats import formats, read_result
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "results"
 

@@ -60,7 +60,7 @@ def test_bad_input_is_one_line_and_nothing_written(capsys: pytest.CaptureFixture
 
 
 def test_bench_json_round_trips_through_the_reader(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from engine.evidence.measured import read_result
+    from engine.evidence.measured.formats import read_result
 
     path = tmp_path / "bench.json"
     assert main(["run", "--rate", "6", "--requests", "60", "--bench-json", str(path), "--json"]) == 0

@@ -13,8 +13,9 @@ from rich.table import Table
 
 from engine import options as O
 from engine.errors import InputError
-from engine.evidence.measured import campaign, read_result
+from engine.evidence.measured import campaign
 from engine.evidence.measured.calibrate import CAMPAIGN_FIT, DEFAULT_FIT, FIT, calibrate, toml_text
+from engine.evidence.measured.formats import read_result
 from engine.files import write_text_atomic
 from engine.physics.calibration import load_runtime
 from tui.commands import replay_cmd

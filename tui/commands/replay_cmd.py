@@ -13,8 +13,10 @@ from rich.table import Table
 
 from engine import options as O
 from engine.errors import InputError
-from engine.evidence.measured import Measured, bench_out, formats, read_result
+from engine.evidence.measured import bench_out
 from engine.evidence.measured.compare import METRICS, STATS, compare, finished, write_trace
+from engine.evidence.measured.formats import formats, read_result
+from engine.evidence.measured.record import Measured
 from engine.evidence.replay import model_preset
 from engine.numbers import fixed, json_safe
 from engine.serving.accounting import T
