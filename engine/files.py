@@ -57,6 +57,7 @@ def atomic_output(path: str | os.PathLike[str], flag: str,
         raise InputError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
     done = False
     try:
+        os.chmod(tmp, _mode_for(target))  # mkstemp makes it 0600: a report or plot should read like any file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
             f.flush()
@@ -70,6 +71,17 @@ def atomic_output(path: str | os.PathLike[str], flag: str,
         if not done:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _mode_for(target: Path) -> int:
+    """The permissions the file gets: those of the file it replaces, else what the umask gives a new file (0644
+    under the usual 022), as `open()` would have made it."""
+    try:
+        return target.stat().st_mode & 0o777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, flag: str,

@@ -71,3 +71,17 @@ def test_run_refuses_to_write_its_trace_over_its_workload_file(tmp_path: Path) -
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
     assert "--trace-out" in p.stderr and "inputs" in p.stderr
     assert wl.read_text() == text
+
+
+def test_a_written_file_gets_the_umask_mode_or_keeps_the_replaced_files(tmp_path: Path) -> None:
+    mask = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "new.svg", "<svg/>", "--plot-file")
+        assert (tmp_path / "new.svg").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+        kept = tmp_path / "kept.json"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        write_text_atomic(kept, "new", "--x")
+        assert kept.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(mask)
