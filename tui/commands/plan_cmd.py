@@ -24,11 +24,13 @@ from engine import budget, vllm_flags
 from engine import options as O
 from engine.errors import InputError
 from engine.evidence import bands
+from engine.files import atomic_output, check_target
 from engine.fleet import plan as pl
 from engine.numbers import fixed
 from engine.physics.specs import load_hardware, load_model
 from engine.traffic.workload import parse_dist
 from engine.validation import printable_line
+from tui.commands import plan_plot
 from tui.commands.options import (
     add_options,
     console,
@@ -38,6 +40,7 @@ from tui.commands.options import (
     print_json,
     versioned,
 )
+from tui.render import svg
 from tui.render.scatter import scatter
 
 
@@ -79,6 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="run the grid as Ray tasks: a local Ray instance, or a cluster at HOST:6379 / ray://HOST:10001")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--plot-file", metavar="FILE.svg|FILE.html", default=None,
+                   help="also write the Pareto front ($/Mtok against TTFT and TPOT) as an SVG image or an HTML page")
 
 
 def space_from_args(args: argparse.Namespace) -> pl.Space:
@@ -135,6 +140,11 @@ def mapper_for(args: argparse.Namespace) -> tuple[Any, str]:
 def run(args: argparse.Namespace) -> int:
     """Prune, simulate every remaining point, and report the best one, the front and what was infeasible."""
     t0 = time.perf_counter()
+    if args.plot_file:  # refused now, not after the grid ran
+        if not svg.write_kind(args.plot_file):
+            raise InputError(f"--plot-file {args.plot_file}: name a .svg or .html file")
+        check_target(args.plot_file, "--plot-file", [args.model, args.hardware, getattr(args, "workload", None),
+                                                      getattr(args, "trace", None)])
     space = space_from_args(args)
     base = base_from_args(args, space)
     slo = pl.Slo(ttft=args.slo_ttft, tpot=args.slo_tpot, percentile=args.slo_percentile)
@@ -174,10 +184,14 @@ def run(args: argparse.Namespace) -> int:
                        "workload_file": base.workload, "trace": base.trace}
     if stopped is None and out["best"] is None and (slo.ttft is not None or slo.tpot is not None):
         _refuse(args, out, pl.binding_line(out["binding"], slo))
+    rows = [r.as_dict() for r in results]
+    if args.plot_file:
+        with atomic_output(args.plot_file, "--plot-file") as f:
+            f.write(plan_plot.file_text(args.plot_file, out, rows, slo.key))
     if args.json:
         print_json(versioned(out))
     else:
-        _print(out, [r.as_dict() for r in results], slo)
+        _print(out, rows, slo)
     if stopped is not None:
         sys.stdout.flush()
         sys.stderr.write(f"tokensim: stopped ({stopped[0]}) after {len(results)} of {len(jobs)} configurations;"
@@ -280,14 +294,8 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
         which = ", ".join(f"{c['replicas']} x {c['hardware']} tp{c['tp']}" for c in out["slo_flips"][:4])
         con.print(f"?: the SLO verdict flips inside the 80 % interval for {len(out['slo_flips'])} configurations "
                   f"({which}); {(b or out['pareto'][0])['interval']['note']}")
-    front = {_key(r) for r in out["pareto"]}
-    best = _key(b) if b else None
-    marks = []
-    for r in results:
-        c = r["config"]
-        m = "★" if _key(c) == best else "◆" if _key(c) in front else "x" if _key(c) in bad else "o"
-        marks.append((r["usd_per_mtok"] or 0.0, r["ttft_s"] or 0.0, m))
-    for row in scatter(marks, xlabel="$/Mtok (log) · ★ best  ◆ Pareto  o meets SLO  x misses",
+    marks = plan_plot.marked(out, results, "ttft_s")
+    for row in scatter(marks, xlabel=f"$/Mtok (log) · {plan_plot.MARKS}",
                        ylabel=f"TTFT {k} s (log)"):
         con.print(row, highlight=False, markup=False)
     reasons = Counter(_short(p["why"]) for p in out["infeasible"] if "config" in p and _key(p["config"]) not in
@@ -296,10 +304,7 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
         con.print(f"pruned {n}: {why}", highlight=False)
 
 
-def _key(c: dict[str, Any]) -> tuple[Any, ...]:
-    """A config's identity (the fields a point is made of)."""
-    return (c["hardware"], c["model"], c["tp"], c["replicas"], c["pd"], c["max_num_seqs"], c["max_num_batched_tokens"],
-            c["router"])
+_key = plan_plot.key
 
 
 def _short(why: str) -> str:

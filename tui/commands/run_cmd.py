@@ -16,13 +16,14 @@ from engine import vllm_flags
 from engine.errors import InputError
 from engine.evidence import bands
 from engine.evidence.measured import bench_out
-from engine.files import atomic_output
+from engine.files import atomic_output, check_target
 from engine.fleet.fleet import Fleet, engine_for
 from engine.numbers import fixed, json_safe
 from engine.physics import energy
 from engine.serving import trace_out
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
+from tui.commands import run_plot
 from tui.commands.options import add_options, console, positive_int, print_json, versioned
 
 _PROGRESS_EVERY = 512  # ticks between progress-bar updates
@@ -58,6 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-out", metavar="FILE.json", default=None,
                    help="write the run as a Chrome/Perfetto trace: a track per replica, a span per step, a flow per"
                         " request (open it in ui.perfetto.dev)")
+    p.add_argument("--plot", action="store_true",
+                   help="draw the latency distributions (TTFT, time per output token, end to end) and the KV pool and"
+                        " queue over the whole run in the terminal, under the report")
+    p.add_argument("--plot-file", metavar="FILE.svg|FILE.html", default=None,
+                   help="write the same figures to an SVG image or a self-contained HTML page")
 
 
 def build(args: argparse.Namespace) -> Engine | Fleet:
@@ -78,8 +84,15 @@ def build(args: argparse.Namespace) -> Engine | Fleet:
     return engine
 
 
-def run_engine(engine: Engine | Fleet, show_progress: bool) -> int:
-    """Run to the config's bound, with a progress bar on stderr when it is a terminal; returns ticks run."""
+def run_engine(engine: Engine | Fleet, show_progress: bool, series: run_plot.Series | None = None) -> int:
+    """Run to the config's bound, with a progress bar on stderr when it is a terminal; returns ticks run. With a
+    `series`, the run goes in chunks and the KV pool and queue are read after each (run_plot)."""
+    if series is not None and not show_progress:
+        ticks = 0
+        while not engine.finished:
+            ticks += engine.run(max_ticks=run_plot.chunk(engine))
+            run_plot.sample(engine, series)
+        return ticks
     if not show_progress:
         return engine.run()
     cfg = engine.config
@@ -90,8 +103,11 @@ def run_engine(engine: Engine | Fleet, show_progress: bool) -> int:
                   console=console(stderr=True), transient=True) as bar:
         task = bar.add_task("", total=total)
         ticks = 0
+        every = _PROGRESS_EVERY if series is None else run_plot.chunk(engine)
         while not engine.finished:
-            ticks += engine.run(max_ticks=_PROGRESS_EVERY)
+            ticks += engine.run(max_ticks=every)
+            if series is not None:
+                run_plot.sample(engine, series)
             done = engine.clock if by_time else float(engine.requests_completed)
             bar.update(task, completed=min(done, total),
                        description=f"sim {engine.clock:,.1f} s · tick {engine.tick:,}")
@@ -164,6 +180,7 @@ def run_inputs(args: argparse.Namespace) -> list[str | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Build the engine, run it to its bound, print JSON or the Rich report (and the trace, when asked)."""
+    plot_kind = check_plot(args)
     engine = build(args)
     if isinstance(engine, Fleet) and not args.trace_out:  # a trace records each replica's steps in this process
         engine.workers = args.workers or os.cpu_count() or 1
@@ -172,8 +189,12 @@ def run(args: argparse.Namespace) -> int:
         f = stack.enter_context(atomic_output(args.trace_out, "--trace-out", run_inputs(args))) \
             if args.trace_out else None
         rec = trace_out.record(engine) if f is not None else None
-        run_engine(engine, show_progress=sys.stderr.isatty())
+        series = run_plot.Series() if args.plot or args.plot_file else None
+        run_engine(engine, show_progress=sys.stderr.isatty(), series=series)
         out = report(engine)
+        if series is not None and args.plot_file:
+            with atomic_output(args.plot_file, "--plot-file", run_inputs(args)) as pf:
+                pf.write(run_plot.file_text(plot_kind, out, engine.latencies(), series))
         if args.bench_json:
             bench_out.write(args.bench_json, bench_out.from_sim(engine), run_inputs(args))
         if args.explain:
@@ -184,7 +205,23 @@ def run(args: argparse.Namespace) -> int:
         print_json(versioned(out))
         return 0
     _print(out)
+    if args.plot and series is not None:
+        for row in run_plot.text(out, engine.latencies(), series):
+            console().print(row, highlight=False, markup=False)
     return 0
+
+
+def check_plot(args: argparse.Namespace) -> str:
+    """--plot draws in the terminal, so it cannot share stdout with --json; --plot-file names .svg or .html. Returns
+    the file's name (or "")."""
+    if args.plot and args.json:
+        raise InputError("--plot draws in the terminal and --json prints JSON there; with --json write the figures"
+                         " with --plot-file FILE.svg or FILE.html")
+    if args.plot_file and not run_plot.svg.write_kind(args.plot_file):
+        raise InputError(f"--plot-file {args.plot_file}: name a .svg or .html file")
+    if args.plot_file:
+        check_target(args.plot_file, "--plot-file", run_inputs(args))  # refused now, not after a long run
+    return args.plot_file or ""
 
 
 def _print(r: dict[str, Any]) -> None:
