@@ -102,6 +102,8 @@ def finished_times(d: Rows, out: np.ndarray | None = None) -> np.ndarray:
 ITL_EDGES = np.logspace(-6, 3, 2085)
 ITL_MID = np.sqrt(ITL_EDGES[:-1] * ITL_EDGES[1:])
 _ITL_EDGES = ITL_EDGES.tolist()  # for one step's bin: bisect on a list beats np.searchsorted on a scalar
+_TOP = ITL_MID.size - 1  # the last bin (longer gaps are counted in it)
+_FEW_STEPS = 16  # runs up to this many steps find their bins in Python (fewer calls than numpy's for a handful)
 
 
 # The ITL sum is kept in fixed point, in units of 2^-60 s, as Python ints: each gap is cut once (to 8.7e-19 s,
@@ -157,19 +159,29 @@ class Itl:
 
     def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
         """Several decode steps in a row, each giving n rows (in `stage`) their next token after dts[j]."""
-        if n <= 0 or not len(dts):
+        k = len(dts)
+        if n <= 0 or not k:
             return
-        b = np.minimum(np.maximum(np.searchsorted(ITL_EDGES, dts) - 1, 0), ITL_MID.size - 1)  # np.clip, 2 calls
         if isinstance(stage, int) or self.n.size == 1:
             per = [(stage if isinstance(stage, int) else 0, n)]
         else:
             cnt = np.bincount(stage, minlength=self.n.size)
             per = [(s, int(cnt[s])) for s in np.flatnonzero(cnt).tolist()]
         v = fixed_sum(dts)
+        if k <= _FEW_STEPS:  # a short run (the busy loops' usual): each step's bin found as add() finds it
+            bins = [min(max(bisect.bisect_left(_ITL_EDGES, x) - 1, 0), _TOP) for x in dts.tolist()]
+            for s, m in per:
+                row = self.counts[s]
+                for b in bins:
+                    row[b] += m
+                self.sum[s] += m * v
+                self.n[s] += m * k
+            return
+        b = np.minimum(np.maximum(np.searchsorted(ITL_EDGES, dts) - 1, 0), _TOP)  # np.clip, 2 calls
         for s, m in per:
             np.add.at(self.counts[s], b, m)  # a few bins of a long histogram: add in place, no bincount of it all
             self.sum[s] += m * v
-            self.n[s] += m * len(dts)
+            self.n[s] += m * k
 
     def summary(self, s: int | None = None) -> Summary:
         """Mean and percentiles of stage s (every stage if None)."""

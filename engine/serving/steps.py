@@ -458,6 +458,8 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     n, t0 = lane.R.n, lane.clock
     if n == 0 or lane.n_pf or max_steps < 2 or lane.next_arrival <= t0 or lane.spec_k:
         return 0
+    if lane.waiting and not admission.blocked(lane, lane.pool.available - n, n, False):
+        return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
     k, used, grown = _quiet_blocks(lane, max_steps)
     if k < 2:
         return 0
@@ -539,7 +541,7 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarr
     if not admission.blocked(lane, lane.pool.available - int(np.count_nonzero(lag == 0)), n, False):
         return none
     opens = np.bincount(lag, minlength=BLOCK)
-    grown = np.cumsum(opens[np.arange(k) & (BLOCK - 1)])
+    grown = opens[:k].cumsum() if k <= BLOCK else np.cumsum(opens[np.arange(k) & (BLOCK - 1)])
     over = grown > lane.pool.available  # cached blocks are reclaimed before anyone is preempted
     if over.any():
         k = int(np.argmax(over))  # the step that would preempt is taken by step()

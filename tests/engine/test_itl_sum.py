@@ -33,3 +33,17 @@ def test_the_mean_is_the_same_whatever_the_run_boundaries() -> None:
     assert one.summary(1) == runs.summary(1)
     # a float running sum in a different grouping drifts in the last bits; the fixed point total does not
     assert one.summary().mean == sum(fixed(float(x)) for x in dts) * 5 / (999 * 5 * 2 ** 60)
+
+
+def test_short_and_long_runs_bin_each_step_as_one_step_would() -> None:
+    rng = np.random.default_rng(5)
+    for k in (1, 5, 16, 17, 300):  # the Python path (up to 16 steps) and the numpy one
+        d = rng.lognormal(-4.0, 1.5, k)
+        d[0] = 1e-7  # below the first edge: the first bin
+        d[-1] = 2e3  # past the last: the last bin
+        run, one = Itl(3), Itl(3)
+        stage = rng.integers(0, 3, 9)
+        run.add_steps(d, stage, 9)
+        for x in d:
+            one.add(float(x), stage, 9)
+        assert (run.counts == one.counts).all() and run.sum == one.sum and (run.n == one.n).all()
