@@ -1,13 +1,14 @@
 """Simulated seconds per wall second, this tree against a base tree, measured in one run.
 
-    python benchmarks/speed_vs_base.py BASE_TREE [--repeats 3] [--ticks 20000] [--requests 2000] [--json]
+    python benchmarks/speed_vs_base.py BASE_TREE [--repeats 3] [--ticks 20000] [--requests 2000] [--rate 1] [--json]
 
 BASE_TREE is a checkout of the commit to compare with (e.g. `git archive 149a209 | tar -x -C /tmp/base`).
 Two workloads, the speed targets of issue 12:
   bench: `tokensim bench`'s engine row (1,000 closed-loop users, qwen2.5-14b / h100-sxm, prompt 512, output
          256, continuous, max batch 256), timed by each tree's own engine_bench() after its warm-up;
   run:   `tokensim run --model llama-3.1-8b --rate 1 --requests 2000`, building the engine from the tree's
-         own parser and timing construction plus run() to the bound.
+         own parser and timing construction plus run() to the bound (`--rate 10 --requests 10000`: issue 26's
+         busy open loop).
 Each measurement is a fresh process (PYTHONPATH = the tree). Base and current alternate, and the order
 flips every repeat, so the shared machine's noise lands on both; the report gives the median of the
 repeats in simulated seconds per wall second and per CPU second of the process (on a loaded machine the
@@ -74,10 +75,11 @@ sim = e.metrics()["sim_time_s"] - sim0
 print(json.dumps({"wall": sim / wall, "cpu": sim / cpu, "wall_s": wall, "sim_s": sim}))
 """
 
-def measure(tree: Path, what: str, n: int) -> dict[str, Any]:
-    """One measurement of `what` ("bench" or "run") on `tree`, in a fresh interpreter."""
+def measure(tree: Path, what: str, n: int, rate: float = 1.0) -> dict[str, Any]:
+    """One measurement of `what` ("bench" or "run", at `rate` req/s) on `tree`, in a fresh interpreter."""
+    run_args = [*RUN_ARGS[:-1], f"{rate:g}"]
     env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", _WORKER, str(tree), what, str(n), json.dumps(RUN_ARGS)],
+    out = subprocess.run([sys.executable, "-c", _WORKER, str(tree), what, str(n), json.dumps(run_args)],
                          capture_output=True, text=True, env=env, cwd=tree, check=False)
     if out.returncode:
         raise SystemExit(f"{what} on {tree} failed:\n{out.stderr.strip()}")
@@ -91,6 +93,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="measurements per tree and workload (median taken)")
     ap.add_argument("--ticks", type=int, default=20_000, help="bench: engine ticks timed (bench's default)")
     ap.add_argument("--requests", type=int, default=2000, help="run: requests served")
+    ap.add_argument("--rate", type=float, default=1.0, help="run: the open loop's arrival rate (req/s)")
     ap.add_argument("--only", choices=["bench", "run"], help="measure one workload")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args()
@@ -110,7 +113,7 @@ def main() -> int:
         order = ["base", "current"] if i % 2 == 0 else ["current", "base"]
         for w, n in work.items():
             for name in order:
-                r = measure(trees[name], w, n)
+                r = measure(trees[name], w, n, args.rate)
                 got[w][name]["wall"].append(r["wall"])
                 got[w][name]["cpu"].append(r["cpu"])
                 if not args.json:
@@ -133,7 +136,7 @@ def main() -> int:
     print(f"load average (1, 5, 15 min) before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f},"
           f" after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; {res['cpus']} CPUs")
     for w, r in res["workloads"].items():
-        what = f"{r['size']:,} ticks" if w == "bench" else f"{r['size']:,} requests"
+        what = f"{r['size']:,} ticks" if w == "bench" else f"{r['size']:,} requests at {args.rate:g}/s"
         for clock, per in (("wall", "wall s"), ("cpu", "CPU s")):
             c = r[clock]
             print(f"{w:5} ({what}): base {c['base']:,.0f}, current {c['current']:,.0f} sim s per {per}"

@@ -102,16 +102,41 @@ def finished_times(d: Rows, out: np.ndarray | None = None) -> np.ndarray:
 ITL_EDGES = np.logspace(-6, 3, 2085)
 ITL_MID = np.sqrt(ITL_EDGES[:-1] * ITL_EDGES[1:])
 _ITL_EDGES = ITL_EDGES.tolist()  # for one step's bin: bisect on a list beats np.searchsorted on a scalar
+_TOP = ITL_MID.size - 1  # the last bin (longer gaps are counted in it)
+_FEW_STEPS = 6  # runs up to this many steps find their bins in Python (measured: faster than numpy below ~8)
+
+
+# The ITL sum is kept in fixed point, in units of 2^-60 s, as Python ints: each gap is cut once (to 8.7e-19 s,
+# below a double's resolution at any gap over 1e-3 s), and the integer total is exact and independent of how the
+# steps were grouped into calls (one step at a time, or a quiet run of many), so a faster loop that draws its run
+# boundaries elsewhere gives the same mean to the last digit. The mean is one correctly rounded int division.
+_FIX_BITS = 60
+_FIX = float(2 ** _FIX_BITS)
+_INT64_ROOM = 2.0 ** 62  # below int64's 2^63, with room for rounding in the check
+
+
+def fixed(dt: float) -> int:
+    """dt seconds as a whole count of 2^-60 s (truncated: int() of the exactly scaled double)."""
+    return int(dt * _FIX)
+
+
+def fixed_sum(dts: np.ndarray) -> int:
+    """The sum of fixed(dt) over dts, exactly (the same integer as adding them one at a time)."""
+    x = dts * _FIX  # scaling by a power of two is exact
+    if len(x) > 32 and float(x.max()) < _INT64_ROOM / len(x):  # every term and the total fit in int64
+        return int(x.astype(np.int64).sum())  # the cast truncates toward zero, as int() does
+    return sum(map(int, x.tolist()))  # a short run (measured: cheaper in Python up to ~40), or past int64
 
 
 class Itl:
-    """Inter-token latency histogram per stage: counts per bin, and the exact sum and count for the mean."""
+    """Inter-token latency histogram per stage: counts per bin, and the exact sum (fixed point) and count for
+    the mean."""
 
     __slots__ = ("counts", "sum", "n")
 
     def __init__(self, stages: int = 1) -> None:
         self.counts = np.zeros((stages, ITL_MID.size), dtype=np.int64)
-        self.sum = np.zeros(stages)
+        self.sum = [0] * stages  # per stage: the sum of every token's gap, in 2^-60 s (see fixed)
         self.n = np.zeros(stages, dtype=np.int64)
 
     def add(self, dt: float, stage: np.ndarray | int, k: int) -> None:
@@ -119,31 +144,44 @@ class Itl:
         if k <= 0:
             return
         b = min(max(bisect.bisect_left(_ITL_EDGES, dt) - 1, 0), ITL_MID.size - 1)  # np.searchsorted's side='left'
+        v = fixed(dt)
         if isinstance(stage, int) or self.n.size == 1:
             s = stage if isinstance(stage, int) else 0
             self.counts[s, b] += k
-            self.sum[s] += dt * k
+            self.sum[s] += v * k
             self.n[s] += k
             return
         per = np.bincount(stage, minlength=self.n.size)
         self.counts[:, b] += per
-        self.sum += dt * per
+        for s, m in enumerate(per.tolist()):
+            self.sum[s] += v * m
         self.n += per
 
     def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
         """Several decode steps in a row, each giving n rows (in `stage`) their next token after dts[j]."""
-        if n <= 0 or not len(dts):
+        k = len(dts)
+        if n <= 0 or not k:
             return
-        b = np.minimum(np.maximum(np.searchsorted(ITL_EDGES, dts) - 1, 0), ITL_MID.size - 1)  # np.clip, 2 calls
         if isinstance(stage, int) or self.n.size == 1:
             per = [(stage if isinstance(stage, int) else 0, n)]
         else:
             cnt = np.bincount(stage, minlength=self.n.size)
             per = [(s, int(cnt[s])) for s in np.flatnonzero(cnt).tolist()]
+        v = fixed_sum(dts)
+        if k <= _FEW_STEPS:  # a short run (the busy loops' usual): each step's bin found as add() finds it
+            bins = [min(max(bisect.bisect_left(_ITL_EDGES, x) - 1, 0), _TOP) for x in dts.tolist()]
+            for s, m in per:
+                row = self.counts[s]
+                for b in bins:
+                    row[b] += m
+                self.sum[s] += m * v
+                self.n[s] += m * k
+            return
+        b = np.minimum(np.maximum(np.searchsorted(ITL_EDGES, dts) - 1, 0), _TOP)  # np.clip, 2 calls
         for s, m in per:
             np.add.at(self.counts[s], b, m)  # a few bins of a long histogram: add in place, no bincount of it all
-            self.sum[s] += m * float(dts.sum())
-            self.n[s] += m * len(dts)
+            self.sum[s] += m * v
+            self.n[s] += m * k
 
     def summary(self, s: int | None = None) -> Summary:
         """Mean and percentiles of stage s (every stage if None)."""
@@ -153,8 +191,8 @@ class Itl:
             return Summary(None, None, None, None)
         cum = np.cumsum(c)
         p = [float(ITL_MID[int(np.searchsorted(cum, q * n / 100.0))]) for q in (50, 90, 99)]
-        total = float(self.sum.sum() if s is None else self.sum[s])
-        return Summary(total / n, p[0], p[1], p[2])
+        total = sum(self.sum) if s is None else self.sum[s]
+        return Summary(total / (n << _FIX_BITS), p[0], p[1], p[2])  # int / int: correctly rounded
 
 
 @dataclass(slots=True)
@@ -544,7 +582,7 @@ def _itl(st: list[LaneStats], stage: int | None = None) -> Summary:
     for s in st:
         if stage is None:
             agg.counts[0] += s.itl.counts.sum(axis=0)
-            agg.sum[0] += s.itl.sum.sum()
+            agg.sum[0] += sum(s.itl.sum)
             agg.n[0] += s.itl.n.sum()
         else:
             agg.counts[0] += s.itl.counts[stage]

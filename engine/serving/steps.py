@@ -30,6 +30,10 @@ from engine.serving.tables import BLOCK, SHIFT, FloatCol, blocks_for
 if TYPE_CHECKING:
     from engine.serving.lane import Lane, TickResult
 
+# History columns as plain ints (indexing numpy with an IntEnum member goes through __index__ each time).
+_TIME, _DT, _KV, _QUEUE, _BATCH, _OUT, _IN, _CIN, _COUT, _FLOPS, _BYTES = (int(x) for x in H)
+_NH = len(H)
+
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
@@ -454,6 +458,8 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     n, t0 = lane.R.n, lane.clock
     if n == 0 or lane.n_pf or max_steps < 2 or lane.next_arrival <= t0 or lane.spec_k:
         return 0
+    if lane.waiting and not admission.blocked(lane, lane.pool.available - n, n, False):
+        return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
     k, used, grown = _quiet_blocks(lane, max_steps)
     if k < 2:
         return 0
@@ -535,7 +541,7 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarr
     if not admission.blocked(lane, lane.pool.available - int(np.count_nonzero(lag == 0)), n, False):
         return none
     opens = np.bincount(lag, minlength=BLOCK)
-    grown = np.cumsum(opens[np.arange(k) & (BLOCK - 1)])
+    grown = opens[:k].cumsum() if k <= BLOCK else np.cumsum(opens[np.arange(k) & (BLOCK - 1)])
     over = grown > lane.pool.available  # cached blocks are reclaimed before anyone is preempted
     if over.any():
         k = int(np.argmax(over))  # the step that would preempt is taken by step()
@@ -570,12 +576,8 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
     `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
     n = lane.R.n
     st = lane.stats
-    stage = lane.R.cols.stage[:n] if lane.staged else 0
-    if queue[0] < k:  # the step after an arrival is added alone, as step() adds it (the same rounding)
-        st.itl.add_steps(dts[:-1], stage, n)
-        st.itl.add(float(dts[-1]), stage, n)
-    else:
-        st.itl.add_steps(dts, stage, n)
+    # The ITL sum is exact (accounting.fixed_sum): the run's steps go in at once, wherever the run starts and ends.
+    st.itl.add_steps(dts, lane.R.cols.stage[:n] if lane.staged else 0, n)
     t1 = float(ends[-1])
     lane.clock = t1
     st.ticks += k
@@ -592,21 +594,37 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
     st.batch_hist[min(n, st.max_batch)] += k
     if done.any():
         lane.complete(done, t1)
-    h = np.zeros((k, len(H)))
-    h[:, H.TIME] = ends
-    h[:, H.DT] = dts
-    h[:, H.KV] = used / lane.pool.total
-    h[-1, H.KV] = lane.pool.util  # the history row is taken after the last step's completions free blocks
-    h[:, H.QUEUE] = lane.waiting
-    h[:queue[0], H.QUEUE] = queue[1]
-    h[:, H.BATCH] = n
-    h[:, H.OUT] = n
-    h[:, H.COUT] = dts
-    h[:, H.FLOPS] = flops
-    h[:, H.BYTES] = byts
-    st.hist.push(h)
+    _history_run(lane, n, k, ends, dts, flops, byts, used, queue)
     if lane.rec is not None:
         lane.rec.steps(lane, ends, dts, n, byts, flops)
+
+
+def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
+                 used: np.ndarray, queue: tuple[int, int]) -> None:
+    """The run's k rows (steps of n rows) of the per-tick history, written in place in the ring where they fit
+    (as account's push_row would have written them one by one)."""
+    hist = lane.stats.hist
+    h = hist.claim(k)
+    whole = h is None
+    if whole:
+        h = np.empty((k, _NH))
+    cols = h.T  # one column a row: each assignment is one strided write
+    cols[_TIME] = ends
+    cols[_DT] = dts
+    cols[_COUT] = dts
+    cols[_KV] = used
+    cols[_KV] /= lane.pool.total
+    h[-1, _KV] = lane.pool.util  # the history row is taken after the last step's completions free blocks
+    cols[_QUEUE] = lane.waiting
+    cols[_QUEUE, :queue[0]] = queue[1]
+    cols[_BATCH] = n  # the steps' batch (the rows that finished in the last step included)
+    cols[_OUT] = n
+    cols[_IN] = 0.0
+    cols[_CIN] = 0.0
+    cols[_FLOPS] = flops
+    cols[_BYTES] = byts
+    if whole:
+        hist.push(h)
 
 
 # ---- the registry -------------------------------------------------------------------------------------------
