@@ -29,7 +29,7 @@ from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
 from engine.physics.step import StepModel, StepOptions
 from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
-from engine.serving.kv_tiers import TIER_POLICIES, TierSpec, tier_report
+from engine.serving.kv_tiers import TIER_POLICIES, TierSpec, hit_rates, tier_report
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
 from engine.serving.snapshot import Phase, RequestView, Snapshot
@@ -440,6 +440,7 @@ class Engine:
         }
         sm = self._sm
         hbm = main.stats.bytes
+        tiers = [ln.pool.tiers for ln in self._lanes if ln.pool.tiers is not None]
         return Snapshot(
             tick=self._tick, time_s=self._clock, hardware=sm.hw, model=sm.model, opts=sm.opts, roof=sm.roof,
             scheduler=self._cfg.scheduler, users=self._budget.users, requests=view, last_step=main.last_cost,
@@ -450,6 +451,7 @@ class Engine:
             # Every HBM byte passes through L2 and into an SM's tray once (no on-chip reuse is modelled).
             bytes_moved={"hbm": hbm, "l2": hbm, "smem": hbm},
             metrics=self.rolling_metrics(), history=history,
+            kv_tiers=hit_rates(tiers) if tiers else None,
         )
 
     @property

@@ -288,17 +288,25 @@ def tier_report(tiers: list[KVTiers], kv_bytes_per_token: float) -> dict[str, ob
     block_bytes = KV_BLOCK_TOKENS * kv_bytes_per_token
     first = tiers[0]
     out: dict[str, object] = {"policy": type(next(iter(first.live))).name if first.live else None,
-                              "blocks_looked_up": asked,
-                              "hit_rate": {"gpu": sum(t.gpu_hits for t in tiers) / asked if asked else 0.0}}
-    hit: dict[str, float] = out["hit_rate"]  # type: ignore[assignment]
+                              "blocks_looked_up": asked, "hit_rate": hit_rates(tiers)}
     for i, name in enumerate(TIER_NAMES):
         spec = first.specs[i]
         if spec is None:
             continue
         read = sum(t.read[i] for t in tiers)
-        hit[name] = read / asked if asked else 0.0
         out[name] = {"capacity_blocks": spec.blocks, "gbps": spec.gbps, "latency_ms": spec.latency_s * 1e3,
                      "blocks_stored": sum(t.written[i] for t in tiers), "blocks_read": read,
                      "bytes_stored": int(sum(t.written[i] for t in tiers) * block_bytes),
                      "bytes_read": int(read * block_bytes)}
+    return out
+
+
+def hit_rates(tiers: list[KVTiers]) -> dict[str, float]:
+    """Of the blocks admitted requests looked up in these pools, the share each tier supplied: gpu, then each lower
+    tier there is (host, disk, remote); 0 before any lookup."""
+    asked = sum(t.asked for t in tiers)
+    out = {"gpu": sum(t.gpu_hits for t in tiers) / asked if asked else 0.0}
+    for i, name in enumerate(TIER_NAMES):
+        if tiers and tiers[0].specs[i] is not None:
+            out[name] = sum(t.read[i] for t in tiers) / asked if asked else 0.0
     return out
