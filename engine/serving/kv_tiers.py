@@ -70,6 +70,10 @@ class Policy:
         """Forget a key (it moved up a tier); absent keys are ignored."""
         raise NotImplementedError
 
+    def keys(self) -> set[int]:
+        """The keys held (for checks)."""
+        raise NotImplementedError
+
 
 class Lru(Policy):
     """Least recently stored or read goes first."""
@@ -103,6 +107,9 @@ class Lru(Policy):
 
     def remove(self, key: int) -> None:
         self.order.pop(key, None)
+
+    def keys(self) -> set[int]:
+        return set(self.order)
 
 
 class Arc(Policy):
@@ -173,6 +180,9 @@ class Arc(Policy):
     def remove(self, key: int) -> None:
         if self.t1.pop(key, None) is None:
             self.t2.pop(key, None)
+
+    def keys(self) -> set[int]:
+        return set(self.t1) | set(self.t2)
 
 
 TIER_POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Lru, Arc)}
@@ -275,8 +285,8 @@ class KVTiers:
             if lv is not None:
                 assert len(lv) <= lv.capacity, f"the {TIER_NAMES[t]} tier holds more blocks than it has room for"
         host, disk = self.levels[HOST], self.levels[DISK]
-        if isinstance(host, Lru) and isinstance(disk, Lru):
-            assert not host.order.keys() & disk.order.keys(), "a block both in host memory and on disk"
+        if host is not None and disk is not None:
+            assert not host.keys() & disk.keys(), "a block both in host memory and on disk"
 
 
 def tier_report(tiers: list[KVTiers], kv_bytes_per_token: float) -> dict[str, object] | None:
