@@ -74,6 +74,11 @@ class Policy:
         """The keys held (for checks)."""
         raise NotImplementedError
 
+    def hit_many(self, keys: list[int]) -> None:
+        """Several held keys read back, in order."""
+        for k in keys:
+            self.hit(k)
+
 
 class Lru(Policy):
     """Least recently stored or read goes first."""
@@ -110,6 +115,11 @@ class Lru(Policy):
 
     def keys(self) -> set[int]:
         return set(self.order)
+
+    def hit_many(self, keys: list[int]) -> None:
+        move = self.order.move_to_end
+        for k in keys:
+            move(k)
 
 
 class Arc(Policy):
@@ -191,7 +201,7 @@ TIER_POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Lru, Arc)}
 class KVTiers:
     """The tiers below one GPU's KV pool (host, disk, remote: None where absent) and what moved through them."""
 
-    __slots__ = ("specs", "levels", "live", "written", "read", "pending", "asked", "gpu_hits")
+    __slots__ = ("specs", "levels", "live", "only", "resident", "written", "read", "pending", "asked", "gpu_hits")
 
     def __init__(self, specs: tuple[TierSpec | None, ...], policy: str = "lru", remote: Policy | None = None
                  ) -> None:
@@ -200,7 +210,7 @@ class KVTiers:
         self.levels: list[Policy | None] = [None if s is None else make(s.blocks) for s in specs]
         if remote is not None:
             self.levels[REMOTE] = remote
-        self.live = [lv for lv in self.levels if lv is not None]
+        self._relist()
         self.written = [0, 0, 0]  # blocks stored into each tier by this pool
         self.read = [0, 0, 0]  # blocks copied back from each tier to this GPU
         self.pending = [0, 0, 0]  # of those, blocks whose copy time no step has charged yet
@@ -210,7 +220,15 @@ class KVTiers:
     def share_remote(self, remote: Policy) -> None:
         """Use a fleet's one remote tier instead of this pool's own."""
         self.levels[REMOTE] = remote
+        self._relist()
+
+    def _relist(self) -> None:
+        """The tiers there are; with one, its index (`only`, else -1) and, if it is an LRU, its dict of keys
+        (`resident`): a lookup is then one dict probe, as fast as host memory alone was before there were tiers."""
         self.live = [lv for lv in self.levels if lv is not None]
+        self.only = next(t for t, lv in enumerate(self.levels) if lv is not None) if len(self.live) == 1 else -1
+        one = self.live[0] if len(self.live) == 1 else None
+        self.resident: dict[int, None] | None = one.order if isinstance(one, Lru) else None
 
     def remote(self) -> Policy | None:
         """The remote tier, if there is one."""
@@ -246,6 +264,11 @@ class KVTiers:
 
     def load(self, keys: list[int]) -> None:
         """These blocks are copied back to the GPU: each is read (and marked used) in the fastest tier holding it."""
+        if self.only >= 0:  # one tier: every block comes from it
+            self.live[0].hit_many(keys)
+            self.read[self.only] += len(keys)
+            self.pending[self.only] += len(keys)
+            return
         for k in keys:
             t = self.where(k)
             if t >= 0:
@@ -256,6 +279,9 @@ class KVTiers:
     def counts(self, keys: list[int]) -> list[int]:
         """How many of these blocks the fastest tier holding each has (host, disk, remote)."""
         n = [0, 0, 0]
+        if self.only >= 0:
+            n[self.only] = len(keys)
+            return n
         for k in keys:
             t = self.where(k)
             if t >= 0:

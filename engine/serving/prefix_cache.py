@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.serving.kv_tiers import HOST, KVTiers, Policy, TierSpec
+from engine.serving.kv_tiers import HOST, REMOTE, KVTiers, Policy, TierSpec
 from engine.serving.snapshot import KV_BLOCK_TOKENS
 
 BLOCK = KV_BLOCK_TOKENS
@@ -182,6 +182,13 @@ class BlockPool:
         if tiers is None:
             for k in keys.tolist():
                 if get(k) is None:
+                    break
+                n += 1
+            return n
+        fast = tiers.resident
+        if fast is not None and (remote or tiers.only != REMOTE):
+            for k in keys.tolist():
+                if get(k) is None and k not in fast:
                     break
                 n += 1
             return n
