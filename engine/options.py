@@ -237,7 +237,8 @@ OPTIONS: tuple[Option, ...] = (
        default=0.0, lo=0.0),
     _o("kv_remote_gbps", "--kv-remote-gbps", "float", WL, "s_cache",
        "the remote tier's bandwidth per GPU, GB/s (default: the hardware file's, 50: a 400 Gb/s RDMA NIC)",
-       "远端层每 GPU 的带宽，GB/s（默认取硬件文件的值，50：400 Gb/s 的 RDMA 网卡）", lo=0.0, lo_open=True, hi=1e7),
+       "远端层每 GPU 的带宽，GB/s（默认取硬件文件的值，50：400 Gb/s 的 RDMA 网卡，即 NIC）",
+       lo=0.0, lo_open=True, hi=1e7),
     _o("kv_remote_latency_ms", "--kv-remote-latency-ms", "float", WL, "s_cache",
        "the remote tier's latency per copy back, ms (default: the hardware file's, 1)",
        "远端层每次拷回的延迟，ms（默认取硬件文件的值，1）", lo=0.0, hi=V.MAX_SECONDS),
@@ -307,11 +308,11 @@ OPTIONS: tuple[Option, ...] = (
        " per MW, energy's share of $/Mtok (key \"energy\" in --json)",
        "报告能耗（--json 里的 \"energy\" 键）：由带宽占用和 MFU 算出板卡功率、每个输出词元的焦耳数、"
        "每副本千瓦、每 MW 每秒词元数、电费占 $/Mtok 的比例",
-       default=False),
+       default=False, commands=("run", "plan")),
     _o("price_per_kwh", "--price-per-kwh", "float", ME, "s_metrics",
        "electricity $ per kWh for --energy (default 0.08: US industrial average, EIA)",
        "--energy 所用的电价，每 kWh 多少 $（默认 0.08：US 工业平均电价，EIA）",
-       default=0.08, lo=0.0),
+       default=0.08, lo=0.0, commands=("run", "plan")),
     _o("debug", "--debug", "flag", ME, "s_metrics", "check every invariant on every tick (slower)",
        "每一步都检查全部不变量（会变慢）", default=False),
     # fleet: FleetSpec's fields, not EngineConfig's
