@@ -76,4 +76,14 @@ class EngineConfig:
     # KV offload (vLLM's --kv-offloading-size): GB of host memory per GPU that blocks reclaimed from the GPU
     # cache are copied to, and copied back from on a hit (over the hardware's host link)
     kv_offload_gb: float = 0.0
+    # KV tiers below host memory (engine.serving.kv_tiers): a local disk per GPU and a remote store a fleet's replicas
+    # share, each a capacity in GB, a bandwidth back to the GPU in GB/s and a latency (None: the hardware file's),
+    # and the policy each tier pushes blocks out by ("lru" or "arc")
+    kv_disk_gb: float = 0.0
+    kv_disk_gbps: float | None = None
+    kv_disk_latency_ms: float | None = None
+    kv_remote_gb: float = 0.0
+    kv_remote_gbps: float | None = None
+    kv_remote_latency_ms: float | None = None
+    kv_tier_policy: str = "lru"
     force: bool = False  # run even what the cost estimate (engine.budget) or the memory check would refuse

@@ -91,6 +91,8 @@ EN: dict[str, str] = {
     "kvqueue": "KV pool and queue over time",
     "kv_pool": "KV pool",
     "queue": "queue",
+    "kv_tier_hits": "hits",
+    "tier_gpu": "GPU", "tier_host": "host", "tier_disk": "disk", "tier_remote": "remote",
     # users
     "users": "users",
     "users_title": "users {n} · running {r} · queued {q} · done {d} · preempted {p} so far",
@@ -323,6 +325,8 @@ ZH: dict[str, str] = {
     "compute": BOUND_WORDS["zh"]["compute"],
     "kvqueue": "KV 池与队列（随时间）",
     "kv_pool": "KV 池",
+    "kv_tier_hits": "命中",
+    "tier_gpu": "GPU", "tier_host": "主机", "tier_disk": "磁盘", "tier_remote": "远端",
     "queue": "队列",
     "users": "用户",
     "users_title": "用户 {n} · 运行 {r} · 排队 {q} · 完成 {d} · 累计抢占 {p}",

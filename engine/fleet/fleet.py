@@ -42,6 +42,7 @@ from engine.physics.batch import Batch
 from engine.physics.step import StepModel
 from engine.serving.accounting import H, T, check_conserved, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
+from engine.serving.kv_tiers import REMOTE, TIER_POLICIES, tier_report
 from engine.serving.snapshot import Snapshot
 from engine.serving.tables import Rows
 from engine.traffic.source import RequestSource, Workload, load_script
@@ -84,6 +85,7 @@ class Fleet:
         # Estimated before the rest are built: 4,096 replicas take gigabytes.
         self.estimate = _check_budget(cfg, first, script, spec.replicas)
         self.reps = [first, *(Replica(cfg, i, role) for i, role in enumerate(roles) if i)]
+        _share_remote_tier(self.reps, cfg.kv_tier_policy)
         # The workload, drawn once for the whole fleet: the streams, lengths, content and stages one engine's main
         # lane draws, clipped to what a replica holds.
         self.src = RequestSource.for_config(cfg, first.cap_tokens, script)
@@ -135,7 +137,9 @@ class Fleet:
         kind = self.router.loop
         if not open_loop or spec.pd is not None or spec.replicas < 2 or spec.scale is not None:
             return "events"
-        if kind == "dealt" or (kind == "lazy" and not cfg.spec_tokens and not cfg.kv_offload_gb):
+        if cfg.kv_remote_gb:  # a shared remote tier: what one replica spills, another reads, in time order
+            return "events"
+        if kind == "dealt" or (kind == "lazy" and not cfg.spec_tokens and not cfg.kv_offload_gb and not cfg.kv_disk_gb):
             return kind
         return "events"
 
@@ -553,12 +557,29 @@ class Fleet:
         m["router"] = self.spec.router
         m["replicas"] = [r.summary(m["sim_time_s"]) for r in self.reps]
         m["kv_peak_bytes"] = max(s["kv_peak_bytes"] for s in m["replicas"])
+        tiers = tier_report([r.lane.pool.tiers for r in self.reps if r.lane.pool.tiers is not None],
+                            self.step_model.kv_bytes_per_token)
+        if tiers is not None:
+            m["kv_tiers"] = tiers
         if self.scaler is not None:
             times = np.concatenate([r.lane.stats.times.last() for r in self.back])
             cfg = self.spec.config
             m["autoscale"] = self.scaler.report(m["sim_time_s"], cfg.tp, times[:, T.ARRIVAL], self.latencies()[:, 0],
                                                 cfg.slo_ttft)
         return m
+
+
+def _share_remote_tier(reps: list[Replica], policy: str) -> None:
+    """The remote KV tier is one store for the whole fleet: every replica's pool spills to and reads from the same
+    one (engine.serving.kv_tiers), so the prefix-aware router can send a request where another replica's spill is
+    found."""
+    tiers = reps[0].lane.pool.tiers
+    spec = None if tiers is None else tiers.specs[REMOTE]
+    if spec is None:
+        return
+    shared = TIER_POLICIES[policy](spec.blocks)
+    for r in reps:
+        r.lane.pool.tiers.share_remote(shared)  # type: ignore[union-attr]
 
 
 def _serve_share(job: tuple[Replica, Rows, float | None]) -> tuple[Replica, int]:

@@ -161,8 +161,13 @@ class Replica(Engine):
         cached run of a request's prefix only for its content `keys` (prefix_keys)."""
         ln = self.lane
         pool = ln.pool
+        if keys is None:
+            return RoutingSnapshot(self.index, ln.waiting, ln.R.n, pool.available, pool.total,
+                                   self.wanted_blocks() if wanted else 0)
+        remote = pool.tiers is not None and pool.tiers.remote() is not None
         return RoutingSnapshot(self.index, ln.waiting, ln.R.n, pool.available, pool.total,
-                               self.wanted_blocks() if wanted else 0, 0 if keys is None else pool.match(keys))
+                               self.wanted_blocks() if wanted else 0, pool.match(keys, remote=not remote),
+                               pool.match(keys) if remote else 0)
 
     def state(self) -> ReplicaState:
         """This replica at a glance, for the app's fleet rows (a few integers and its recent KV fill)."""

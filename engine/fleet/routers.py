@@ -35,6 +35,9 @@ class RoutingSnapshot(NamedTuple):
     kv_blocks: int  # its KV pool's size, in blocks
     wanted_blocks: int = 0  # blocks its waiting requests need to start (if the router reads it)
     cached_blocks: int = 0  # leading blocks of this request's prompt its prefix cache holds (if read)
+    # ... counting the fleet's shared remote KV tier too (engine.serving.kv_tiers; if read): a prefix another replica
+    # spilled there is found from every replica, at the remote link's cost
+    tier_blocks: int = 0
 
     @property
     def load(self) -> int:
@@ -121,16 +124,19 @@ class KvAware(Router):
 
 
 class PrefixAware(Router):
-    """The replica whose prefix cache holds the longest run of the request's leading blocks (a group's shared
-    prefix, a session's history); with no hit anywhere (or prefix caching off), the least loaded."""
+    """The replica whose own prefix cache (GPU, host memory, disk) holds the longest run of the request's leading
+    blocks (a group's shared prefix, a session's history); else, where a shared remote KV tier holds the longest
+    run, the least loaded of those; with no hit anywhere (or prefix caching off), the least loaded."""
 
     name = "prefix-aware"
     reads = frozenset({"cached_blocks"})
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
-        best = min(reps, key=lambda s: (-s.cached_blocks, s.load, s.index))
+        best = min(reps, key=lambda s: (-s.cached_blocks, -s.tier_blocks, s.load, s.index))
         if best.cached_blocks:
             return Pick(best.index, "prefix", best.cached_blocks * BLOCK)  # tokens of its prefix cached there
+        if best.tier_blocks:
+            return Pick(best.index, "remote", best.tier_blocks * BLOCK)  # tokens of its prefix in the remote tier
         r = min(reps, key=_by_load)
         return Pick(r.index, LeastLoaded.name, r.load)
 

@@ -8,7 +8,7 @@ new model is just its config.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -70,6 +70,16 @@ class Hardware:
     # limit (TDP). None: the file does not say, and energy cannot be reported for the part.
     idle_power_w: float | None = None
     max_power_w: float | None = None
+    # KV tiers below host memory (engine.serving.kv_tiers), as a server around the GPU typically has them.
+    # A local NVMe drive on PCIe 4.0 x4: 16 GT/s x 4 lanes, 128b/130b coding = 7.9 GB/s raw (PCI-SIG), about 7 GB/s
+    # read as drives rate it (Samsung 990 PRO: 7.45 GB/s sequential read, its data sheet).
+    kv_disk_gbps: float = 7.0
+    # Assumption (tokensim's): ~0.1 ms to the first byte of a flash read, the order NVMe drives quote for 4 KiB reads.
+    kv_disk_latency_ms: float = 0.1
+    # A remote KV store over a 400 Gb/s RDMA NIC (ConnectX-7 class): 400 / 8 = 50 GB/s.
+    kv_remote_gbps: float = 50.0
+    # Assumption (tokensim's): 1 ms per fetch, a store's lookup plus the network round trip (RDMA's own is a few us).
+    kv_remote_latency_ms: float = 1.0
 
     @property
     def memory_bytes(self) -> float:
@@ -336,8 +346,16 @@ def hardware_from_mapping(d: dict[str, Any], where: str) -> Hardware:
         # absent: a fabric of 8 where the interconnect is faster than any PCIe x16 link (PCIe 6: 256 GB/s both ways)
         fabric_gpus=int(V.optional(d, "fabric_gpus", V.whole, where, 8 if vals["interconnect_gbps"] > 256 else 0,
                                    hi=1_000_000)),
-        **_power(d, where),
+        **_power(d, where), **_kv_tier_links(d, where),
     )
+
+
+def _kv_tier_links(d: dict[str, Any], where: str) -> dict[str, float]:
+    """The KV tiers' links a hardware file may set (kv_disk_gbps, kv_disk_latency_ms, kv_remote_gbps,
+    kv_remote_latency_ms); absent: the Hardware defaults, with their sources."""
+    return {f.name: V.optional(d, f.name, V.positive if f.name.endswith("gbps") else V.number, where, f.default,
+                               hi=1e7)
+            for f in fields(Hardware) if f.name.startswith("kv_")}
 
 
 def _power(d: dict[str, Any], where: str) -> dict[str, float | None]:

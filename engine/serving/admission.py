@@ -119,11 +119,9 @@ def _start_cached(lane: Lane, a: Rows, hit: np.ndarray, hkey: np.ndarray, chunk:
     a.full[:] = hit
     a.hkey[:] = hkey
     a.cached[:] = hit * BLOCK
-    if lane.pool.host_total:
-        # Blocks found only in host memory came back over the host link before the step could run.
-        moved = lane.pool.loaded - lane.loaded_seen
-        lane.loaded_seen = lane.pool.loaded
-        lane.load_s += moved * BLOCK * lane.sm.kv_bytes_per_token / (lane.sm.hw.host_link_gbps * 1e9)
+    if lane.pool.tiers is not None:
+        # Blocks found only in a tier below the GPU came back over its link before the step could run.
+        lane.load_s += lane.pool.tiers.take_load_s(lane.sm.kv_bytes_per_token)
     fresh = np.maximum(np.minimum(a.cached, a.prompt) - a.input, 0)  # prompt tokens never read before
     a.input[:] += fresh
     a.hit[:] += fresh
@@ -191,7 +189,7 @@ def admit_cached(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefill
         for i in range(len(mh)):
             kk = keys[ends[i] - mh[i]:ends[i]]
             h = pool.match(kk)
-            if h and pool.host:
+            if h and pool.tiers is not None:
                 h = keying.worth_loading(lane, kk[:h])
             rem = int(tg[i]) - h * BLOCK
             ch, ok = lane.sched.admit_chunks(np.array([rem], dtype=np.int64), planned, pf_planned)
@@ -199,7 +197,7 @@ def admit_cached(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefill
             if dry:
                 fits = bool(ok[0]) and nb <= pool.available - pool.revivable(kk[:h]) - reserve
                 return int(fits), chunks, hits, hkeys
-            if not ok[0] or not pool.admit(kk[:h], nb, reserve):
+            if not ok[0] or not pool.admit(kk[:h], nb, reserve, len(kk)):
                 if j + i == 0:
                     lane.blocked_head = (*memo, free, tokens_planned)
                 return j + i, chunks, hits, hkeys

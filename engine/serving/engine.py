@@ -29,6 +29,7 @@ from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
 from engine.physics.step import StepModel, StepOptions
 from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
+from engine.serving.kv_tiers import TIER_POLICIES, TierSpec, hit_rates, tier_report
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
 from engine.serving.snapshot import Phase, RequestView, Snapshot
@@ -95,20 +96,42 @@ class Engine:
         src = RequestSource(wl, self._budget, rngs, cap, script, fast, cfg.fast_share, cfg.rate * share)
         spec = LaneSpec(fast=fast, think=wl.think, slo_ttft=cfg.slo_ttft, slo_tpot=cfg.slo_tpot, debug=cfg.debug,
                         prefix_caching=prefix_caching(cfg), spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept,
-                        drafter=self._drafter, seed=cfg.seed, host_blocks=self._host_blocks())
+                        drafter=self._drafter, seed=cfg.seed, tiers=self._tiers(), tier_policy=cfg.kv_tier_policy)
         lane = Lane(spec, self._sm, self._scheduler(fast), blocks, src, max(1, len(src.stages)))
         src.outstanding = partial(users_out, lane)  # a stage re-activating users skips those with a request here
         return lane
 
-    def _host_blocks(self) -> int:
-        """KV offload: blocks of --kv-offload-gb host memory (per GPU, as the pool)."""
-        cfg, sm = self._cfg, self._sm
-        g = cfg.kv_offload_gb
-        if not (isinstance(g, (int, float)) and g >= 0 and math.isfinite(g)):
-            raise InputError(f"--kv-offload-gb must be a number of GB >= 0, got {g!r}")
-        if g and not prefix_caching(cfg):
-            raise InputError("--kv-offload-gb keeps blocks the prefix cache reclaims: it needs --prefix-caching on")
-        return int(g * 1e9 // (BLOCK * sm.kv_bytes_per_token))
+    def _tiers(self) -> tuple[TierSpec | None, ...]:
+        """KV offload: the tiers below the GPU (engine.serving.kv_tiers), per GPU as the pool: --kv-offload-gb of
+        host memory over the host link, --kv-disk-gb of local disk, --kv-remote-gb of a remote store (None: off)."""
+        cfg, hw = self._cfg, self._sm.hw
+        host = self._tier("--kv-offload-gb", cfg.kv_offload_gb, hw.host_link_gbps, 0.0)
+        # Disk and remote copies reach the GPU through its PCIe link too (GPUDirect Storage / RDMA): the slower wins.
+        disk = self._tier("--kv-disk-gb", cfg.kv_disk_gb, _or(cfg.kv_disk_gbps, hw.kv_disk_gbps),
+                          _or(cfg.kv_disk_latency_ms, hw.kv_disk_latency_ms), hw.host_link_gbps)
+        # The remote store's size is the deployment's (each GPU of a tp group keeps its shard of a block there).
+        remote = self._tier("--kv-remote-gb", cfg.kv_remote_gb, _or(cfg.kv_remote_gbps, hw.kv_remote_gbps),
+                            _or(cfg.kv_remote_latency_ms, hw.kv_remote_latency_ms), hw.host_link_gbps, cfg.tp)
+        if cfg.kv_tier_policy not in TIER_POLICIES:
+            raise InputError(f"--kv-tier-policy must be one of {', '.join(TIER_POLICIES)}, got {cfg.kv_tier_policy!r}")
+        return host, disk, remote
+
+    def _tier(self, flag: str, gb: float, gbps: float, latency_ms: float, link: float = math.inf, gpus: int = 1
+              ) -> TierSpec | None:
+        """One tier of `gb` GB over `gpus` GPUs (None for 0), its copies back at min(gbps, link) GB/s per GPU after
+        latency_ms."""
+        for what, v in ((flag, gb), (flag.replace("-gb", "-gbps"), gbps), (flag.replace("-gb", "-latency-ms"),
+                                                                           latency_ms)):
+            if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
+                raise InputError(f"{what} must be a finite number >= 0, got {v!r}")
+        if not gb:
+            return None
+        if not prefix_caching(self._cfg):
+            raise InputError(f"{flag} keeps blocks the prefix cache reclaims: it needs --prefix-caching on")
+        if not gbps:
+            raise InputError(f"{flag.replace('-gb', '-gbps')} must be > 0 for a tier of {gb:g} GB")
+        return TierSpec(int(gb * 1e9 // (BLOCK * self._sm.kv_bytes_per_token * gpus)), min(gbps, link),
+                        latency_ms / 1e3)
 
     def _scheduler(self, fast: bool) -> Scheduler:
         """The config's policy for one lane; the fast lane's batch is capped at fast_max_batch."""
@@ -417,6 +440,7 @@ class Engine:
         }
         sm = self._sm
         hbm = main.stats.bytes
+        tiers = [ln.pool.tiers for ln in self._lanes if ln.pool.tiers is not None]
         return Snapshot(
             tick=self._tick, time_s=self._clock, hardware=sm.hw, model=sm.model, opts=sm.opts, roof=sm.roof,
             scheduler=self._cfg.scheduler, users=self._budget.users, requests=view, last_step=main.last_cost,
@@ -427,6 +451,7 @@ class Engine:
             # Every HBM byte passes through L2 and into an SM's tray once (no on-chip reuse is modelled).
             bytes_moved={"hbm": hbm, "l2": hbm, "smem": hbm},
             metrics=self.rolling_metrics(), history=history,
+            kv_tiers=hit_rates(tiers) if tiers else None,
         )
 
     @property
@@ -459,13 +484,22 @@ class Engine:
         cfg, sm = self._cfg, self._sm
         slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
         stages = self._lanes[0].source.stages
-        return run_metrics(lanes, self.rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
-                           cfg.tp, stages).as_dict()
+        out = run_metrics(lanes, self.rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
+                          cfg.tp, stages).as_dict()
+        tiers = tier_report([ln.pool.tiers for ln in lanes if ln.pool.tiers is not None], sm.kv_bytes_per_token)
+        if tiers is not None:
+            out["kv_tiers"] = tiers
+        return out
 
     @property
     def spec(self) -> FleetSpec:
         """This engine as a deployment (engine.simulator.Simulator): one replica of its live configuration."""
         return FleetSpec(self._cfg)
+
+
+def _or(v: float | None, default: float) -> float:
+    """An option's value, or the hardware file's when it was not given."""
+    return default if v is None else v
 
 
 def users_out(lane: Lane) -> np.ndarray:

@@ -74,16 +74,18 @@ def release(lane: Lane, r: Rows) -> None:
 
 
 def worth_loading(lane: Lane, hits: np.ndarray) -> int:
-    """How many of these matched blocks to reuse: all, unless some are only in host memory and copying them
-    back over the host link takes longer than computing them again (then the run stops before the first
-    such block). A preempted request whose blocks went to host memory thus swaps back in or recomputes,
-    whichever is cheaper."""
+    """How many of these matched blocks to reuse: all, unless some are only in a tier below the GPU (host memory,
+    disk, remote) and copying them back over the tiers' links takes longer than computing them again (then the
+    run stops before the first such block). A preempted request whose blocks went to host memory thus swaps back
+    in or recomputes, whichever is cheaper."""
     back = lane.pool.on_host(hits)
     if not back.any():
         return len(hits)
     sm = lane.sm
+    tiers = lane.pool.tiers
+    assert tiers is not None, "blocks off the GPU with no tier below it"
     tokens = int(back.sum()) * BLOCK
-    load = tokens * sm.kv_bytes_per_token / (sm.hw.host_link_gbps * 1e9)
+    load = tiers.seconds(tiers.counts(hits[back].tolist()), sm.kv_bytes_per_token)  # each tier's link and latency
     # Recomputing them is a prefill of those tokens on top of what precedes them (the step's fixed costs
     # are shared with the rest of the batch, so only the marginal compute and KV traffic count).
     ctx = float(int(np.argmax(back)) * BLOCK)

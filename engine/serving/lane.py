@@ -27,6 +27,7 @@ from engine.physics.speculative import Drafter
 from engine.physics.step import StepCost, StepModel, StepParts
 from engine.serving import admission, keying, steps
 from engine.serving.accounting import LaneStats, check_conserved, finished_times
+from engine.serving.kv_tiers import KVTiers, TierSpec
 from engine.serving.prefix_cache import BlockPool
 from engine.serving.scheduler import Scheduler
 from engine.serving.steps import StepPlan
@@ -79,7 +80,9 @@ class LaneSpec:
     spec_accept: float = 0.0  # each draft's acceptance probability
     drafter: Drafter | None = None  # what drafting costs
     seed: int = 0
-    host_blocks: int = 0  # KV offload: blocks of host memory behind the prefix cache
+    # KV offload: the tiers behind the prefix cache (host memory, disk, remote; None where absent) and their policy
+    tiers: tuple[TierSpec | None, ...] = (None, None, None)
+    tier_policy: str = "lru"
 
 
 class Lane:
@@ -99,9 +102,9 @@ class Lane:
         self.R = Table(64)
         self.Q = Queue(64)
         self.P = Table(16)
-        self.pool = BlockPool(pool_blocks, spec.prefix_caching, spec.host_blocks)
-        self.load_s = 0.0  # host-to-GPU copies of this step's cache hits (seconds, charged to the step)
-        self.loaded_seen = 0
+        tiers = KVTiers(spec.tiers, spec.tier_policy) if any(spec.tiers) else None
+        self.pool = BlockPool(pool_blocks, spec.prefix_caching, tiers=tiers)
+        self.load_s = 0.0  # copies back from the tiers below the GPU for this step's hits (seconds, charged to it)
         self.caching = spec.prefix_caching
         self.spec_k = spec.spec_tokens
         self.spec_rng = np.random.default_rng([spec.seed, 0x5BEC, int(spec.fast)])

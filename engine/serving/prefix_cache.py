@@ -20,10 +20,9 @@ the first `full` keys of its content, recomputed when it releases them.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
+from engine.serving.kv_tiers import HOST, REMOTE, KVTiers, Policy, TierSpec
 from engine.serving.snapshot import KV_BLOCK_TOKENS
 
 BLOCK = KV_BLOCK_TOKENS
@@ -109,9 +108,9 @@ class BlockPool:
 
     __slots__ = ("total", "caching", "private", "keyed_used", "cached", "_slot", "_key", "_ref", "_stamp",
                  "_spare", "_n_spare", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted", "peak",
-                 "keys_added", "host_total", "host", "offloaded", "loaded")
+                 "keys_added", "host_total", "tiers", "offloaded", "loaded")
 
-    def __init__(self, total: int, caching: bool = True, host_total: int = 0) -> None:
+    def __init__(self, total: int, caching: bool = True, host_total: int = 0, tiers: KVTiers | None = None) -> None:
         self.total = int(total)
         self.caching = caching
         self.private = 0  # used blocks without a key: partial tails, or every block with caching off
@@ -120,10 +119,15 @@ class BlockPool:
         self.evicted = 0  # cached blocks reclaimed so far
         self.peak = 0  # most blocks in use at once
         self.keys_added = 0  # keys ever filled (a match can only grow when this does)
-        # KV offload: blocks reclaimed from the GPU are copied to host memory (an LRU of host_total blocks) and
-        # come back on a hit, over the host link, instead of being recomputed.
-        self.host_total = int(host_total) if caching else 0
-        self.host: OrderedDict[int, None] = OrderedDict()
+        # KV offload: blocks reclaimed from the GPU go down the tiers below it (engine.serving.kv_tiers: host memory,
+        # disk, a remote store) and come back on a hit, over the tier's link, instead of being recomputed.
+        # host_total alone is host memory of that many blocks, an LRU behind a PCIe 5 x16 link (64 GB/s, the
+        # hardware files' default host_link_gbps; a lane passes its hardware's own tiers).
+        if tiers is None and host_total > 0:
+            tiers = KVTiers((TierSpec(int(host_total), 64.0), None, None))
+        self.tiers = tiers if caching else None
+        host = None if self.tiers is None else self.tiers.specs[HOST]
+        self.host_total = 0 if host is None else host.blocks
         self.offloaded = 0  # blocks copied out to host memory
         self.loaded = 0  # blocks copied back in on a hit
         n = self.total if caching else 0
@@ -160,16 +164,36 @@ class BlockPool:
         """Blocks an allocation can get: free ones, then cached ones reclaimed in LRU order."""
         return self.total - self.private - self.keyed_used
 
+    @property
+    def host(self) -> Policy | dict[int, None]:
+        """The host-memory tier (its keys: `in`, len), empty without one."""
+        lv = None if self.tiers is None else self.tiers.levels[HOST]
+        return {} if lv is None else lv
+
     # ---- lookups ------------------------------------------------------------------------------
-    def match(self, keys: np.ndarray) -> int:
-        """How many leading keys are present (held or cached): the blocks a request can reuse."""
+    def match(self, keys: np.ndarray, remote: bool = True) -> int:
+        """How many leading keys are present (held or cached, or in a tier below): the blocks a request can reuse.
+        `remote` False: not counting the remote tier (what this GPU's own memory and disk hold)."""
         if not self.caching or not len(keys):
             return 0
         get = self._slot.get
-        host = self.host
+        tiers = self.tiers
         n = 0
+        if tiers is None:
+            for k in keys.tolist():
+                if get(k) is None:
+                    break
+                n += 1
+            return n
+        fast = tiers.resident
+        if fast is not None and (remote or tiers.only != REMOTE):
+            for k in keys.tolist():
+                if get(k) is None and k not in fast:
+                    break
+                n += 1
+            return n
         for k in keys.tolist():
-            if get(k) is None and k not in host:
+            if get(k) is None and (k not in tiers if remote else tiers.where(k, local=True) < 0):
                 break
             n += 1
         return n
@@ -209,26 +233,30 @@ class BlockPool:
         slot = self._slot
         return np.fromiter((k not in slot for k in keys.tolist()), dtype=bool, count=len(keys))
 
-    def admit(self, hits: np.ndarray, n: int, reserve: int = 0) -> bool:
+    def admit(self, hits: np.ndarray, n: int, reserve: int = 0, asked: int = 0) -> bool:
         """A request starts holding its cache hits and n private blocks, or (False) nothing changes.
 
         The hits are taken before anything is reclaimed, so an allocation never evicts the very blocks
         the request is about to reuse; cached hits count as no longer reclaimable. `reserve` blocks stay
-        available for others (the running batch's growth this step).
+        available for others (the running batch's growth this step). `asked`: the blocks the request looked up (of
+        which `hits` were found), counted for the tiers' hit rates.
         """
-        back = self.on_host(hits) if self.host else np.zeros(len(hits), dtype=bool)
+        tiers = self.tiers
+        back = self.on_host(hits) if tiers is not None else np.zeros(len(hits), dtype=bool)
         nb = int(back.sum())
         if n + nb > self.available - self.revivable(hits) - reserve:
             return False
+        if tiers is not None:
+            tiers.gpu_hits += len(hits) - nb
+            tiers.asked += asked
         if nb:
+            # Read from their tiers before the allocation below reclaims GPU blocks into those tiers.
+            tiers.load(hits[back].tolist())  # type: ignore[union-attr]
             gpu = hits[~back]
             self.hold(gpu)
             self.alloc(nb)
             self.fill(hits[back])  # copied back in: GPU blocks again, held by this request
             self.loaded += nb
-            for k in hits[back].tolist():
-                if k in self.host:
-                    self.host.move_to_end(k)
         elif len(hits):
             self.hold(hits)
         return self.alloc(n)
@@ -379,16 +407,8 @@ class BlockPool:
         keys = self._key[dead].tolist()
         for key in keys:
             del slot[key]
-        if self.host_total:
-            host = self.host
-            for key in keys:  # offload: the host copy is the most recently used
-                if key in host:
-                    host.move_to_end(key)
-                else:
-                    host[key] = None
-                    self.offloaded += 1
-            while len(host) > self.host_total:
-                host.popitem(last=False)
+        if self.tiers is not None:
+            self.offloaded = self.tiers.spill(keys)  # offload: down the tiers below the GPU
         self._stamp[dead] = -1
         self._spare[self._n_spare:self._n_spare + k] = dead
         self._n_spare += k
@@ -410,7 +430,8 @@ class BlockPool:
         assert int(np.count_nonzero(ref == 0)) == self.cached, "cached blocks out of count"
         assert ((self._stamp[slots] >= 0) == (ref == 0)).all(), "a held block sits in the LRU (or a cached one not)"
         assert self._n_spare + len(slots) == self._key.size, "slots lost"
-        assert len(self.host) <= self.host_total, "host memory holds more blocks than it has room for"
+        if self.tiers is not None:
+            self.tiers.check()
         spare = np.zeros(self._key.size, dtype=bool)
         spare[self._spare[:self._n_spare]] = True
         assert not spare[slots].any(), "a keyed block's slot is also spare"

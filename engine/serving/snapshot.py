@@ -74,3 +74,6 @@ class Snapshot:
     metrics: dict[str, float]  # rolling: see Engine.metrics() for keys
     # bounded time series for sparklines, oldest first: {"time_s", "kv_util", "queue", "tok_s_out", ...}
     history: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # KV tiers below the GPU (engine.serving.kv_tiers): the share of looked-up blocks each tier supplied so far
+    # ("gpu", "host", "disk", "remote"), None without tiers
+    kv_tiers: dict[str, float] | None = None

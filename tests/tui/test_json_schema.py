@@ -55,3 +55,17 @@ def test_energy_and_autoscale_blocks_match_the_run_schema(capsys: pytest.Capture
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**out, "energy": {k: v for k, v in out["energy"].items() if k != "kw_per_replica"}},
                             schema)
+
+
+def test_kv_tiers_block_matches_the_run_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    """`run` with KV tiers adds kv_tiers; the schema names its keys, so a tier's figure gone is caught."""
+    assert main(["run", "--users", "4", "--requests", "30", "--prefix-caching", "on", "--kv-offload-gb", "1",
+                 "--kv-disk-gb", "4", "--kv-tier-policy", "arc", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    schema = _schema("run")
+    jsonschema.validate(out, schema)
+    kt = out["kv_tiers"]
+    assert kt["policy"] == "arc" and set(kt["hit_rate"]) == {"gpu", "host", "disk"} and "remote" not in kt
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**out, "kv_tiers": {**kt, "disk": {k: v for k, v in kt["disk"].items()
+                                                               if k != "bytes_read"}}}, schema)

@@ -296,3 +296,15 @@ def test_the_behind_badge_says_what_it_means_when_there_is_room(lang: str) -> No
     assert t(lang, "behind_long", s="5") in wide and "×5" in t(lang, "behind_long", s="5")
     assert t(lang, "behind") in narrow and t(lang, "behind_long", s="5") not in narrow
     assert cell_len(wide) == 120 and cell_len(narrow) == 80
+
+
+def test_kv_tier_hits_are_one_short_line_on_the_kv_panel() -> None:
+    """With KV tiers the KV panel's title carries their hit shares; without, the line is empty (title unchanged)."""
+    from tui.widgets.kvqueue import KvQueue
+
+    snap = dataclasses.replace(make_snapshot(4), kv_tiers={"gpu": 0.12, "host": 0.05, "disk": 0.7})
+    assert kvqueue.tier_hits(build_frame(snap)) == "hits GPU 12 % · host 5.0 % · disk 70 %"
+    assert kvqueue.tier_hits(build_frame(snap, lang="zh")) == "命中 GPU 12 % · 主机 5.0 % · 磁盘 70 %"
+    assert KvQueue().title_for(build_frame(snap)) == "KV pool and queue over time · hits GPU 12 % · host 5.0 % · disk 70 %"
+    assert kvqueue.tier_hits(build_frame(make_snapshot(4))) == ""
+    assert KvQueue().title_for(build_frame(make_snapshot(4))) == "KV pool and queue over time"

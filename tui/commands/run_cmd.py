@@ -155,6 +155,14 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     return json_safe(out)
 
 
+def tier_line(kt: dict[str, Any]) -> str:
+    """The kv_tiers block in one line: the share of looked-up blocks each tier supplied, and what was read back."""
+    hits = " · ".join(f"{name} {100 * v:.0f} %" for name, v in kt["hit_rate"].items())
+    read = ", ".join(f"{kt[n]['bytes_read'] / 1e9:,.2f} GB from {n}" for n in ("host", "disk", "remote")
+                     if n in kt and kt[n]["bytes_read"])
+    return f"hits {hits} ({kt['policy']}){'; read ' + read if read else ''}"
+
+
 def offered_rate(cfg: Any, m: dict[str, Any]) -> float:
     """Requests per second the run offered: --rate, or for a workload file or trace the requests it sent over the
     simulated time (0 for closed-loop --users)."""
@@ -276,6 +284,8 @@ def _print(r: dict[str, Any]) -> None:
     if r.get("kv_offloaded_blocks"):
         s.add_row("KV offload", f"{r['kv_offloaded_blocks']:,} blocks to host memory, {r['kv_loaded_blocks']:,} back"
                   f" on a hit ({r['kv_offload_gb']:g} GB)")
+    if r.get("kv_tiers"):
+        s.add_row("KV tiers", tier_line(r["kv_tiers"]))
     if r.get("spec_tokens_per_step") is not None:
         s.add_row("speculative decoding", f"{fixed(r['spec_tokens_per_step'], 1, 2)} tokens per sequence per step")
     if r.get("goodput_req_s") is not None:

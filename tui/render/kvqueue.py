@@ -54,3 +54,13 @@ def render(frame: Frame, width: int, height: int = 2) -> list[Text]:
         line.truncate(width, overflow="crop", pad=True)
         rows.append(line)
     return rows[:max(0, height)]
+
+
+def tier_hits(frame: Frame) -> str:
+    """One short line of the KV tiers' hit shares (GPU 12 % · host 5 % · disk 70 %), "" without tiers."""
+    hits = frame.snapshot.kv_tiers
+    if not hits:
+        return ""
+    lang = frame.lang
+    parts = " · ".join(f"{t(lang, 'tier_' + name)} {pct(v)}" for name, v in hits.items())
+    return f"{t(lang, 'kv_tier_hits')} {parts}"
