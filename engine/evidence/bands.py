@@ -34,6 +34,11 @@ PERCENTILES = (10.0, 90.0)  # the band: an 80 % interval
 # vllm-0.6 held-out max 25.3 %, hf-eager 26.4 %), and another GPU or MoE adds kernels the fit never saw, so those
 # two count for more than a model family, TP, batch or precision step inside a measured kernel path.
 WIDEN = {"hardware": 0.15, "moe": 0.15, "family": 0.10, "tp": 0.10, "batch": 0.10, "precision": 0.10}
+# A profile no measured table fits borrows its lender's band (runtimes.toml: sglang takes vllm-0.6's constants),
+# widened on each side (in quadrature) for running on another serving stack: its own scheduler, kernels and graph
+# capture, which the lender's residuals never tested. Judgement, not a fit: as much as another GPU or MoE in WIDEN.
+BORROWED = {"sglang": "vllm-0.6"}
+STACK_WIDEN = 0.15
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,7 @@ class Band:
     err: dict[str, tuple[float, float]]
     rows: int
     scope: Scope
+    borrowed: str | None = None  # the lender whose band this is, widened (BORROWED); None: the profile's own
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +167,13 @@ def band(runtime: str | None) -> Band | None:
     if runtime is None:
         return None
     d = runtime_table(runtime)
-    return None if d is None else band_from_table(runtime, d)
+    own = None if d is None else band_from_table(runtime, d)
+    lender = band(BORROWED[runtime]) if own is None and runtime in BORROWED else None
+    if lender is None:
+        return own
+    err = {k: (-math.hypot(min(lo, 0.0), STACK_WIDEN), math.hypot(max(hi, 0.0), STACK_WIDEN))
+           for k, (lo, hi) in lender.err.items()}
+    return Band(runtime, err, lender.rows, lender.scope, lender.runtime)
 
 
 def toml_lines(b: Band | None) -> list[str]:
@@ -206,6 +218,9 @@ def interval(b: Band, q: Question) -> Interval:
     span = ", ".join(f"{n} {100 * rel[k][0]:+.0f}/{100 * rel[k][1]:+.0f} %" for n, k in (("TTFT", "ttft"),
                                                                                         ("TPOT", "itl")))
     where = f"calibrated on {_scope_words(b.scope)} ({b.rows} rows)"
+    if b.borrowed is not None:
+        where = (f"no {b.runtime} table: {b.borrowed}'s band widened +-{100 * STACK_WIDEN:.0f} % for another stack, "
+                 + where)
     note = f"{where}; this is {_question_words(q, out)}: {span}" if out else f"{where}: {span}"
     return Interval(rel, out, note)
 

@@ -91,3 +91,16 @@ def test_shipped_bands_cover_their_held_in_rows_as_claimed(table: str) -> None:
     lo, hi = B.expected_coverage_range(n)  # 0.8 +- 3 binomial standard deviations for this many rows
     assert lo <= c["held_in"]["fraction"] <= hi
     assert c["held_out"]["n"] > 0 and 0.0 < c["held_out"]["fraction"] <= 1.0
+
+
+def test_a_profile_without_a_table_borrows_its_lenders_band_widened_and_says_so() -> None:
+    own, lent = B.band("vllm-0.6"), B.band("sglang")
+    assert own is not None and lent is not None and lent.borrowed == "vllm-0.6"
+    assert lent.rows == own.rows and lent.scope == own.scope
+    for k, (lo, hi) in own.err.items():  # each side at least STACK_WIDEN, and wider than the lender's
+        assert lent.err[k][0] <= min(lo, 0.0) - 1e-9 and lent.err[k][0] <= -B.STACK_WIDEN + 1e-12
+        assert lent.err[k][1] >= max(hi, 0.0) + 1e-9 and lent.err[k][1] >= B.STACK_WIDEN - 1e-12
+    q = B.Question("a100-80g", "qwen", False, 1, "16-bit")
+    it = B.interval(lent, q)
+    assert it.note.startswith("no sglang table: vllm-0.6's band widened +-15 % for another stack")
+    assert it.pct("itl") > B.interval(own, q).pct("itl")
