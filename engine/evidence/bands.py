@@ -164,16 +164,19 @@ def band_from_table(name: str, d: dict[str, Any]) -> Band | None:
 
 def band(runtime: str | None) -> Band | None:
     """The band of a profile by name (shipped or registered by --runtime-file); None for none or no record."""
-    if runtime is None:
-        return None
-    d = runtime_table(runtime)
-    own = None if d is None else band_from_table(runtime, d)
+    own = own_band(runtime)
     lender = band(BORROWED[runtime]) if own is None and runtime in BORROWED else None
     if lender is None:
         return own
     err = {k: (-math.hypot(min(lo, 0.0), STACK_WIDEN), math.hypot(max(hi, 0.0), STACK_WIDEN))
            for k, (lo, hi) in lender.err.items()}
     return Band(runtime, err, lender.rows, lender.scope, lender.runtime)
+
+
+def own_band(runtime: str | None) -> Band | None:
+    """The band a profile's own record holds (None: none, or no record); band() lends a borrowed one."""
+    d = None if runtime is None else runtime_table(runtime)
+    return None if d is None or runtime is None else band_from_table(runtime, d)
 
 
 def toml_lines(b: Band | None) -> list[str]:

@@ -104,3 +104,4 @@ def test_a_profile_without_a_table_borrows_its_lenders_band_widened_and_says_so(
     it = B.interval(lent, q)
     assert it.note.startswith("no sglang table: vllm-0.6's band widened +-15 % for another stack")
     assert it.pct("itl") > B.interval(own, q).pct("itl")
+    assert B.own_band("sglang") is None  # lent at use: runtimes.toml (fit.py --write) never records it as its own
