@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.evidence.bands import Band, Scope, derive, family, precision, toml_lines
+from engine.evidence.bands import TAILS, Band, Scope, derive, family, precision, toml_lines
 
 
 def _scope(rows: list[dict[str, Any]], moe: list[bool], batch: tuple[float, float] | None) -> Scope:
@@ -38,9 +38,24 @@ def serving_band(rt: Any = "vllm") -> Band:
         r["sim"].update(tp=e.tp, weight_dtype=e.weight_dtype or "bf16")
     loads = [rate * e.e2e_ms / 1e3 for e in ex.values() for rate, _ in e.stages]
     moe = [load_model(e.model).is_moe for e in ex.values()]
-    errs = {k: [r[k]["err_pct"] / 100.0 for r in t["rows"]] for k in ("ttft", "itl", "e2e")}
+    errs: dict[str, list[float]] = {k: [r[k]["err_pct"] / 100.0 for r in t["rows"]] for k in ("ttft", "itl", "e2e")}
+    errs.update(tail_errors(rt, [ex[r["exp_id"]] for r in t["rows"]]))
     name = rt if isinstance(rt, str) else rt.name
     return derive(name, errs, _scope(t["rows"], moe, (min(loads), max(loads))))
+
+
+def tail_errors(rt: Any, exps: list[Any]) -> dict[str, list[float]]:
+    """Signed errors of the whole run's TTFT and E2E 90th and 99th percentiles (the campaign measured those, not
+    ITL's), per experiment: keys ttft_p90, ttft_p99, e2e_p90, e2e_p99 (bands.TAILS). A second full replay of each
+    (table_report keeps only the means): about a minute more."""
+    from engine.evidence.replay import STAGE_REQUESTS, replay
+
+    out: dict[str, list[float]] = {f"{k}_{p}": [] for k in ("ttft", "e2e") for p in TAILS}
+    for e in exps:
+        pred = replay(e, rt, stage_requests=STAGE_REQUESTS)
+        for key, v in out.items():
+            v.append(pred[f"{key}_ms"] / float(e.row[f"actual_{key}_ms"]) - 1.0)
+    return out
 
 
 def step_band(profile: str) -> Band:

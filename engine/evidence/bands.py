@@ -29,11 +29,25 @@ from engine.physics.calibration import Runtime, load_runtime_file, runtime_table
 
 METRICS = ("ttft", "itl", "e2e", "throughput")
 PERCENTILES = (10.0, 90.0)  # the band: an 80 % interval
+# Latency percentiles with a band of their own (band_ttft_p90, ...: the residuals of that percentile, where a table
+# measured it: the vLLM v0.15 campaign has TTFT and E2E p90 and p99); a median (p50) takes its mean's band.
+TAILS = ("p90", "p99")
+# A tail no table measured (ITL's; every tail of a speed-table profile) takes its mean's band widened on each side
+# (in quadrature) by TAIL_WIDEN: a tail rides on queueing and batch bursts the means average away. p90: the median,
+# over the sides of the campaign's TTFT and E2E p90 bands, of the extra half-width (in quadrature) each needed over
+# its mean's band (0.22, 0.06, 0.03, 0.10 -> 0.08; vllm profile, runtimes.toml); p99: twice that, a rule, since the
+# campaign's p99 residuals are one-sided (TTFT p99 is under-predicted by 12-60 %: tails the engine does not model).
+TAIL_WIDEN = {"p90": 0.08, "p99": 0.16}
 # Extra relative spread per dimension a question leaves (added in quadrature to each side of the band). Judgement,
 # not a fit: the shipped tables' held-out rows miss by up to ~25 % inside one GPU and framework (runtimes.toml:
 # vllm-0.6 held-out max 25.3 %, hf-eager 26.4 %), and another GPU or MoE adds kernels the fit never saw, so those
 # two count for more than a model family, TP, batch or precision step inside a measured kernel path.
 WIDEN = {"hardware": 0.15, "moe": 0.15, "family": 0.10, "tp": 0.10, "batch": 0.10, "precision": 0.10}
+# A profile no measured table fits borrows its lender's band (runtimes.toml: sglang takes vllm-0.6's constants),
+# widened on each side (in quadrature) for running on another serving stack: its own scheduler, kernels and graph
+# capture, which the lender's residuals never tested. Judgement, not a fit: as much as another GPU or MoE in WIDEN.
+BORROWED = {"sglang": "vllm-0.6"}
+STACK_WIDEN = 0.15
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +71,7 @@ class Band:
     err: dict[str, tuple[float, float]]
     rows: int
     scope: Scope
+    borrowed: str | None = None  # the lender whose band this is, widened (BORROWED); None: the profile's own
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +154,18 @@ def _complete(err: dict[str, tuple[float, float]]) -> dict[str, tuple[float, flo
     for k in ("ttft", "e2e"):
         if k not in out and "itl" in out:
             out[k] = out["itl"]
+    for k in ("ttft", "itl", "e2e"):
+        for p in TAILS:
+            if f"{k}_{p}" not in out and k in out:
+                lo, hi = out[k]
+                out[f"{k}_{p}"] = (-math.hypot(min(lo, 0.0), TAIL_WIDEN[p]), math.hypot(max(hi, 0.0), TAIL_WIDEN[p]))
     return out
 
 
 def band_from_table(name: str, d: dict[str, Any]) -> Band | None:
     """The band a profile section records (None when it records none)."""
-    err = {k: (float(d[f"band_{k}"][0]), float(d[f"band_{k}"][1])) for k in METRICS if f"band_{k}" in d}
+    keys = [*METRICS, *(f"{k}_{p}" for k in ("ttft", "itl", "e2e") for p in TAILS)]
+    err = {k: (float(d[f"band_{k}"][0]), float(d[f"band_{k}"][1])) for k in keys if f"band_{k}" in d}
     if not err:
         return None
     batch = d.get("scope_batch")
@@ -158,10 +179,19 @@ def band_from_table(name: str, d: dict[str, Any]) -> Band | None:
 
 def band(runtime: str | None) -> Band | None:
     """The band of a profile by name (shipped or registered by --runtime-file); None for none or no record."""
-    if runtime is None:
-        return None
-    d = runtime_table(runtime)
-    return None if d is None else band_from_table(runtime, d)
+    own = own_band(runtime)
+    lender = band(BORROWED[runtime]) if own is None and runtime in BORROWED else None
+    if lender is None:
+        return own
+    err = {k: (-math.hypot(min(lo, 0.0), STACK_WIDEN), math.hypot(max(hi, 0.0), STACK_WIDEN))
+           for k, (lo, hi) in lender.err.items()}
+    return Band(runtime, err, lender.rows, lender.scope, lender.runtime)
+
+
+def own_band(runtime: str | None) -> Band | None:
+    """The band a profile's own record holds (None: none, or no record); band() lends a borrowed one."""
+    d = None if runtime is None else runtime_table(runtime)
+    return None if d is None or runtime is None else band_from_table(runtime, d)
 
 
 def toml_lines(b: Band | None) -> list[str]:
@@ -206,6 +236,9 @@ def interval(b: Band, q: Question) -> Interval:
     span = ", ".join(f"{n} {100 * rel[k][0]:+.0f}/{100 * rel[k][1]:+.0f} %" for n, k in (("TTFT", "ttft"),
                                                                                         ("TPOT", "itl")))
     where = f"calibrated on {_scope_words(b.scope)} ({b.rows} rows)"
+    if b.borrowed is not None:
+        where = (f"no {b.runtime} table: {b.borrowed}'s band widened +-{100 * STACK_WIDEN:.0f} % for another stack, "
+                 + where)
     note = f"{where}; this is {_question_words(q, out)}: {span}" if out else f"{where}: {span}"
     return Interval(rel, out, note)
 
@@ -221,7 +254,7 @@ def for_run(report: dict[str, Any], sm: Any, runtime: str | None) -> dict[str, A
                            "rel": {k: [_sig(x) for x in v] for k, v in it.rel.items()}}
     for key, metric in (("ttft_s", "ttft"), ("tpot_s", "itl"), ("itl_s", "itl"), ("e2e_s", "e2e")):
         if isinstance(report.get(key), dict):
-            out[key] = {p: it.bounds(metric, v) for p, v in report[key].items()}
+            out[key] = {p: it.bounds(f"{metric}_{p}" if p in TAILS else metric, v) for p, v in report[key].items()}
     for key in ("throughput_in_tok_s", "throughput_out_tok_s"):
         if key in report:
             out[key] = it.bounds("throughput", report[key])

@@ -365,7 +365,7 @@ def toml_text(fits: dict[str, tuple[Runtime, dict[str, Any]]], date: str) -> str
             kernels = ", ".join(f'"{k}"' for k in rt.slow_quant_kernels)
             lines.append(f"slow_quant_kernels = [{kernels}]")
         # The error band is carried as written: python -m engine.evidence.band_fit recomputes it after a refit.
-        lines += bands.toml_lines(bands.band(name))
+        lines += bands.toml_lines(bands.own_band(name))  # a borrowed band (bands.BORROWED) is lent at use
         lines.append("")
     return "\n".join(lines)
 

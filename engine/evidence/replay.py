@@ -298,8 +298,11 @@ def _summarise(e: Experiment, runs: list[tuple[dict[str, Any], Any]]) -> dict[st
     # served run at these loads never shows.
     queue = float(np.nanmean(lat[:, L.QUEUE]))
     saturated = done < accepted or queue > 1.0
+    tails = {f"{k}_{p}_ms": 1e3 * float(np.nanpercentile(lat[:, col], q)) for k, col in (("ttft", L.TTFT),
+                                                                                         ("e2e", L.E2E))
+             for p, q in (("p90", 90.0), ("p99", 99.0))}  # the campaign's tail columns (bands per percentile)
     return {"ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * itl, "e2e_ms": 1e3 * e2e, "served": done, "accepted": accepted,
-            "queue_ms": 1e3 * queue, "saturated": saturated}
+            "queue_ms": 1e3 * queue, "saturated": saturated, **tails}
 
 
 def experiment_row(e: Experiment, runtime: str | Runtime = "vllm") -> dict[str, Any]:

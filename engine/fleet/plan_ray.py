@@ -4,7 +4,8 @@ Ray is an optional extra (`pip install -e ".[ray]"`); nothing else in tokensim i
 address a private local Ray instance is started, bound to 127.0.0.1 (and shut down after); with one
 (`HOST:6379` for a cluster's head node, or `ray://HOST:10001` for Ray Client) the tasks run on that cluster,
 which needs tokensim's engine importable on its workers: the engine package is shipped with the job
-(runtime_env py_modules).
+(runtime_env py_modules). A profile registered by --runtime-file travels in each task's payload (a Ray worker is
+a fresh process that never read the file) and is registered on the worker before the point is evaluated.
 An address that does not answer is one InputError, raised before anything is submitted.
 """
 
@@ -16,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from engine.errors import InputError
-from engine.fleet.plan import Job, _evaluate_job
+from engine.fleet.plan import Job, PointResult, _evaluate_job
+from engine.physics.calibration import register, registered
 
 CONNECT_TIMEOUT_S = 3.0
 
@@ -78,8 +80,9 @@ def ray_map(jobs: list[Job], address: str | None = None, num_cpus: int | None = 
         except (ConnectionError, TimeoutError, RuntimeError) as e:
             raise InputError(f"--ray {address or 'local'}: could not connect ({str(e).splitlines()[0]})") from None
     try:
-        task = ray.remote(_evaluate_job)
-        refs = {task.remote(job): i for i, job in enumerate(jobs)}
+        task = ray.remote(_evaluate_with)
+        profiles = registered()
+        refs = {task.remote(profiles, job): i for i, job in enumerate(jobs)}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
@@ -88,3 +91,10 @@ def ray_map(jobs: list[Job], address: str | None = None, num_cpus: int | None = 
     finally:
         if started:
             ray.shutdown()
+
+
+def _evaluate_with(profiles: dict[str, dict[str, Any]], job: Job) -> PointResult:
+    """A Ray task: register the driver's --runtime-file profiles in this worker, then evaluate the point."""
+    for name, section in profiles.items():
+        register(name, section)
+    return _evaluate_job(job)

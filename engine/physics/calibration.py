@@ -129,12 +129,28 @@ def load_runtime_file(path: str | Path) -> Runtime:
     for key in ("step_overhead_s", "layer_overhead_s"):  # fixed costs: seconds, under one
         V.required(d, key, V.number, f"{p} [{name}]", lo=0.0, hi=1.0)
     try:
-        rt = runtime_from_table(name, d)
+        return register(name, d)
     except (TypeError, ValueError, IndexError, KeyError) as e:
         raise InputError(f"{p}: [{name}]: {e}") from None
+
+
+# The profiles registered in this process (by a --runtime-file, or by register() in a worker), by name: their
+# sections as read, which a task sent to another process carries so that process prices with the same profile.
+_REGISTERED: dict[str, dict[str, Any]] = {}
+
+
+def register(name: str, d: dict[str, Any]) -> Runtime:
+    """Make one profile section (a calibrate file's, already checked) known by its name to every command."""
+    rt = runtime_from_table(name, d)
     runtimes()[name] = rt
     _tables()[name] = d
+    _REGISTERED[name] = d
     return rt
+
+
+def registered() -> dict[str, dict[str, Any]]:
+    """The profiles this process registered (name: section), for a task sent to a process that has not."""
+    return dict(_REGISTERED)
 
 
 def load_runtime(name: str) -> Runtime:

@@ -28,7 +28,7 @@ def test_band_covers_its_own_residuals_about_eighty_percent() -> None:
     # a speed table's throughput band lends ITL its inverse, and TTFT / E2E borrow ITL's
     t = B.derive("y", {"throughput": errs}, scope)
     it = B.interval(t, B.Question("h100-sxm", "llama", False, 1, "16-bit"))
-    assert set(it.rel) == set(B.METRICS)
+    assert set(it.rel) == set(B.METRICS) | {f"{k}_{p}" for k in ("ttft", "itl", "e2e") for p in B.TAILS}
     assert it.rel["ttft"] == it.rel["itl"]
 
 
@@ -91,3 +91,37 @@ def test_shipped_bands_cover_their_held_in_rows_as_claimed(table: str) -> None:
     lo, hi = B.expected_coverage_range(n)  # 0.8 +- 3 binomial standard deviations for this many rows
     assert lo <= c["held_in"]["fraction"] <= hi
     assert c["held_out"]["n"] > 0 and 0.0 < c["held_out"]["fraction"] <= 1.0
+
+
+def test_a_profile_without_a_table_borrows_its_lenders_band_widened_and_says_so() -> None:
+    own, lent = B.band("vllm-0.6"), B.band("sglang")
+    assert own is not None and lent is not None and lent.borrowed == "vllm-0.6"
+    assert lent.rows == own.rows and lent.scope == own.scope
+    for k, (lo, hi) in own.err.items():  # each side at least STACK_WIDEN, and wider than the lender's
+        assert lent.err[k][0] <= min(lo, 0.0) - 1e-9 and lent.err[k][0] <= -B.STACK_WIDEN + 1e-12
+        assert lent.err[k][1] >= max(hi, 0.0) + 1e-9 and lent.err[k][1] >= B.STACK_WIDEN - 1e-12
+    q = B.Question("a100-80g", "qwen", False, 1, "16-bit")
+    it = B.interval(lent, q)
+    assert it.note.startswith("no sglang table: vllm-0.6's band widened +-15 % for another stack")
+    assert it.pct("itl") > B.interval(own, q).pct("itl")
+    assert B.own_band("sglang") is None  # lent at use: runtimes.toml (fit.py --write) never records it as its own
+
+
+def test_each_percentile_carries_its_own_band_and_an_unmeasured_tail_is_widened_by_the_rule() -> None:
+    b = _band()
+    assert {"ttft_p90", "ttft_p99", "e2e_p90", "e2e_p99"} <= set(b.err)  # measured on the campaign's tails
+    assert "itl_p90" not in b.err  # the campaign has no ITL percentiles
+    it = B.interval(b, B.Question("h100-sxm", "llama", False, 2, "16-bit", 20.0))
+    e10, e90 = b.err["ttft_p99"]  # measured / predicted - 1 of the p99's own residuals
+    assert it.rel["ttft_p99"] == pytest.approx((min(1 / (1 + e90) - 1, 0.0), max(1 / (1 + e10) - 1, 0.0)))
+    lo, hi = it.rel["itl"]
+    for p in B.TAILS:  # ITL's tails: its mean's interval widened in quadrature by TAIL_WIDEN
+        assert it.rel[f"itl_{p}"][1] >= hi and it.rel[f"itl_{p}"][0] <= lo
+        assert it.rel[f"itl_{p}"][1] >= B.TAIL_WIDEN[p] * 0.9
+    report = {"ttft_s": {"mean": 0.05, "p50": 0.05, "p90": 0.05, "p99": 0.05}}
+    sm = type("SM", (), {})()
+    sm.hw, sm.model = type("H", (), {"name": "h100-sxm"})(), type("M", (), {"name": "llama-3.1-8b", "is_moe": False})()
+    sm.opts, sm.wdtype = type("O", (), {"tp": 2})(), "bf16"
+    got = B.for_run(report, sm, "vllm")["ttft_s"]
+    assert got["p50"] == got["mean"] and got["p99"] != got["p90"] != got["mean"]
+    assert got["p99"][1] > got["p90"][1] > got["mean"][1]  # the measured TTFT tails are under-predicted more

@@ -64,3 +64,33 @@ def test_fit_moves_a_wrong_bandwidth_toward_the_table(tmp_path: Path, monkeypatc
     assert res["runtime"].bw_eff > 0.6  # moved up from 0.5: the step model at 0.5 is far too slow for the table
     assert abs(after[1]) < abs(before[1]) and abs(after[1]) < 10.0  # ITL, the mean bandwidth sets
     assert res["held_out"] is None and res["band"].rows == 1
+
+
+def test_folds_keep_an_experiments_stages_together_and_deal_experiments_round_robin() -> None:
+    rows = C.rows_of([], [str(SHIPPED)])
+    folds = C.folds_of(rows, 3)
+    assert sorted(i for f in folds for i in f) == list(range(len(rows)))
+    exps = [{rows[i].record.exp_id for i in f} for f in folds]
+    assert not (exps[0] & exps[1]) and not (exps[0] & exps[2]) and not (exps[1] & exps[2])
+    mixtral = [sum(rows[i].record.model == "mixtral-8x7b" for i in f) for f in folds]
+    assert all(m > 0 for m in mixtral)  # the five runs of one deployment are spread, not one fold's
+    assert len(C.folds_of(rows[:2], 5)) == 1  # one experiment's two stages: one fold, never split
+
+
+def test_k_fold_held_out_errors_come_from_fits_on_the_other_experiments(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(campaign, "SEARCH_REQUESTS", 40)
+    monkeypatch.setattr(rp, "STAGE_REQUESTS", 40)
+    lines = SHIPPED.read_text(encoding="utf-8").splitlines(True)
+    path = tmp_path / "two.csv"
+    path.write_text("".join(ln for ln in lines if ln.startswith(("#", "exp_id,", "64,", "66,"))), encoding="utf-8")
+    wrong = replace(runtimes()["vllm"], bw_eff=0.5, attn_bw_eff=0.5)
+    rows = C.rows_of([], [str(path)])
+    base = EngineConfig(model="qwen2.5-7b")
+    before = C.errors(wrong, rows, base)
+    res = C.calibrate([], base, wrong, ("bw_eff",), campaigns=[str(path)], folds=2)
+    held = res["held_out"]
+    assert set(held) == {"exp 64#stage1", "exp 66#stage1"}
+    for r, b in zip(rows, before, strict=True):  # each fitted on the other qwen2.5-7b experiment alone
+        assert abs(held[r.label][1]) < abs(b[1]) / 2
+    assert C.medians(held) == pytest.approx(np.median(np.abs(list(held.values())), axis=0).tolist())

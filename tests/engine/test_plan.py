@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.fleet import plan as pl
+from engine.physics.calibration import load_runtime_file
 
 BASE = EngineConfig(rate=4, users=0, requests=120, prompt="lognormal:800,0.6", output="lognormal:120,0.6")
 SLO = pl.Slo(ttft=0.5, tpot=0.04)
@@ -118,7 +121,7 @@ def _ray_required() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def test_ray_gives_the_same_plan_as_the_pool() -> None:
+def test_ray_gives_the_same_plan_as_the_pool(tmp_path: Path) -> None:
     try:
         import ray
     except ImportError:
@@ -129,13 +132,22 @@ def test_ray_gives_the_same_plan_as_the_pool() -> None:
 
     pts = _space(replicas=(1, 2), router=("round-robin", "kv-aware")).points()
     jobs = [(p, BASE, SLO, None) for p in pts]
+    # A --runtime-file profile (half vllm's bandwidth) reaches the workers, fresh processes that never read the file.
+    prof = tmp_path / "slow.toml"
+    prof.write_text('[ray-test-slow]\ndescription = "test (calibrated)"\nbw_eff = 0.4\nflops_eff = 0.5\n'
+                    'attn_bw_eff = 0.4\nstep_overhead_s = 0.0015\nlayer_overhead_s = 2e-05\n', encoding="utf-8")
+    load_runtime_file(prof)
+    slow = [(pts[0], replace(BASE, runtime="ray-test-slow"), SLO, None)]
     start_local(num_cpus=2)
     try:
         assert ray.util.get_node_ip_address() == "127.0.0.1"  # nothing of it listens beyond loopback
         on_ray = pl.run_grid(jobs, lambda js: ray_map(js))
+        slow_on_ray = pl.run_grid(slow, lambda js: ray_map(js))
     finally:
         ray.shutdown()
     assert on_ray == pl.run_grid(jobs, lambda js: pl.pool_map(js, 2))
+    assert slow_on_ray == pl.run_grid(slow, pl.serial_map)
+    assert slow_on_ray[0].tpot_s > 1.5 * on_ray[0].tpot_s  # priced with the file's profile, not vllm's
 
 
 def test_a_ray_address_that_does_not_answer_fails_fast() -> None:

@@ -36,6 +36,7 @@ def test_calibrate_writes_a_profile_run_uses(tmp_path: Path, capsys: pytest.Capt
     ([FILES[0], "--fit", "bw_eff,nonsense"], "--fit nonsense: can fit bw_eff, flops_eff, step_overhead_s"),
     ([FILES[0], "--fit", "step_overhead_s"], "step_overhead_s: the files hold one load"),
     ([FILES[0], "--model", "llama-3.1-8b"], "contradicts RESULT"),
+    ([FILES[0], "--folds", "1"], "--folds '1': a whole number from 2 to 10"),
 ])
 def test_bad_input_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                                   says: str) -> None:

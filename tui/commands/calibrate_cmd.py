@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from rich.table import Table
 from engine import options as O
 from engine.errors import InputError
 from engine.evidence.measured import campaign
-from engine.evidence.measured.calibrate import CAMPAIGN_FIT, DEFAULT_FIT, FIT, calibrate, toml_text
+from engine.evidence.measured.calibrate import CAMPAIGN_FIT, DEFAULT_FIT, FIT, calibrate, medians, toml_text
 from engine.evidence.measured.formats import read_result
 from engine.files import write_text_atomic
 from engine.physics.calibration import load_runtime
@@ -34,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start every fitted constant from the search's neutral start (engine.evidence.fit.START), "
                         "not the --runtime profile's value")
     p.add_argument("--no-cross-validate", action="store_true", help="skip leave-one-out (faster)")
+    p.add_argument("--folds", default=None, metavar="K",
+                   help="cross-validate by K folds of experiments (2-10; each fold fitted on the others) instead of "
+                        "leaving one row out; a campaign table is cross-validated only with --folds (each fold is a "
+                        "fit of its own: CPU minutes)")
     replay_cmd.add_engine_arguments(p)
 
 
@@ -42,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
         raise InputError(f"--name {args.name!r}: letters, digits, '-', '_' and '.' only")
     out = Path(args.output_file)
+    folds = _folds(args.folds)
     if out.is_dir() or not out.parent.exists():
         raise InputError(f"-o {out}: not a writable file path")
     tables = [r for r in args.results if args.format is None and campaign.is_campaign(r)]
@@ -56,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         from engine.evidence.fit import START
 
         start = replace(start, request_overhead_s=0.0, **{n: START[n] for n in names if n in START})
-    res = calibrate(records, base, start, names, not args.no_cross_validate, tables)
+    res = calibrate(records, base, start, names, not args.no_cross_validate, tables, _progress, folds)
     write_text_atomic(out, toml_text(args.name, res), "-o", [*args.results, getattr(args, "runtime_file", None)])
     if args.json:
         rt = res["runtime"]
@@ -64,10 +70,26 @@ def run(args: argparse.Namespace) -> int:
                               "constants": {n: getattr(rt, n) for n in (*res["fitted"], "request_overhead_s")},
                               **{k: res[k] for k in ("fitted", "loss", "standard_error", "rows", "fixed_by",
                                                      "held_out")},
+                              "median_abs_err_pct": {"fitted": medians(res["rows"]),
+                                                     "held_out": medians(res["held_out"])},
                               "band": {k: list(v) for k, v in res["band"].err.items()}}))
         return 0
     _print(args.name, out, res)
     return 0
+
+
+def _folds(text: str | None) -> int | None:
+    """--folds K: a whole number from 2 to 10 (None: not given)."""
+    if text is None:
+        return None
+    if not text.isdigit() or not 2 <= int(text) <= 10:
+        raise InputError(f"--folds {text!r}: a whole number from 2 to 10")
+    return int(text)
+
+
+def _progress(line: str) -> None:
+    """A fit's progress, on stderr (stdout carries the record, or --json)."""
+    print(f"calibrate: {line}", file=sys.stderr, flush=True)
 
 
 def _any_load(args: argparse.Namespace) -> argparse.Namespace:
@@ -92,3 +114,8 @@ def _print(name: str, out: Path, res: dict) -> None:
         h = (res["held_out"] or {}).get(k)
         t.add_row(k, " ".join(f"{x:+.1f}" for x in e), "-" if h is None else " ".join(f"{x:+.1f}" for x in h))
     con.print(t)
+    for what, errs in (("fitted", res["rows"]), ("held out", res["held_out"])):
+        m = medians(errs)
+        if m is not None:
+            con.print(f"median |error| {what} ({len(errs)} rows): TTFT {m[0]:.2f} %, ITL {m[1]:.2f} %, "
+                      f"E2E {m[2]:.2f} %")

@@ -12,7 +12,7 @@ would pin it; leave-one-out (each file, or each stage of one file, held out in t
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -27,17 +27,30 @@ from engine.evidence.measured.compare import replay
 from engine.evidence.measured.record import Measured
 from engine.physics.calibration import Runtime
 
-FIT = ("bw_eff", "flops_eff", "step_overhead_s", "attn_bw_eff", "expert_bw_eff")  # what --fit can name
+FIT = ("bw_eff", "flops_eff", "step_overhead_s", "attn_bw_eff", "expert_bw_eff",  # what --fit can name
+       "expert_fp8_bw_eff")
 DEFAULT_FIT = ("bw_eff", "flops_eff")  # a fixed step cost needs loads far apart in bytes per step (see _HINT)
-# On a campaign table (measured/campaign.py): the decode-side constants fit.py fits the shipped vllm profile with.
-CAMPAIGN_FIT = ("bw_eff", "attn_bw_eff", "expert_bw_eff")
+# On a campaign table (measured/campaign.py): the decode-side constants fit.py fits the shipped vllm profile with
+# (fit.SERVING_PARAMS: both expert kernel paths', so a --blank fit carries none of the shipped profile's values).
+CAMPAIGN_FIT = ("bw_eff", "attn_bw_eff", "expert_bw_eff", "expert_fp8_bw_eff")
 # First simplex steps, and how close every vertex must come to the best to stop (a user's few files do not pin a
 # constant to 0.1 %).
-_FIRST = {"bw_eff": 0.1, "flops_eff": 0.1, "step_overhead_s": 2e-3, "attn_bw_eff": 0.1, "expert_bw_eff": 0.1}
-_LAST = {"bw_eff": 0.002, "flops_eff": 0.005, "step_overhead_s": 5e-5, "attn_bw_eff": 0.005, "expert_bw_eff": 0.005}
-# A campaign fit's last phase: a short simplex on full replays from the short search's optimum (first step, stop
-# when every vertex is this close, at most this many evaluations of ~20 CPU s each).
-_POLISH_STEP, _POLISH_TOL, _POLISH_EVALS = 0.04, 0.01, 12
+_FIRST = {"bw_eff": 0.1, "flops_eff": 0.1, "step_overhead_s": 2e-3, "attn_bw_eff": 0.1, "expert_bw_eff": 0.1,
+          "expert_fp8_bw_eff": 0.1}
+_LAST = {"bw_eff": 0.002, "flops_eff": 0.005, "step_overhead_s": 5e-5, "attn_bw_eff": 0.005, "expert_bw_eff": 0.005,
+         "expert_fp8_bw_eff": 0.005}
+# A campaign fit searches on short replays (campaign.SEARCH_REQUESTS a stage, ~1/10 of validate's CPU) whose bias
+# (each stage's ramp weighs more in fewer requests) is taken out: each round replays the round's start both short
+# and full (validate's length), and scales every short prediction of the round by that row's full/short ratio. The
+# ramp depends on the arrivals, barely on the constants, so the corrected short replays track the full ones near
+# the start; each round re-measures the ratio at the last round's optimum with a finer simplex (first step as a
+# fraction of each constant's first step, and the stop tolerance as a multiple of its last).
+_ROUNDS = ((1.0, 4.0), (0.3, 2.0), (0.1, 1.0))
+_SAY_EVERY = 20  # a progress line every this many short replays
+# Cross-validation's fold fits (held_out) search one round: a fold's held-out error then prices a shorter search
+# than the full fit's, so it errs on the high side.
+_CV_ROUNDS = ((1.0, 4.0),)
+_ROUND_EVALS = 60  # at most this many short replays a round (~1.5 CPU s each on the 18-experiment table)
 _LOADS_APART = 1.5  # two loads tell a fixed step cost from bandwidth when their mean concurrency differs this much
 _SENSITIVE = 0.005  # a row "fixes" a constant when moving it 5 % moves one of the row's means this much
 
@@ -144,9 +157,10 @@ def check_separable(rt: Runtime, rows: list[Row], base: EngineConfig, names: Seq
     return se
 
 
-def _predict(rt: Runtime, rows: list[Row], base: EngineConfig, tmp: Path, full: bool = False) -> np.ndarray:
+def _predict(rt: Runtime, rows: list[Row], base: EngineConfig, tmp: Path, full: bool = False,
+             cache: dict[tuple[Any, ...], Any] | None = None) -> np.ndarray:
     """Predicted mean TTFT, ITL, E2E per row (the request path left out: it is solved for). Campaign rows replay
-    campaign.SEARCH_REQUESTS a stage, or validate's full length when `full`."""
+    campaign.SEARCH_REQUESTS a stage, or validate's full length when `full` (reusing `cache`'s replays)."""
     out = np.full((len(rows), 3), np.nan)
     done: dict[int, Any] = {}
     cfg = replace(base, runtime=replace(rt, request_overhead_s=0.0))  # type: ignore[arg-type]
@@ -163,7 +177,7 @@ def _predict(rt: Runtime, rows: list[Row], base: EngineConfig, tmp: Path, full: 
         from engine.evidence.replay import STAGE_REQUESTS
 
         out[camp] = campaign.predict(cfg.runtime, [rows[i] for i in camp],
-                                     STAGE_REQUESTS if full else campaign.SEARCH_REQUESTS)
+                                     STAGE_REQUESTS if full else campaign.SEARCH_REQUESTS, cache)
     return out
 
 
@@ -238,38 +252,84 @@ def simplex(f: Any, x0: np.ndarray, step: np.ndarray, lo: np.ndarray, hi: np.nda
     return pts[best], float(vals[best])
 
 
-def fit(rows: list[Row], base: EngineConfig, start: Runtime, names: Sequence[str]) -> tuple[Runtime, float]:
-    """The start profile with `names` fitted to the rows (and the request path solved for); (runtime, loss)."""
+Progress = Callable[[str], None]
+
+
+def fit(rows: list[Row], base: EngineConfig, start: Runtime, names: Sequence[str],
+        progress: Progress | None = None, rounds: Sequence[tuple[float, float]] = _ROUNDS,
+        cache: dict[tuple[Any, ...], Any] | None = None) -> tuple[Runtime, float]:
+    """The start profile with `names` fitted to the rows (and the request path solved for); (runtime, loss).
+    A campaign's search runs `rounds` (see _ROUNDS); `cache` keeps replays across fits of the same rows."""
     from engine.evidence.fit import BOUNDS
 
     meas = np.array([r.measured for r in rows])
     lo, hi = (np.array([BOUNDS[n][i] for n in names]) for i in (0, 1))
+    camp = any(r.campaign for r in rows)
     objective = campaign_loss if rows and all(r.campaign for r in rows) else loss
+    first, last = np.array([_FIRST[n] for n in names]), np.array([_LAST[n] for n in names])
+    cache = {} if cache is None else cache
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
 
         def make(v: np.ndarray) -> Runtime:
             return replace(start, **dict(zip(names, (float(x) for x in v), strict=True)))
 
-        def loss_of(v: np.ndarray, full: bool = False) -> float:
-            return objective(_predict(make(v), rows, base, tmp, full), meas)[0]
+        def predict(v: np.ndarray, full: bool) -> np.ndarray:
+            return _predict(make(v), rows, base, tmp, full, cache)
 
-        x0 = np.array([_get(start, n) for n in names], dtype=float)
-        x, best = simplex(loss_of, x0, np.array([_FIRST[n] for n in names]), lo, hi,
-                          np.array([_LAST[n] for n in names]))
-        camp = any(r.campaign for r in rows)
-        if camp:  # polish on validate's full replay: the short one's stages are biased by their ramp
-            x, best = simplex(lambda v: loss_of(v, True), x, np.full(x.size, _POLISH_STEP), lo, hi,
-                              np.full(x.size, _POLISH_TOL), max_evals=_POLISH_EVALS)
+        x = np.array([_get(start, n) for n in names], dtype=float)
+        if camp:
+            x, best = _corrected_search(predict, lambda p: objective(p, meas)[0], x, (first, last, lo, hi),
+                                        rounds, progress)
+        else:
+            x, best = simplex(lambda v: objective(predict(v, False), meas)[0], x, first, lo, hi, last)
         rt = make(np.array([float(f"{v:.3g}") for v in x]))
-        over = objective(_predict(rt, rows, base, tmp, camp), meas)[1]
+        over = objective(_predict(rt, rows, base, tmp, camp, cache), meas)[1]
     return replace(rt, request_overhead_s=float(f"{over:.3g}")), best
 
 
-def errors(rt: Runtime, rows: list[Row], base: EngineConfig) -> np.ndarray:
+def _corrected_search(predict: Callable[[np.ndarray, bool], np.ndarray], score: Callable[[np.ndarray], float],
+                      x: np.ndarray, steps: tuple[np.ndarray, ...], rounds: Sequence[tuple[float, float]],
+                      progress: Progress | None) -> tuple[np.ndarray, float]:
+    """Rounds of simplex on short replays scaled by the full/short ratio measured at each round's start (see
+    _ROUNDS); a round's optimum is kept only when its full replay scores better than the round's start. `steps`:
+    each constant's first and last step, low and high bound."""
+    first, last, lo, hi = steps
+    say = progress or (lambda _: None)
+    prev, best = x, np.inf
+    for i, rnd in enumerate((*rounds, None)):
+        here = score(full := predict(x, True))
+        if here >= best:  # the corrected optimum scores worse on the full replay: keep the round's start
+            break
+        prev, best = x, here
+        say(f"round {i}/{len(rounds)}: loss {here:.4f} on full replays at " + ", ".join(f"{v:.3f}" for v in x))
+        if rnd is None:
+            break
+        ratio = full / predict(x, False)
+        x, _ = simplex(_counted(lambda v, r=ratio: score(predict(v, False) * r), say, f"round {i + 1}"), x,
+                       first * rnd[0], lo, hi, last * rnd[1], max_evals=_ROUND_EVALS)
+    return prev, best
+
+
+def _counted(f: Callable[[np.ndarray], float], say: Progress, what: str) -> Callable[[np.ndarray], float]:
+    """f, saying every _SAY_EVERY calls how many and the best value so far (a search's progress line)."""
+    seen = [0, np.inf]
+
+    def g(v: np.ndarray) -> float:
+        y = f(v)
+        seen[0], seen[1] = seen[0] + 1, min(seen[1], y)
+        if seen[0] % _SAY_EVERY == 0:
+            say(f"{what}: {seen[0]} short replays, best loss {seen[1]:.4f}")
+        return y
+
+    return g
+
+
+def errors(rt: Runtime, rows: list[Row], base: EngineConfig,
+           cache: dict[tuple[Any, ...], Any] | None = None) -> np.ndarray:
     """Signed percent error of each row's mean TTFT, ITL, E2E under a fitted profile."""
     with tempfile.TemporaryDirectory() as t:
-        pred = _predict(rt, rows, base, Path(t), full=True)
+        pred = _predict(rt, rows, base, Path(t), True, cache)
     pred = pred + np.array([rt.request_overhead_s, 0.0, rt.request_overhead_s])
     return 100.0 * (pred / np.array([r.measured for r in rows]) - 1.0)
 
@@ -287,36 +347,65 @@ def sensitivity(rt: Runtime, rows: list[Row], base: EngineConfig, names: Sequenc
     return out
 
 
-def held_out(rows: list[Row], base: EngineConfig, start: Runtime, names: Sequence[str]) -> dict[str, list[float]]:
-    """Leave one row out in turn: fit on the rest, the held-out row's signed errors (TTFT, ITL, E2E %)."""
-    out = {}
-    for i, r in enumerate(rows):
-        rest = rows[:i] + rows[i + 1:]
-        rt, _ = fit(rest, base, start, names)
-        out[r.label] = [float(x) for x in errors(rt, [r], base)[0]]
+def folds_of(rows: list[Row], k: int) -> list[list[int]]:
+    """Row indices in k folds by experiment (a result file, or one experiment of a campaign table): an
+    experiment's stages stay together, so a held-out row's own other stages never fitted it; experiments are dealt
+    round-robin in their order, so the several runs of one deployment spread over the folds."""
+    recs = list(dict.fromkeys(id(r.record) for r in rows))
+    k = max(1, min(k, len(recs)))
+    fold = {rid: i % k for i, rid in enumerate(recs)}
+    return [[j for j, r in enumerate(rows) if fold[id(r.record)] == f] for f in range(k)]
+
+
+def held_out(rows: list[Row], base: EngineConfig, start: Runtime, names: Sequence[str], folds: int | None = None,
+             progress: Progress | None = None) -> dict[str, list[float]]:
+    """Each row's signed errors (TTFT, ITL, E2E %) under a profile fitted without it: leave one row out in turn, or
+    with `folds`, k folds by experiment (folds_of). A campaign fold searches one round (_CV_ROUNDS) from the same
+    start as the full fit, sharing its replays (those of the start are the same for every fold)."""
+    groups = [[i] for i in range(len(rows))] if folds is None else folds_of(rows, folds)
+    camp = any(r.campaign for r in rows)
+    cache: dict[tuple[Any, ...], Any] = {}
+    out: dict[str, list[float]] = {}
+    for n, out_rows in enumerate(groups):
+        rest = [r for i, r in enumerate(rows) if i not in out_rows]
+        rt, _ = fit(rest, base, start, names, rounds=_CV_ROUNDS if camp else _ROUNDS, cache=cache)
+        test = [rows[i] for i in out_rows]
+        for r, e in zip(test, errors(rt, test, base, cache), strict=True):
+            out[r.label] = [float(x) for x in e]
+        if progress is not None:
+            progress(f"held out {n + 1}/{len(groups)}: " + ", ".join(r.label for r in test))
     return out
 
 
 def calibrate(records: Sequence[Measured], base: EngineConfig, start: Runtime, names: Sequence[str] = DEFAULT_FIT,
-              cross_validate: bool = True, campaigns: Sequence[str] = ()) -> dict[str, Any]:
+              cross_validate: bool = True, campaigns: Sequence[str] = (),
+              progress: Progress | None = None, folds: int | None = None) -> dict[str, Any]:
     """Fit, then the record: constants, the rows that fixed each, each row's errors, the held-out errors and the
-    error band (engine.evidence.bands) of the fitted rows. Campaign tables are not cross-validated here (each
-    held-out row would be a whole fit over full replays); their own held-out experiments are scored outside."""
+    error band (engine.evidence.bands) of the fitted rows. Held out: leave one row out, or with `folds` k folds by
+    experiment; campaign tables only with `folds` (each fold is a whole fit over replays: CPU minutes)."""
     unknown = [n for n in names if n not in FIT]
     if unknown:
         raise InputError(f"--fit {','.join(unknown)}: can fit {', '.join(FIT)}")
     rows = rows_of(records, campaigns)
     check_identifiable(rows, names)
     se = check_separable(start, rows, base, names)
-    rt, train = fit(rows, base, start, names)
-    err = errors(rt, rows, base)
+    cache: dict[tuple[Any, ...], Any] = {}
+    rt, train = fit(rows, base, start, names, progress, cache=cache)
+    err = errors(rt, rows, base, cache)
     out: dict[str, Any] = {"runtime": rt, "fitted": list(names), "loss": train,
                            "rows": {r.label: [float(x) for x in e] for r, e in zip(rows, err, strict=True)},
                            "fixed_by": sensitivity(rt, rows, base, names), "held_out": None,
                            "standard_error": se, "band": _band(rt.name, rows, err, base)}
-    if cross_validate and len(rows) > 1 and not campaigns:
-        out["held_out"] = held_out(rows, base, start, names)
+    if cross_validate and len(rows) > 1 and (folds is not None or not campaigns):
+        out["held_out"] = held_out(rows, base, start, names, folds, progress)
     return out
+
+
+def medians(errs: dict[str, list[float]] | None) -> list[float] | None:
+    """Median |error| % of mean TTFT, ITL and E2E over rows (None for none)."""
+    if not errs:
+        return None
+    return [float(x) for x in np.nanmedian(np.abs(np.array(list(errs.values()), dtype=float)), axis=0)]
 
 
 def _band(name: str, rows: list[Row], err: np.ndarray, base: EngineConfig) -> bands.Band:

@@ -21,9 +21,11 @@ from engine.evidence import replay as rp
 
 # A campaign table has these columns (the stage's index, the client's measured means).
 COLUMNS = ("exp_id", "stage_index", "rate_rps", "actual_ttft_mean_ms", "actual_itl_mean_ms", "actual_e2e_mean_ms")
-# Requests per stage each candidate of the search replays: a fifth of validate's, so a fit takes CPU minutes; the
-# fitted profile's errors are then scored on validate's full replay (replay.STAGE_REQUESTS).
-SEARCH_REQUESTS = 200
+# Requests per stage each candidate of the search replays: a twentieth of validate's (~1.5 CPU s for the 18
+# experiments' 31 stages, against ~25 s in full), so a fit takes CPU minutes; the search corrects these short
+# replays' bias by the full replay's (calibrate._ROUNDS) and the fitted profile's errors are scored on validate's
+# full replay (replay.STAGE_REQUESTS).
+SEARCH_REQUESTS = 50
 
 
 def is_campaign(path: str | Path) -> bool:
@@ -71,15 +73,21 @@ def stage_rows(path: str | Path) -> list[tuple[str, rp.Experiment, int | None, n
     return out
 
 
-def predict(rt: Any, rows: Sequence[Any], requests: int | None) -> np.ndarray:
-    """Predicted mean TTFT, ITL, E2E (s) per row, each experiment replayed once with `requests` per stage."""
-    done: dict[str, dict[str, Any]] = {}
+def predict(rt: Any, rows: Sequence[Any], requests: int | None,
+            cache: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> np.ndarray:
+    """Predicted mean TTFT, ITL, E2E (s) per row, each experiment replayed once with `requests` per stage; with a
+    cache, a replay already run for what decides it (fit._replay_key: a routed-expert constant replays only the
+    experiments whose experts stream at it) is not run again."""
+    from engine.evidence.fit import _replay_key
+
+    done: dict[tuple[Any, ...], dict[str, Any]] = {} if cache is None else cache
     out = []
     for r in rows:
         e = r.record
-        if e.exp_id not in done:
-            done[e.exp_id] = rp.replay(e, rt, stage_requests=requests, by_stage=True)
-        res = done[e.exp_id]
+        key = (id(e), *_replay_key(e, rt, requests))
+        if key not in done:
+            done[key] = rp.replay(e, rt, stage_requests=requests, by_stage=True)
+        res = done[key]
         vals = (res["ttft_ms"], res["itl_ms"], res["e2e_ms"]) if r.stage is None else res["stages"][r.stage]
         out.append(vals)
     return np.array(out, dtype=float) / 1e3
