@@ -26,6 +26,8 @@ class EngineConfig:
     # one rank, so users and rate are that rank's share. ep_comm: how tokens reach their experts.
     ep: int = 1
     ep_comm: str = "all-to-all"
+    # Pipeline parallel (vLLM --pipeline-parallel-size): pp stages of tp GPUs, each holding a run of the layers.
+    pp: int = 1
     weight_dtype: str | None = None
     kv_dtype: str = "bf16"
     ideal: bool = False
@@ -77,3 +79,8 @@ class EngineConfig:
     # cache are copied to, and copied back from on a hit (over the hardware's host link)
     kv_offload_gb: float = 0.0
     force: bool = False  # run even what the cost estimate (engine.budget) or the memory check would refuse
+
+    @property
+    def group_gpus(self) -> int:
+        """GPUs one engine runs on: tp per pipeline stage, pp stages (an expert-parallel rank counts its own)."""
+        return self.tp * self.pp

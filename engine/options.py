@@ -144,6 +144,12 @@ OPTIONS: tuple[Option, ...] = (
        "--ep 时令牌如何到达专家：all-to-all（分发与合并）或 all-gather（每个令牌发往每块 GPU，即 vLLM 的"
        " allgather_reducescatter 后端）（默认 {default}）",
        default="all-to-all", choices="engine.physics.collectives:EP_COMM", commands=("run", "app", "step")),
+    _o("pp", "--pp --pipeline-parallel-size -pp", "int", HW, "s_hardware",
+       "pipeline-parallel stages of --tp GPUs each (vLLM's --pipeline-parallel-size): each holds a run of the"
+       " layers, the batch moves through them as micro-batches (default 1)",
+       "流水线并行的段数，每段 --tp 块 GPU（vLLM 的 --pipeline-parallel-size）：每段持有一段连续的层，批次分成"
+       "微批依次流过各段（默认 {default}）",
+       default=1, lo=1, commands=("run", "app", "step")),
     _o("model", "--model -m", "text", HW, "s_model",
        "model preset, TOML file or Hugging Face config.json (default generic-14b)",
        "模型预设名、TOML 文件或 Hugging Face 的 config.json（默认 {default}）", default="generic-14b",
