@@ -132,11 +132,12 @@ OPTIONS: tuple[Option, ...] = (
        "张量并行的 GPU 数（默认 {default}）",
        default=1, lo=1, axis="tensor-parallel degrees per replica, e.g. 1,2,4,8 (default 1)"),
     _o("ep", "--ep --data-parallel-size -dp", "int", HW, "s_hardware",
-       "expert parallel over N GPUs with data-parallel attention (vLLM's --data-parallel-size with"
-       " --enable-expert-parallel): each GPU runs attention for its own users and holds 1/N of the routed experts;"
-       " a MoE model and --tp 1; users and rate are one GPU's share (default 1)",
-       "专家并行：N 块 GPU 各自为自己的用户做注意力，路由专家分成 N 份（vLLM 的 --data-parallel-size 加"
-       " --enable-expert-parallel）；需要 MoE 模型且 --tp 1；users 和 rate 指单块 GPU 的份额（默认 {default}）",
+       "expert parallel over N data-parallel ranks of --tp GPUs each (vLLM's --data-parallel-size with"
+       " --enable-expert-parallel): each rank runs attention (tensor parallel inside it) for its own users, the routed"
+       " experts are split over all N x tp GPUs; a MoE model; users and rate are one rank's share (default 1)",
+       "专家并行：N 个数据并行 rank（每个 --tp 块 GPU）各自为自己的用户做注意力（rank 内张量并行），路由专家分到全部"
+       " N x tp 块 GPU 上（vLLM 的 --data-parallel-size 加 --enable-expert-parallel）；需要 MoE 模型；users 和 rate"
+       " 指单个 rank 的份额（默认 {default}）",
        default=1, lo=1, commands=("run", "app", "step")),
     _o("ep_comm", "--ep-comm", "choice", HW, "s_hardware",
        "how tokens reach their experts under --ep: all-to-all (dispatch and combine) or all-gather (every token to"

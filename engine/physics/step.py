@@ -48,8 +48,11 @@ class StepOptions:
     runtime: str | Runtime = "vllm"  # a profile name, or a Runtime itself (the fit prices candidate constants)
     compute_mult: float = 1.0
     bandwidth_mult: float = 1.0
-    # Expert parallel with attention data parallel (TensorRT-LLM's "DEP"): ep GPUs (tp 1) each hold every
-    # non-expert weight and run attention for their own sequences; the routed experts are split ep ways.
+    # Expert parallel with attention data parallel (TensorRT-LLM's "DEP", vLLM's --data-parallel-size with
+    # --enable-expert-parallel): ep ranks of tp GPUs each hold every non-expert weight (tp-sharded) and run attention
+    # for their own sequences; the routed experts are split over all ep x tp GPUs, whole (vLLM flattens tp into the
+    # expert-parallel group: each GPU holds E / (ep tp) experts, which reads as many bytes per GPU as E / ep experts
+    # split tp ways, so the weight terms need no change).
     ep: int = 1
     # How expert parallel moves tokens to their experts and back (engine.physics.collectives.EP_COMM): "all-to-all"
     # (each token's hidden state to the ranks of its k experts: DeepEP, pplx) or "all-gather" (every rank gathers
@@ -596,8 +599,14 @@ class StepModel:
             t = 2 * m.layers * collectives.all_reduce_time(msg, o.tp, bw, o.tp <= self.hw.fabric_gpus, o.ideal)
         if o.ep > 1:
             routed = T * m.experts_per_token * m.hidden * _ACT_BYTES  # each token's hidden state, once per expert
-            t = t + 2 * m.moe_layers * collectives.ep_exchange_time(o.ep_comm, routed, m.experts_per_token, o.ep,
-                                                                     bw, o.ideal)
+            n = o.ep
+            if o.tp > 1 and o.ep_comm == "all-to-all":
+                # DP attention with tp > 1 (vLLM: experts over dp x tp ranks): each GPU of a rank dispatches its 1/tp
+                # of the rank's tokens (sequence-parallel MoE) to the dp x tp expert ranks. All-gather gathers over
+                # the dp ranks only: the tp GPUs of a rank hold the same tokens.
+                routed, n = routed / o.tp, o.ep * o.tp
+            t = t + 2 * m.moe_layers * collectives.ep_exchange_time(o.ep_comm, routed, m.experts_per_token, n, bw,
+                                                                     o.ideal)
         return t
 
     def _graph_padding(self, T: Any, attn_full: Any, attn_decode: Any) -> tuple[Any, Any]:
@@ -658,8 +667,9 @@ def _check_options(o: StepOptions, m: Model) -> None:
     if not _splits_heads(m, o.tp):
         raise InputError(f"--tp {o.tp} does not split {m.name}'s {m.heads} attention heads and {m.kv_heads} KV "
                          f"heads evenly; try --tp {_even_tp(m, o.tp)}")
-    if o.ep > 1 and (o.tp > 1 or not m.is_moe):
-        raise InputError("expert parallel (ep > 1) needs a mixture-of-experts model and tp 1")
+    if o.ep > 1 and not m.is_moe:
+        raise InputError(f"expert parallel (--ep / --data-parallel-size > 1) needs a mixture-of-experts model;"
+                         f" {m.name} is dense")
     if o.pp < 1 or int(o.pp) != o.pp:
         raise InputError(f"--pipeline-parallel-size must be a whole number >= 1, got {o.pp}")
     if o.pp > m.layers:

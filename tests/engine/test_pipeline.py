@@ -7,6 +7,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.physics import collectives as C
 from engine.physics import pipeline
 from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware, load_model
@@ -93,3 +94,24 @@ def test_a_run_bills_every_gpu_of_the_pipeline() -> None:
     assert e.rates().dollars_per_s == pytest.approx(4 * load_hardware("h100-sxm").price_per_hour / 3600)
     assert m["price_per_hour"] == pytest.approx(load_hardware("h100-sxm").price_per_hour)
     assert m["requests_completed"] == 40
+
+
+def test_dp_attention_with_tp_inside_each_rank_spreads_experts_over_dp_x_tp() -> None:
+    """vLLM --data-parallel-size 2 --tensor-parallel-size 4 --enable-expert-parallel: attention tp 4 in each of 2
+    ranks, the routed experts over all 8 GPUs; tokens reach them all-to-all over 8 ranks, 1/4 of a rank's each."""
+    m = load_model("qwen3-235b-a22b")
+    sm = _sm(model="qwen3-235b-a22b", tp=4, ep=2)
+    c = m.counts
+    dense = (c["total"] - c["expert_all"]) * 2 / 4  # bf16, tp 4
+    assert sm.weight_bytes_per_gpu == pytest.approx(dense + c["expert_all"] * 2 / 8)
+    tp_only = _sm(model="qwen3-235b-a22b", tp=4)
+    T = 256.0
+    routed = T * m.experts_per_token * m.hidden * 2 / 4
+    a2a = 2 * m.moe_layers * C.all_to_all_time(routed, 8, 450e9)
+    assert sm._comm(T, 0.0) == pytest.approx(tp_only._comm(T, 0.0) + a2a)
+    # all-gather gathers over the 2 ranks only: the 4 GPUs of a rank hold the same tokens
+    ag = _sm(model="qwen3-235b-a22b", tp=4, ep=2, ep_comm="all-gather")
+    gathered = 2 * m.moe_layers * C.all_gather_time(T * m.hidden * 2, 2, 450e9, True)
+    assert ag._comm(T, 0.0) == pytest.approx(tp_only._comm(T, 0.0) + gathered)
+    with pytest.raises(InputError, match="dense"):
+        _sm(tp=2, ep=2)
