@@ -138,7 +138,8 @@ OPTIONS: tuple[Option, ...] = (
        "专家并行：N 个数据并行 rank（每个 --tp 块 GPU）各自为自己的用户做注意力（rank 内张量并行），路由专家分到全部"
        " N x tp 块 GPU 上（vLLM 的 --data-parallel-size 加 --enable-expert-parallel）；需要 MoE 模型；users 和 rate"
        " 指单个 rank 的份额（默认 {default}）",
-       default=1, lo=1, commands=("run", "app", "step")),
+       default=1, lo=1, commands=("run", "app", "plan", "step"),
+       axis="expert-parallel data-parallel ranks per replica, e.g. 1,2,4; each rank an engine of its own (default 1)"),
     _o("ep_comm", "--ep-comm", "choice", HW, "s_hardware",
        "how tokens reach their experts under --ep: all-to-all (dispatch and combine) or all-gather (every token to"
        " every GPU, vLLM's allgather_reducescatter backend) (default all-to-all)",
@@ -150,7 +151,7 @@ OPTIONS: tuple[Option, ...] = (
        " layers, the batch moves through them as micro-batches (default 1)",
        "流水线并行的段数，每段 --tp 块 GPU（vLLM 的 --pipeline-parallel-size）：每段持有一段连续的层，批次分成"
        "微批依次流过各段（默认 {default}）",
-       default=1, lo=1, commands=("run", "app", "step")),
+       default=1, lo=1, axis="pipeline-parallel stages per replica, e.g. 1,2,4 (default 1)"),
     _o("model", "--model -m", "text", HW, "s_model",
        "model preset, TOML file or Hugging Face config.json (default generic-14b)",
        "模型预设名、TOML 文件或 Hugging Face 的 config.json（默认 {default}）", default="generic-14b",
