@@ -71,6 +71,17 @@ def all_reduce_time(msg: Any, n: int, link_bps: float, fabric: bool, ideal: bool
     return share * msg / link_bps + lat
 
 
+def all_reduce_algorithm(msg: float, n: int, fabric: bool) -> str:
+    """Which all-reduce runs for a message of `msg` bytes over n GPUs (all_reduce_time's choice, by name):
+    vLLM's custom kernel one-shot or two-shot, else NCCL's ring."""
+    if msg < one_shot_limit(n, fabric) and msg <= CUSTOM_AR_MAX_BYTES:
+        return "one-shot"
+    # the custom kernel's world sizes (custom_all_reduce.py _SUPPORTED_WORLD_SIZES: 2, 4, 6, 8), on a fabric
+    if fabric and msg <= CUSTOM_AR_MAX_BYTES and n in (2, 4, 6, 8):
+        return "two-shot"
+    return "ring"
+
+
 def all_to_all_time(msg: Any, n: int, link_bps: float, ideal: bool = False) -> Any:
     """Seconds of one all-to-all in which each of n GPUs holds `msg` bytes to scatter among all n (its own share
     stays): (n - 1) / n of it crosses its link, plus one fixed latency (the peers are written at once)."""

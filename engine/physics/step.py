@@ -166,6 +166,8 @@ class StepCost:
     t_attn_memory_s: float = 0.0
     t_attn_compute_s: float = 0.0
     t_bubble_s: float = 0.0  # pipeline parallel: stage slots with no micro-batch to run
+    # t_comm_s collective by collective: (what and its algorithm, seconds), e.g. ("AR one-shot", 2.1e-4)
+    collectives: tuple[tuple[str, float], ...] = ()
 
     @property
     def bytes_total(self) -> float:
@@ -500,6 +502,38 @@ class StepModel:
                          slow.t_attn_mem * mb, slow.t_attn_cmp * mb, slow.t_comm * mb + p2p, slow.over * mb,
                          pipeline.round_time(slow.time, pp, p2p), (pp - mb) * slow.time)
 
+    def collectives(self, b: Batch, p: StepParts) -> tuple[tuple[str, float], ...]:
+        """One step `b` (priced as `p`) its communication collective by collective, each named with its algorithm:
+        "AR one-shot" / "AR two-shot" / "AR ring" (tensor-parallel all-reduces), "A2A" or "AG/RS" (expert-parallel
+        dispatch and combine), "PP send" (activations between pipeline stages). They add up to p.t_comm."""
+        o, m = self.opts, self.model
+        if float(b.tokens) <= 0 or (o.tp == 1 and o.ep == 1 and o.pp == 1):
+            return ()
+        mb = float(pipeline.micro_batches(o.pp, b.seqs)) if o.pp > 1 else 1.0
+        T = float(b.tokens) / mb
+        pad = self._graph_padding(T, 0.0, 0.0)[0]
+        parts: list[tuple[str, float]] = []
+        if o.tp > 1:
+            msg = (T + pad) * m.hidden * _ACT_BYTES
+            algo = collectives.all_reduce_algorithm(msg, o.tp, o.tp <= self.hw.fabric_gpus)
+            parts.append((f"AR {algo}", self._tp_comm(T, pad)))
+        if o.ep > 1:  # what _comm adds to the all-reduces
+            exchange = float(self._comm(T, pad)) - sum(v for _, v in parts)
+            parts.append(("A2A" if o.ep_comm == "all-to-all" else "AG/RS", exchange))
+        p2p = float(self._p2p(T)) if o.pp > 1 else 0.0
+        # the layer terms as priced (a pipeline's slowest stage's share of the layers, over its micro-batches)
+        raw = sum(v for _, v in parts)
+        scale = (float(p.t_comm) - p2p) / raw if raw > 0 else 0.0
+        out = [(n, v * scale) for n, v in parts]
+        return tuple(out + ([("PP send", p2p)] if o.pp > 1 else []))
+
+    def _tp_comm(self, T: float, pad: float) -> float:
+        """The tensor-parallel all-reduces alone of a step of T tokens (pad dummy rows): _comm's first term."""
+        m, o = self.model, self.opts
+        msg = (T + pad) * m.hidden * _ACT_BYTES
+        return float(2 * m.layers * collectives.all_reduce_time(msg, o.tp, self._c["comm_bw"],
+                                                                 o.tp <= self.hw.fabric_gpus, o.ideal))
+
     def _p2p(self, T: Any) -> Any:
         """Seconds a micro-batch of T tokens spends crossing the pp - 1 stage boundaries: each GPU of a stage sends
         its 1/tp of the hidden states and residual over NVLink inside a node, or over the node link between nodes
@@ -526,7 +560,7 @@ class StepModel:
             flops={"matmul": p.fl_mm, "attention": p.fl_attn, "lm_head": p.fl_lm},
             tokens=int(b.tokens), seqs=b.seqs, experts_touched=p.touched, ridge=self._c["ridge"],
             l2_bytes=self.hw.l2_bytes, layers=self.model.layers, t_attn_memory_s=p.t_attn_mem,
-            t_attn_compute_s=p.t_attn_cmp, t_bubble_s=p.bubble,
+            t_attn_compute_s=p.t_attn_cmp, t_bubble_s=p.bubble, collectives=self.collectives(b, p),
         )
 
     def cost(self, b: Batch) -> StepCost:

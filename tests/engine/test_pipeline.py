@@ -115,3 +115,25 @@ def test_dp_attention_with_tp_inside_each_rank_spreads_experts_over_dp_x_tp() ->
     assert ag._comm(T, 0.0) == pytest.approx(tp_only._comm(T, 0.0) + gathered)
     with pytest.raises(InputError, match="dense"):
         _sm(tp=2, ep=2)
+
+
+def test_the_xray_names_each_collective_with_its_algorithm_and_the_bubble() -> None:
+    from engine.physics.xray import step_xray
+
+    tp8 = _sm(tp=8)
+    # one token: 16 KB, one-shot below 256 KB at 8 GPUs; 64 tokens: 1 MB, two-shot (custom kernel, below 8 MiB)
+    assert [n for n, _ in tp8.decode(1, 100).collectives] == ["AR one-shot"]
+    st = tp8.decode(64, 100)
+    assert [n for n, _ in st.collectives] == ["AR two-shot"]
+    assert sum(v for _, v in st.collectives) == pytest.approx(st.t_comm_s, rel=1e-12)
+    dep = _sm(model="qwen3-235b-a22b", tp=4, ep=2).decode(64, 100)
+    assert [n for n, _ in dep.collectives] == ["AR two-shot", "A2A"]
+    assert sum(v for _, v in dep.collectives) == pytest.approx(dep.t_comm_s, rel=1e-12)
+    pp = _sm(tp=2, pp=4).decode(1, 100)
+    x = step_xray(pp, False)
+    assert [n for n, _ in x.collectives] == ["AR one-shot", "PP send"]
+    assert x.bubble == pp.t_bubble_s > 0
+    assert sum(v for _, v in x.segments()) == pytest.approx(pp.time_s, rel=1e-12)
+    assert x.as_dict()["collectives"][1]["name"] == "PP send"
+    assert "bubble" not in step_xray(tp8.decode(1, 100), False).as_dict()
+    assert _sm().decode(8, 100).collectives == ()

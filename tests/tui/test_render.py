@@ -296,3 +296,16 @@ def test_the_behind_badge_says_what_it_means_when_there_is_room(lang: str) -> No
     assert t(lang, "behind_long", s="5") in wide and "×5" in t(lang, "behind_long", s="5")
     assert t(lang, "behind") in narrow and t(lang, "behind_long", s="5") not in narrow
     assert cell_len(wide) == 120 and cell_len(narrow) == 80
+
+
+def test_xray_bar_splits_communication_by_collective_and_shows_a_bubble() -> None:
+    from engine.physics.xray import XRay
+    from tui.render import xray
+
+    x = XRay(weights=0.010, kv=0.0, compute=0.0, communication=0.003, overhead=0.001, hidden_memory=0.0,
+             hidden_compute=0.0, time_s=0.020, bubble=0.006, collectives=(("AR two-shot", 0.002), ("A2A", 0.001)))
+    names = [(seg, word) for seg, word, _ in xray.pieces(x, "en")]
+    assert ("communication", "AR two-shot") in names and ("communication", "A2A") in names
+    assert ("bubble", "PP bubble") in names and ("communication", "comm") not in names
+    legend = xray.legend(x, "en", 200).plain
+    assert "AR two-shot 2.00 ms" in legend and "A2A 1.00 ms" in legend and "PP bubble 6.00 ms" in legend
