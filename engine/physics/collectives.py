@@ -103,14 +103,26 @@ def all_gather_time(msg: Any, n: int, link_bps: float, fabric: bool, ideal: bool
 EP_COMM = ("all-to-all", "all-gather")
 
 
-def ep_exchange_time(kind: str, routed_bytes: Any, k: int, n: int, link_bps: float, ideal: bool = False) -> Any:
+def ep_exchange_time(kind: str, routed_bytes: Any, k: int, n: int, link_bps: float, ideal: bool = False,
+                     node_gpus: int = 0, node_bps: float | None = None) -> Any:
     """Seconds of one of the two exchanges (dispatch before a MoE layer, combine after) over n expert-parallel
     ranks, each holding routed_bytes = its tokens' hidden states x k (float or array).
 
     all-to-all: each token goes to the ranks of its k experts ((n - 1) / n of the k copies leave the rank), and
     comes back the same way. all-gather: every rank gathers all n ranks' tokens ((n - 1) x its hidden states in,
     once, whatever k is), and reduce-scatters the outputs back (the same bytes).
+
+    Across nodes (n ranks over nodes of node_gpus GPUs, n > node_gpus, each GPU with node_bps to the other nodes,
+    the hardware file's node_link_gbps): an all-to-all sends the share for peers on its own node over NVLink and
+    the rest through its NIC at the same time, so the slower of the two sets the time; an all-gather's ring passes
+    every share over every link of the ring, the node links too, so it runs at the node link's pace.
     """
+    spans = node_bps is not None and 0 < node_gpus < n
     if kind == "all-gather":
-        return all_gather_time(routed_bytes / k, n, link_bps, True, ideal)
-    return all_to_all_time(routed_bytes, n, link_bps, ideal)
+        return all_gather_time(routed_bytes / k, n, node_bps if spans and node_bps else link_bps, True, ideal)
+    if not spans or not node_bps:
+        return all_to_all_time(routed_bytes, n, link_bps, ideal)
+    near = routed_bytes * (node_gpus - 1) / n / link_bps
+    far = routed_bytes * (n - node_gpus) / n / node_bps
+    slower = max(near, far) if isinstance(near, float) else np.maximum(near, far)
+    return slower + (0.0 if ideal else A2A_LATENCY_S) * (routed_bytes > 0)

@@ -639,8 +639,9 @@ class StepModel:
                 # of the rank's tokens (sequence-parallel MoE) to the dp x tp expert ranks. All-gather gathers over
                 # the dp ranks only: the tp GPUs of a rank hold the same tokens.
                 routed, n = routed / o.tp, o.ep * o.tp
+            node = self.hw.node_link_gbps * 1e9 if self.hw.node_link_gbps else None
             t = t + 2 * m.moe_layers * collectives.ep_exchange_time(o.ep_comm, routed, m.experts_per_token, n, bw,
-                                                                     o.ideal)
+                                                                     o.ideal, self.hw.fabric_gpus, node)
         return t
 
     def _graph_padding(self, T: Any, attn_full: Any, attn_decode: Any) -> tuple[Any, Any]:
