@@ -21,11 +21,13 @@ class EngineConfig:
     hardware: str = "h100-sxm"
     model: str = "generic-14b"
     tp: int = 1
-    # Expert parallel with data-parallel attention (vLLM --data-parallel-size with --enable-expert-parallel): ep GPUs
-    # (tp 1) each run attention for their own sequences and hold 1/ep of the routed experts; the engine simulates
-    # one rank, so users and rate are that rank's share. ep_comm: how tokens reach their experts.
+    # Expert parallel with data-parallel attention (vLLM --data-parallel-size with --enable-expert-parallel): ep ranks
+    # of tp GPUs each run attention for their own sequences; the routed experts split over all ep x tp GPUs. The
+    # engine simulates one rank, so users and rate are that rank's share. ep_comm: how tokens reach their experts.
     ep: int = 1
     ep_comm: str = "all-to-all"
+    # Pipeline parallel (vLLM --pipeline-parallel-size): pp stages of tp GPUs, each holding a run of the layers.
+    pp: int = 1
     weight_dtype: str | None = None
     kv_dtype: str = "bf16"
     ideal: bool = False
@@ -87,3 +89,8 @@ class EngineConfig:
     kv_remote_latency_ms: float | None = None
     kv_tier_policy: str = "lru"
     force: bool = False  # run even what the cost estimate (engine.budget) or the memory check would refuse
+
+    @property
+    def group_gpus(self) -> int:
+        """GPUs one engine runs on: tp per pipeline stage, pp stages (an expert-parallel rank counts its own)."""
+        return self.tp * self.pp

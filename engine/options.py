@@ -132,18 +132,26 @@ OPTIONS: tuple[Option, ...] = (
        "张量并行的 GPU 数（默认 {default}）",
        default=1, lo=1, axis="tensor-parallel degrees per replica, e.g. 1,2,4,8 (default 1)"),
     _o("ep", "--ep --data-parallel-size -dp", "int", HW, "s_hardware",
-       "expert parallel over N GPUs with data-parallel attention (vLLM's --data-parallel-size with"
-       " --enable-expert-parallel): each GPU runs attention for its own users and holds 1/N of the routed experts;"
-       " a MoE model and --tp 1; users and rate are one GPU's share (default 1)",
-       "专家并行：N 块 GPU 各自为自己的用户做注意力，路由专家分成 N 份（vLLM 的 --data-parallel-size 加"
-       " --enable-expert-parallel）；需要 MoE 模型且 --tp 1；users 和 rate 指单块 GPU 的份额（默认 {default}）",
-       default=1, lo=1, commands=("run", "app", "step")),
+       "expert parallel over N data-parallel ranks of --tp GPUs each (vLLM's --data-parallel-size with"
+       " --enable-expert-parallel): each rank runs attention (tensor parallel inside it) for its own users, the routed"
+       " experts are split over all N x tp GPUs; a MoE model; users and rate are one rank's share (default 1)",
+       "专家并行：N 个数据并行 rank（每个 --tp 块 GPU）各自为自己的用户做注意力（rank 内张量并行），路由专家分到全部"
+       " N x tp 块 GPU 上（vLLM 的 --data-parallel-size 加 --enable-expert-parallel）；需要 MoE 模型；users 和 rate"
+       " 指单个 rank 的份额（默认 {default}）",
+       default=1, lo=1, commands=("run", "app", "plan", "step"),
+       axis="expert-parallel data-parallel ranks per replica, e.g. 1,2,4; each rank an engine of its own (default 1)"),
     _o("ep_comm", "--ep-comm", "choice", HW, "s_hardware",
        "how tokens reach their experts under --ep: all-to-all (dispatch and combine) or all-gather (every token to"
        " every GPU, vLLM's allgather_reducescatter backend) (default all-to-all)",
        "--ep 时令牌如何到达专家：all-to-all（分发与合并）或 all-gather（每个令牌发往每块 GPU，即 vLLM 的"
        " allgather_reducescatter 后端）（默认 {default}）",
        default="all-to-all", choices="engine.physics.collectives:EP_COMM", commands=("run", "app", "step")),
+    _o("pp", "--pp --pipeline-parallel-size -pp", "int", HW, "s_hardware",
+       "pipeline-parallel stages of --tp GPUs each (vLLM's --pipeline-parallel-size): each holds a run of the"
+       " layers, the batch moves through them as micro-batches (default 1)",
+       "流水线并行的段数，每段 --tp 块 GPU（vLLM 的 --pipeline-parallel-size）：每段持有一段连续的层，批次分成"
+       "微批依次流过各段（默认 {default}）",
+       default=1, lo=1, axis="pipeline-parallel stages per replica, e.g. 1,2,4 (default 1)"),
     _o("model", "--model -m", "text", HW, "s_model",
        "model preset, TOML file or Hugging Face config.json (default generic-14b)",
        "模型预设名、TOML 文件或 Hugging Face 的 config.json（默认 {default}）", default="generic-14b",

@@ -18,7 +18,8 @@ GIB_GB = 1.073741824  # --kv-offloading-size is in GiB (vLLM's CacheConfig); tok
 # vLLM's spellings of the same option: passed on as tokensim's name.
 SAME = {"-tp": "--tp", "--tensor-parallel-size": "--tp", "--max-num-seqs": "--max-batch",
         "--max-num-batched-tokens": "--max-batched-tokens", "--gpu-memory-utilization": "--gpu-memory-utilization",
-        "--max-model-len": "--max-model-len", "--model": "--model", "--data-parallel-size": "--ep", "-dp": "--ep"}
+        "--max-model-len": "--max-model-len", "--model": "--model", "--data-parallel-size": "--ep", "-dp": "--ep",
+        "--pipeline-parallel-size": "--pp", "-pp": "--pp"}
 SWITCHES = {"--enable-prefix-caching": ["--prefix-caching", "on"], "--no-enable-prefix-caching": ["--prefix-caching",
             "off"], "--enable-chunked-prefill": ["--scheduler", "chunked"],
             "--no-enable-chunked-prefill": ["--scheduler", "continuous"],

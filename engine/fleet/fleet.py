@@ -188,7 +188,7 @@ class Fleet:
     @property
     def gpus(self) -> int:
         """Every GPU of every replica."""
-        return self.spec.config.tp * self.spec.replicas
+        return self.spec.config.group_gpus * self.spec.replicas
 
     @property
     def cost_per_hour(self) -> float:
@@ -528,7 +528,7 @@ class Fleet:
         sm = self.step_model
         slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
         return run_metrics([r.lane for r in reps], self.reps[0].rates(), self.ticks, sm.kv_capacity_bytes,
-                           sm.kv_bytes_per_token, slo, cfg.tp, self.src.stages).as_dict()
+                           sm.kv_bytes_per_token, slo, cfg.group_gpus, self.src.stages).as_dict()
 
     def metrics(self) -> dict[str, Any]:
         """`run --json`'s fleet-wide keys over every replica, plus `replicas` (one summary each) and the router.
@@ -564,8 +564,8 @@ class Fleet:
         if self.scaler is not None:
             times = np.concatenate([r.lane.stats.times.last() for r in self.back])
             cfg = self.spec.config
-            m["autoscale"] = self.scaler.report(m["sim_time_s"], cfg.tp, times[:, T.ARRIVAL], self.latencies()[:, 0],
-                                                cfg.slo_ttft)
+            m["autoscale"] = self.scaler.report(m["sim_time_s"], cfg.group_gpus, times[:, T.ARRIVAL],
+                                                self.latencies()[:, 0], cfg.slo_ttft)
         return m
 
 

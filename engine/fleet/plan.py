@@ -48,23 +48,32 @@ class Point:
     max_num_seqs: int
     max_num_batched_tokens: int
     router: str
+    # Expert parallel with DP attention (ep ranks of tp GPUs per replica) and pipeline stages (pp of tp GPUs).
+    ep: int = 1
+    pp: int = 1
+
+    @property
+    def replica_gpus(self) -> int:
+        """GPUs one replica runs on: tp per stage, pp stages, ep data-parallel ranks."""
+        return self.tp * self.pp * self.ep
 
     @property
     def gpus(self) -> int:
-        """GPUs the deployment rents: tp per replica."""
-        return self.tp * self.replicas
+        """GPUs the deployment rents: every GPU of every replica."""
+        return self.replica_gpus * self.replicas
 
     def as_dict(self) -> dict[str, Any]:
         """The point's fields for JSON (pd as "P:D" or null)."""
         return {"hardware": self.hardware, "model": self.model, "tp": self.tp, "replicas": self.replicas,
                 "pd": None if self.pd is None else f"{self.pd[0]}:{self.pd[1]}", "gpus": self.gpus,
                 "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
-                "router": self.router}
+                "router": self.router, "ep": self.ep, "pp": self.pp}
 
     def label(self) -> str:
         """A short human name: 'h100-sxm tp2 x4 (1:3) rr seqs256 tok8192'."""
         split = f" ({self.pd[0]}:{self.pd[1]})" if self.pd else ""
-        return (f"{self.hardware} {self.model} tp{self.tp} x{self.replicas}{split} {self.router}"
+        par = (f" ep{self.ep}" if self.ep > 1 else "") + (f" pp{self.pp}" if self.pp > 1 else "")
+        return (f"{self.hardware} {self.model} tp{self.tp}{par} x{self.replicas}{split} {self.router}"
                 f" seqs{self.max_num_seqs} tok{self.max_num_batched_tokens}")
 
 
@@ -81,23 +90,25 @@ class Space:
     max_num_seqs: tuple[int, ...] = (256,)
     max_num_batched_tokens: tuple[int, ...] = (MAX_BATCHED_TOKENS,)
     router: tuple[str, ...] = ("round-robin",)
+    ep: tuple[int, ...] = (1,)
+    pp: tuple[int, ...] = (1,)
 
     def points(self) -> list[Point]:
-        """Every point, in a fixed order (hardware, model, tp, layout, knobs, router)."""
+        """Every point, in a fixed order (hardware, model, tp, layout, knobs, router, then ep and pp)."""
         layouts: list[tuple[int, tuple[int, int] | None]] = [] if self.pd_only else [(r, None) for r in self.replicas]
         layouts += [(p + d, (p, d)) for p, d in self.pd]
         n = (len(self.hardware) * len(self.model) * len(self.tp) * len(layouts) * len(self.max_num_seqs)
-             * len(self.max_num_batched_tokens) * len(self.router))
+             * len(self.max_num_batched_tokens) * len(self.router) * len(self.ep) * len(self.pp))
         if n > MAX_POINTS:
             raise InputError(f"the search space has {n:,} points, more than {MAX_POINTS:,}: narrow a range")
         out = []
-        for hw, m, tp, (reps, pd), seqs, mbt, router in itertools.product(
+        for hw, m, tp, (reps, pd), seqs, mbt, router, ep, pp in itertools.product(
                 self.hardware, self.model, self.tp, layouts, self.max_num_seqs, self.max_num_batched_tokens,
-                self.router):
-            # A router only matters with more than one replica to choose from: one point, not one per router.
-            if reps == 1 and router != self.router[0]:
+                self.router, self.ep, self.pp):
+            # A router only matters with more than one engine to choose from: one point, not one per router.
+            if reps * ep == 1 and router != self.router[0]:
                 continue
-            out.append(Point(hw, m, tp, reps, pd, seqs, mbt, router))
+            out.append(Point(hw, m, tp, reps, pd, seqs, mbt, router, ep, pp))
         return out
 
 
@@ -212,10 +223,15 @@ def parse_routers(text: str) -> tuple[str, ...]:
 # ---- one point ------------------------------------------------------------------------------------
 
 def fleet_spec(point: Point, base: EngineConfig, kv_link_gbps: float | None = None) -> FleetSpec:
-    """The fleet a point describes on top of the base configuration (workload, runtime, dtypes, seed)."""
+    """The fleet a point describes on top of the base configuration (workload, runtime, dtypes, seed).
+
+    Under expert parallel each replica is ep data-parallel ranks, each an engine of its own that serves the
+    requests routed to it (the step model prices the ranks' shared expert traffic as if all were as busy): the
+    fleet runs replicas x ep engines, so the point's throughput and bill are the whole deployment's."""
     cfg = replace(base, hardware=point.hardware, model=point.model, tp=point.tp, max_batch=point.max_num_seqs,
-                  max_batched_tokens=point.max_num_batched_tokens)
-    return FleetSpec(cfg, replicas=point.replicas, router=point.router, pd=point.pd, kv_link_gbps=kv_link_gbps)
+                  max_batched_tokens=point.max_num_batched_tokens, ep=point.ep, pp=point.pp)
+    return FleetSpec(cfg, replicas=point.replicas * point.ep, router=point.router, pd=point.pd,
+                     kv_link_gbps=kv_link_gbps)
 
 
 def cost_per_hour(point: Point, base: EngineConfig) -> float:
@@ -233,10 +249,12 @@ def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None
     (every replica of a point is the same, so one stands for all); the fleet's estimate scales it to the
     point's replicas, so a point of 4,000 replicas is refused here rather than in a worker.
     """
+    if point.pd is not None and point.ep > 1:
+        return "prefill/decode splits with expert parallel are not modelled: give --pd or --ep, not both"
     try:
         cfg = fleet_spec(point, base).config
         eng = Engine(cfg)
-        est = budget.for_fleet(eng.estimate, point.replicas, eng.kv_blocks_total, cfg.max_batch)
+        est = budget.for_fleet(eng.estimate, point.replicas * point.ep, eng.kv_blocks_total, cfg.max_batch)
         budget.check(est, bounded=True, force=base.force)
     except InputError as e:
         return str(e)
@@ -313,7 +331,8 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
         ok &= ~(tpot > slo.tpot)  # a one-token answer has no TPOT: it cannot miss it
     good = int(ok.sum())
     goodput = good / sim if sim else 0.0
-    watts = energy.run_energy(m, dep.step_model, point.gpus, point.tp, base.price_per_kwh, cost_h / point.gpus) \
+    watts = energy.run_energy(m, dep.step_model, point.gpus, point.replica_gpus, base.price_per_kwh,
+                              cost_h / point.gpus) \
         if base.energy else {}
     return PointResult(point, cost_h, _pct(ttft, q), _pct(tpot, q), _pct(ttft, 99), _pct(tpot, 99), goodput,
                        goodput * 3600.0 / cost_h if cost_h else None, good / ttft.size if ttft.size else 0.0,
@@ -439,7 +458,8 @@ def binding_line(b: dict[str, Any], slo: Slo) -> str:
     lows = ", ".join(f"lowest {slo.key} {k} anywhere {v:.3g} s" for k, v in b["lowest"].items() if v is not None)
     need = " and ".join(f"--slo-{k.lower()} {v:.3g}" for k, v in b["would_need"].items() if v is not None) \
         or "no request to finish"
-    where = (f"{n['hardware']} {n['model']} tp{n['tp']} x{n['replicas']}" + (f" ({n['pd']})" if n["pd"] else "")
+    par = (f" ep{n['ep']}" if n["ep"] > 1 else "") + (f" pp{n['pp']}" if n["pp"] > 1 else "")
+    where = (f"{n['hardware']} {n['model']} tp{n['tp']}{par} x{n['replicas']}" + (f" ({n['pd']})" if n["pd"] else "")
              + f" {n['router']}")
     return (f"no configuration meets the SLOs: {b['binds']} binds ({lows}); nearest: {where} at"
             f" ${n['cost_per_hour']:,.2f}/h, which would need {need}")

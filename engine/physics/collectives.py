@@ -71,6 +71,17 @@ def all_reduce_time(msg: Any, n: int, link_bps: float, fabric: bool, ideal: bool
     return share * msg / link_bps + lat
 
 
+def all_reduce_algorithm(msg: float, n: int, fabric: bool) -> str:
+    """Which all-reduce runs for a message of `msg` bytes over n GPUs (all_reduce_time's choice, by name):
+    vLLM's custom kernel one-shot or two-shot, else NCCL's ring."""
+    if msg < one_shot_limit(n, fabric) and msg <= CUSTOM_AR_MAX_BYTES:
+        return "one-shot"
+    # the custom kernel's world sizes (custom_all_reduce.py _SUPPORTED_WORLD_SIZES: 2, 4, 6, 8), on a fabric
+    if fabric and msg <= CUSTOM_AR_MAX_BYTES and n in (2, 4, 6, 8):
+        return "two-shot"
+    return "ring"
+
+
 def all_to_all_time(msg: Any, n: int, link_bps: float, ideal: bool = False) -> Any:
     """Seconds of one all-to-all in which each of n GPUs holds `msg` bytes to scatter among all n (its own share
     stays): (n - 1) / n of it crosses its link, plus one fixed latency (the peers are written at once)."""
@@ -92,14 +103,26 @@ def all_gather_time(msg: Any, n: int, link_bps: float, fabric: bool, ideal: bool
 EP_COMM = ("all-to-all", "all-gather")
 
 
-def ep_exchange_time(kind: str, routed_bytes: Any, k: int, n: int, link_bps: float, ideal: bool = False) -> Any:
+def ep_exchange_time(kind: str, routed_bytes: Any, k: int, n: int, link_bps: float, ideal: bool = False,
+                     node_gpus: int = 0, node_bps: float | None = None) -> Any:
     """Seconds of one of the two exchanges (dispatch before a MoE layer, combine after) over n expert-parallel
     ranks, each holding routed_bytes = its tokens' hidden states x k (float or array).
 
     all-to-all: each token goes to the ranks of its k experts ((n - 1) / n of the k copies leave the rank), and
     comes back the same way. all-gather: every rank gathers all n ranks' tokens ((n - 1) x its hidden states in,
     once, whatever k is), and reduce-scatters the outputs back (the same bytes).
+
+    Across nodes (n ranks over nodes of node_gpus GPUs, n > node_gpus, each GPU with node_bps to the other nodes,
+    the hardware file's node_link_gbps): an all-to-all sends the share for peers on its own node over NVLink and
+    the rest through its NIC at the same time, so the slower of the two sets the time; an all-gather's ring passes
+    every share over every link of the ring, the node links too, so it runs at the node link's pace.
     """
+    spans = node_bps is not None and 0 < node_gpus < n
     if kind == "all-gather":
-        return all_gather_time(routed_bytes / k, n, link_bps, True, ideal)
-    return all_to_all_time(routed_bytes, n, link_bps, ideal)
+        return all_gather_time(routed_bytes / k, n, node_bps if spans and node_bps else link_bps, True, ideal)
+    if not spans or not node_bps:
+        return all_to_all_time(routed_bytes, n, link_bps, ideal)
+    near = routed_bytes * (node_gpus - 1) / n / link_bps
+    far = routed_bytes * (n - node_gpus) / n / node_bps
+    slower = max(near, far) if isinstance(near, float) else np.maximum(near, far)
+    return slower + (0.0 if ideal else A2A_LATENCY_S) * (routed_bytes > 0)

@@ -66,6 +66,9 @@ class Hardware:
     # board, 72 in an NVL72 rack, 2 for bridged PCIe cards, 0 for PCIe-only parts. A tensor-parallel group larger
     # than it all-reduces over PCIe (step.py _HOP_LATENCY_S).
     fabric_gpus: int = 8
+    # The link from one GPU to the other nodes, GB/s each way (a pipeline stage boundary between nodes crosses it):
+    # one NIC per GPU in HGX/DGX systems. None: the file does not say, and nothing may span nodes.
+    node_link_gbps: float | None = None
     # Board power, watts (engine.physics.energy): at idle (clocks parked, memory refreshed) and the board's power
     # limit (TDP). None: the file does not say, and energy cannot be reported for the part.
     idle_power_w: float | None = None
@@ -346,6 +349,7 @@ def hardware_from_mapping(d: dict[str, Any], where: str) -> Hardware:
         # absent: a fabric of 8 where the interconnect is faster than any PCIe x16 link (PCIe 6: 256 GB/s both ways)
         fabric_gpus=int(V.optional(d, "fabric_gpus", V.whole, where, 8 if vals["interconnect_gbps"] > 256 else 0,
                                    hi=1_000_000)),
+        node_link_gbps=V.optional(d, "node_link_gbps", V.positive, where, None, hi=1e7),
         **_power(d, where), **_kv_tier_links(d, where),
     )
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.config import MAX_BATCHED_TOKENS
 from engine.errors import InputError
-from engine.physics import collectives, moe, vllm_memory
+from engine.physics import collectives, moe, pipeline, vllm_memory
 from engine.physics.batch import Batch
 from engine.physics.calibration import Runtime, load_runtime
 from engine.physics.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
@@ -28,6 +28,10 @@ from engine.search import first_true
 _ACT_HIDDEN_PASSES = 8
 _ACT_FFN_PASSES = 3
 _ACT_BYTES = 2  # activations stay 16-bit
+# price's constants that belong to the layers (a pipeline stage holds its share of them): weights, KV, activations,
+# FLOPs and the per-layer launch cost.
+_PER_LAYER = ("w_always", "w_expert", "kv_full", "kv_win", "act", "fl_matmul", "fl_expert", "fl_attn_full",
+              "fl_attn_dec", "fl_attn_win", "layer_overhead")
 # Share of device memory held back for activations, CUDA graphs and fragmentation (vLLM's default
 # gpu_memory_utilization = 0.9 leaves the same 10 %).
 RESERVE_FRACTION = 0.10
@@ -44,13 +48,19 @@ class StepOptions:
     runtime: str | Runtime = "vllm"  # a profile name, or a Runtime itself (the fit prices candidate constants)
     compute_mult: float = 1.0
     bandwidth_mult: float = 1.0
-    # Expert parallel with attention data parallel (TensorRT-LLM's "DEP"): ep GPUs (tp 1) each hold every
-    # non-expert weight and run attention for their own sequences; the routed experts are split ep ways.
+    # Expert parallel with attention data parallel (TensorRT-LLM's "DEP", vLLM's --data-parallel-size with
+    # --enable-expert-parallel): ep ranks of tp GPUs each hold every non-expert weight (tp-sharded) and run attention
+    # for their own sequences; the routed experts are split over all ep x tp GPUs, whole (vLLM flattens tp into the
+    # expert-parallel group: each GPU holds E / (ep tp) experts, which reads as many bytes per GPU as E / ep experts
+    # split tp ways, so the weight terms need no change).
     ep: int = 1
     # How expert parallel moves tokens to their experts and back (engine.physics.collectives.EP_COMM): "all-to-all"
     # (each token's hidden state to the ranks of its k experts: DeepEP, pplx) or "all-gather" (every rank gathers
     # all ranks' tokens before the MoE layer and reduce-scatters after: vLLM's allgather_reducescatter backend).
     ep_comm: str = "all-to-all"
+    # Pipeline parallel (vLLM's --pipeline-parallel-size): pp stages of tp GPUs each hold a run of the layers
+    # (engine.physics.pipeline); the step model prices the slowest stage per micro-batch and the bubble.
+    pp: int = 1
     # None: as the weights. Quantised checkpoints (GPTQ, AWQ, ModelOpt) keep the embedding and LM head 16-bit.
     head_dtype: str | None = None
     # The checkpoint's quantisation format ("gptq", "awq"; None: none): which kernel a runtime runs it with.
@@ -122,6 +132,7 @@ class StepParts(NamedTuple):
     t_comm: Any
     over: Any
     time: Any  # the step's wall time (s): its kernels' rooflines, then communication and the fixed cost
+    bubble: Any = 0.0  # pipeline parallel: time the slowest stage sits idle for want of micro-batches
 
     @property
     def flops_total(self) -> Any:
@@ -154,6 +165,9 @@ class StepCost:
     # The attention kernels' share of t_memory_s and t_compute_s (KV traffic, attention FLOPs): see StepModel.price.
     t_attn_memory_s: float = 0.0
     t_attn_compute_s: float = 0.0
+    t_bubble_s: float = 0.0  # pipeline parallel: stage slots with no micro-batch to run
+    # t_comm_s collective by collective: (what and its algorithm, seconds), e.g. ("AR one-shot", 2.1e-4)
+    collectives: tuple[tuple[str, float], ...] = ()
 
     @property
     def bytes_total(self) -> float:
@@ -194,6 +208,7 @@ class StepCost:
             "bound": self.bound, "arithmetic_intensity": self.arithmetic_intensity, "ridge": self.ridge,
             "l2_refills": self.l2_refills, "sm_busy": self.sm_busy, "bw_busy": self.bw_busy,
             "tokens": self.tokens, "seqs": self.seqs, "experts_touched_per_layer": self.experts_touched,
+            **({"t_bubble_s": self.t_bubble_s} if self.t_bubble_s else {}),
         }
 
 
@@ -211,10 +226,14 @@ class StepModel:
     _c: dict[str, float] = field(init=False, repr=False)
     _graphs: np.ndarray | None = field(init=False, repr=False, default=None)
     _graph_list: list[float] = field(init=False, repr=False, default_factory=list)  # the same, for one step
+    # Pipeline parallel: price's constants for each distinct stage, and the fullest stage's share of the layers.
+    _stages: list[dict[str, float]] = field(init=False, repr=False, default_factory=list)
+    _kv_share: float = field(init=False, repr=False, default=1.0)
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
         _check_options(o, m)
+        _check_nodes(o, hw)
         if o.max_model_len is not None:
             self.model = m = replace(m, max_context=int(o.max_model_len))
         self.runtime = o.runtime if isinstance(o.runtime, Runtime) else load_runtime(o.runtime)
@@ -223,6 +242,9 @@ class StepModel:
         compute_dtype = self.edtype if m.is_moe else self.wdtype
         self.roof = Roof(hw.peak_flops(compute_dtype) * o.compute_mult, hw.bandwidth * o.bandwidth_mult)
         self._c = {**self._work_constants(), **self._rate_constants()}
+        if o.pp > 1:
+            self._stages = self._stage_constants()
+            self._kv_share = max(pipeline.stage_layers(m.layers, o.pp)) / m.layers
         # The token counts vLLM captured CUDA graphs for (None: the runtime replays none, or --ideal).
         replays = self.runtime.cuda_graphs and not o.ideal
         self._graphs = graph_sizes(o.max_batch, o.max_batched_tokens) if replays else None
@@ -325,9 +347,38 @@ class StepModel:
         kernel = f"{fmt}-{self.wdtype.split('-')[0]}"
         return self.runtime.quant_layer_overhead_s if kernel in self.runtime.slow_quant_kernels else 0.0
 
+    def _stage_constants(self) -> list[dict[str, float]]:
+        """Pipeline parallel: price's constants for each distinct stage (the first, the fullest middle one, the
+        last), each stage's layers a share of the whole model's. Layer-bound terms scale with the share (a stage's
+        MoE and dense layers in the model's proportion); the embedding rows are the first stage's, the LM head the
+        last's, and every stage pays the fixed cost of a forward pass."""
+        c, m, o = self._c, self.model, self.opts
+        parts = pipeline.stage_layers(m.layers, o.pp)
+        mid = max(parts[1:-1], default=0)
+        picks = {(parts[0], True, False), (parts[-1], False, True)} | ({(mid, False, False)} if mid else set())
+        out = []
+        for n, first, last in sorted(picks, key=lambda x: (not x[1], x[2])):
+            f = n / m.layers
+            d = dict(c)
+            for k in _PER_LAYER:
+                d[k] = c[k] * f
+            d["w_row"] = c["w_row"] if first else 0.0
+            d["w_lm_head"], d["fl_lm"] = (c["w_lm_head"], c["fl_lm"]) if last else (0.0, 0.0)
+            d["overhead"] = 0.0 if o.ideal else self.runtime.step_overhead_s + n * self._quant_layer_overhead()
+            d["layer_share"] = f
+            out.append(d)
+        return out
+
     # ---- memory budget ----------------------------------------------------------------------
     @property
     def weight_bytes_per_gpu(self) -> float:
+        """Weight bytes one GPU holds (pipeline parallel: the fullest stage's GPU)."""
+        if self.opts.pp > 1:
+            return max(self._stage_weight_bytes(self._whole_weight_bytes()))
+        return self._whole_weight_bytes()
+
+    def _whole_weight_bytes(self) -> float:
+        """Per-GPU weight bytes of the whole model over tp GPUs (1/ep of the routed experts under expert parallel)."""
         o, c = self.opts, self.model.counts
         total = self.model.weight_bytes(o.weight_dtype)
         if o.head_dtype:
@@ -335,6 +386,17 @@ class StepModel:
         if o.ep > 1:  # each GPU keeps 1/ep of the routed experts
             total -= c["expert_all"] * DTYPE_BYTES[self.edtype] * (1 - 1 / o.ep)
         return total / o.tp
+
+    def _stage_weight_bytes(self, whole: float) -> list[float]:
+        """Per-GPU weight bytes of each pipeline stage, first to last, from the whole model's per-GPU bytes: its
+        share of the layers, the embedding table on the first stage, the LM head on the last (with tied embeddings
+        the last stage loads its own copy of the table as the head, as vLLM does)."""
+        o, m, c = self.opts, self.model, self.model.counts
+        hb = DTYPE_BYTES[o.head_dtype or self.wdtype] / o.tp
+        emb, head = c["embed"] * hb, c["lm_head_matrix"] * hb
+        body = whole - emb - c["lm_head_separate"] * hb
+        parts = pipeline.stage_layers(m.layers, o.pp)
+        return [body * n / m.layers + emb * (s == 0) + head * (s == o.pp - 1) for s, n in enumerate(parts)]
 
     @property
     def reserve_bytes(self) -> float:
@@ -352,13 +414,21 @@ class StepModel:
 
     @property
     def kv_capacity_bytes(self) -> float:
-        """Per-GPU bytes left for the KV pool: memory minus weights minus the reserve (may be < 0)."""
+        """Per-GPU bytes left for the KV pool: memory minus weights minus the reserve (may be < 0). Pipeline
+        parallel: the stage that runs out of room first sets how many tokens the pool holds, given here in bytes of
+        the fullest stage's kv_bytes_per_token."""
+        if self.opts.pp > 1:
+            o, m = self.opts, self.model
+            room = [(self.hw.memory_bytes - w - self.reserve_bytes) / (n / m.layers)
+                    for w, n in zip(self._stage_weight_bytes(self._whole_weight_bytes()),
+                                    pipeline.stage_layers(m.layers, o.pp), strict=True)]
+            return min(room) * self._kv_share
         return self.hw.memory_bytes - self.weight_bytes_per_gpu - self.reserve_bytes
 
     @property
     def kv_bytes_per_token(self) -> float:
         """Per-GPU KV bytes one cached token holds (sliding layers count too, up to their window)."""
-        return self._c["kv_full"] + self._c["kv_win"]
+        return (self._c["kv_full"] + self._c["kv_win"]) * self._kv_share
 
     def check_fits(self) -> None:
         """Raise a one-line InputError when the weights alone overflow the GPU, with what would fit."""
@@ -391,7 +461,7 @@ class StepModel:
         total = c["kv_full"] * float(ctx.sum())
         if c["kv_win"]:
             total += c["kv_win"] * float(self.model.local_cached(ctx).sum())
-        return total
+        return total * self._kv_share if self.opts.pp > 1 else total
 
     # ---- pricing ----------------------------------------------------------------------------
     def price(self, b: Batch) -> StepParts:
@@ -408,7 +478,75 @@ class StepModel:
         lg = b.logits
         if not isinstance(lg, (int, float, np.integer)):
             lg = np.asarray(lg)
-        return self._agg(T, lg, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode)
+        if self.opts.pp > 1:
+            return self._pipelined(T, lg, b)
+        return self._agg(self._c, T, lg, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode)
+
+    def _pipelined(self, T: Any, lg: Any, b: Batch) -> StepParts:
+        """Pipeline parallel (engine.physics.pipeline): the batch runs as m = min(pp, seqs) micro-batches; every
+        sequence gets its token after pp slots of the slowest stage's time per micro-batch plus the sends between
+        stages. Bytes, FLOPs and busy times are the slowest stage's GPU's over the round (m micro-batches), so
+        bandwidth use and MFU read per GPU as without stages; the empty slots are the bubble."""
+        pp = self.opts.pp
+        mb = pipeline.micro_batches(pp, b.seqs)
+        af = b.attn_full / mb
+        ad = af if b.attn_decode is b.attn_full else b.attn_decode / mb
+        slow: StepParts | None = None
+        for c in self._stages:
+            p = self._agg(c, T / mb, lg / mb, b.sum_ctx / mb, b.sum_win / mb, af, b.attn_win / mb, ad)
+            slow = p if slow is None else _slower(p, slow)
+        assert slow is not None
+        p2p = self._p2p(T / mb)
+        return StepParts(slow.weights * mb, slow.kv_read * mb, slow.kv_write * mb, slow.act * mb, slow.fl_mm * mb,
+                         slow.fl_attn * mb, slow.fl_lm * mb, slow.touched, slow.t_mem * mb, slow.t_cmp * mb,
+                         slow.t_attn_mem * mb, slow.t_attn_cmp * mb, slow.t_comm * mb + p2p, slow.over * mb,
+                         pipeline.round_time(slow.time, pp, p2p), (pp - mb) * slow.time)
+
+    def collectives(self, b: Batch, p: StepParts) -> tuple[tuple[str, float], ...]:
+        """One step `b` (priced as `p`) its communication collective by collective, each named with its algorithm:
+        "AR one-shot" / "AR two-shot" / "AR ring" (tensor-parallel all-reduces), "A2A" or "AG/RS" (expert-parallel
+        dispatch and combine), "PP send" (activations between pipeline stages). They add up to p.t_comm."""
+        o, m = self.opts, self.model
+        if float(b.tokens) <= 0 or (o.tp == 1 and o.ep == 1 and o.pp == 1):
+            return ()
+        mb = float(pipeline.micro_batches(o.pp, b.seqs)) if o.pp > 1 else 1.0
+        T = float(b.tokens) / mb
+        pad = self._graph_padding(T, 0.0, 0.0)[0]
+        parts: list[tuple[str, float]] = []
+        if o.tp > 1:
+            msg = (T + pad) * m.hidden * _ACT_BYTES
+            algo = collectives.all_reduce_algorithm(msg, o.tp, o.tp <= self.hw.fabric_gpus)
+            parts.append((f"AR {algo}", self._tp_comm(T, pad)))
+        if o.ep > 1:  # what _comm adds to the all-reduces
+            exchange = float(self._comm(T, pad)) - sum(v for _, v in parts)
+            parts.append(("A2A" if o.ep_comm == "all-to-all" else "AG/RS", exchange))
+        p2p = float(self._p2p(T)) if o.pp > 1 else 0.0
+        # the layer terms as priced (a pipeline's slowest stage's share of the layers, over its micro-batches)
+        raw = sum(v for _, v in parts)
+        scale = (float(p.t_comm) - p2p) / raw if raw > 0 else 0.0
+        out = [(n, v * scale) for n, v in parts]
+        return tuple(out + ([("PP send", p2p)] if o.pp > 1 else []))
+
+    def _tp_comm(self, T: float, pad: float) -> float:
+        """The tensor-parallel all-reduces alone of a step of T tokens (pad dummy rows): _comm's first term."""
+        m, o = self.model, self.opts
+        msg = (T + pad) * m.hidden * _ACT_BYTES
+        return float(2 * m.layers * collectives.all_reduce_time(msg, o.tp, self._c["comm_bw"],
+                                                                 o.tp <= self.hw.fabric_gpus, o.ideal))
+
+    def _p2p(self, T: Any) -> Any:
+        """Seconds a micro-batch of T tokens spends crossing the pp - 1 stage boundaries: each GPU of a stage sends
+        its 1/tp of the hidden states and residual over NVLink inside a node, or over the node link between nodes
+        (the hardware file's node_link_gbps)."""
+        o, m, hw = self.opts, self.model, self.hw
+        msg = pipeline.P2P_TENSORS * T * m.hidden * _ACT_BYTES / o.tp
+        across = pipeline.boundaries_across_nodes(o.pp, o.tp, hw.fabric_gpus)
+        lat = 0.0 if o.ideal else collectives.HOP_LATENCY_S["fabric" if hw.fabric_gpus > 1 else "pcie"]
+        t = (o.pp - 1 - across) * (msg / self._c["comm_bw"] + lat * (msg > 0))
+        if across:
+            node = (hw.node_link_gbps or 0.0) * 1e9
+            t = t + across * (msg / node + (0.0 if o.ideal else pipeline.NODE_HOP_S) * (msg > 0))
+        return t
 
     def record(self, b: Batch, p: StepParts) -> StepCost:
         """The StepCost record (what the floor, the explain screen and --json show) of one step `b` priced as
@@ -422,17 +560,18 @@ class StepModel:
             flops={"matmul": p.fl_mm, "attention": p.fl_attn, "lm_head": p.fl_lm},
             tokens=int(b.tokens), seqs=b.seqs, experts_touched=p.touched, ridge=self._c["ridge"],
             l2_bytes=self.hw.l2_bytes, layers=self.model.layers, t_attn_memory_s=p.t_attn_mem,
-            t_attn_compute_s=p.t_attn_cmp,
+            t_attn_compute_s=p.t_attn_cmp, t_bubble_s=p.bubble, collectives=self.collectives(b, p),
         )
 
     def cost(self, b: Batch) -> StepCost:
         """One step `b` priced and recorded: record(b, price(b))."""
         return self.record(b, self.price(b))
 
-    def _agg(self, T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any, attn_win: Any,
-             attn_decode: Any) -> StepParts:
-        """price's bytes, FLOPs and times, written so that floats and numpy arrays both go through."""
-        c, m = self._c, self.model
+    def _agg(self, c: dict[str, float], T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any,
+             attn_win: Any, attn_decode: Any) -> StepParts:
+        """price's bytes, FLOPs and times with constants `c` (the model's, or one pipeline stage's), written so that
+        floats and numpy arrays both go through."""
+        m = self.model
         touched = self._touched(T) if m.is_moe else 0.0 * T
         pad, full = self._graph_padding(T, attn_full, attn_decode)
         head = c["w_lm_head"] * (logits > 0)
@@ -467,7 +606,7 @@ class StepModel:
         t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
         t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
         busy = T > 0  # an empty step moves nothing and pays no fixed cost
-        t_comm = self._comm(T, pad)
+        t_comm = self._comm(T, pad) if c is self._c else self._comm(T, pad) * c["layer_share"]
         over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
         time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, self.opts.ideal) + t_comm + over
         return StepParts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
@@ -494,8 +633,15 @@ class StepModel:
             t = 2 * m.layers * collectives.all_reduce_time(msg, o.tp, bw, o.tp <= self.hw.fabric_gpus, o.ideal)
         if o.ep > 1:
             routed = T * m.experts_per_token * m.hidden * _ACT_BYTES  # each token's hidden state, once per expert
-            t = t + 2 * m.moe_layers * collectives.ep_exchange_time(o.ep_comm, routed, m.experts_per_token, o.ep,
-                                                                     bw, o.ideal)
+            n = o.ep
+            if o.tp > 1 and o.ep_comm == "all-to-all":
+                # DP attention with tp > 1 (vLLM: experts over dp x tp ranks): each GPU of a rank dispatches its 1/tp
+                # of the rank's tokens (sequence-parallel MoE) to the dp x tp expert ranks. All-gather gathers over
+                # the dp ranks only: the tp GPUs of a rank hold the same tokens.
+                routed, n = routed / o.tp, o.ep * o.tp
+            node = self.hw.node_link_gbps * 1e9 if self.hw.node_link_gbps else None
+            t = t + 2 * m.moe_layers * collectives.ep_exchange_time(o.ep_comm, routed, m.experts_per_token, n, bw,
+                                                                     o.ideal, self.hw.fabric_gpus, node)
         return t
 
     def _graph_padding(self, T: Any, attn_full: Any, attn_decode: Any) -> tuple[Any, Any]:
@@ -556,8 +702,13 @@ def _check_options(o: StepOptions, m: Model) -> None:
     if not _splits_heads(m, o.tp):
         raise InputError(f"--tp {o.tp} does not split {m.name}'s {m.heads} attention heads and {m.kv_heads} KV "
                          f"heads evenly; try --tp {_even_tp(m, o.tp)}")
-    if o.ep > 1 and (o.tp > 1 or not m.is_moe):
-        raise InputError("expert parallel (ep > 1) needs a mixture-of-experts model and tp 1")
+    if o.ep > 1 and not m.is_moe:
+        raise InputError(f"expert parallel (--ep / --data-parallel-size > 1) needs a mixture-of-experts model;"
+                         f" {m.name} is dense")
+    if o.pp < 1 or int(o.pp) != o.pp:
+        raise InputError(f"--pipeline-parallel-size must be a whole number >= 1, got {o.pp}")
+    if o.pp > m.layers:
+        raise InputError(f"--pipeline-parallel-size {o.pp} is more stages than {m.name}'s {m.layers} layers")
     if o.ep_comm not in collectives.EP_COMM:
         raise InputError(f"expert-parallel exchange must be one of {', '.join(collectives.EP_COMM)}, got "
                          f"{o.ep_comm!r}")
@@ -572,6 +723,24 @@ def _check_options(o: StepOptions, m: Model) -> None:
         if o.max_model_len > m.max_context:
             raise InputError(f"--max-model-len {o.max_model_len:,} is longer than {m.name}'s context of "
                              f"{m.max_context:,} tokens")
+
+
+def _check_nodes(o: StepOptions, hw: Hardware) -> None:
+    """One clear InputError when a pipeline spans more GPUs than one fabric joins and the hardware file does not say
+    how its nodes connect."""
+    gpus = o.tp * o.pp
+    if o.pp > 1 and hw.fabric_gpus and gpus > hw.fabric_gpus and hw.node_link_gbps is None:
+        raise InputError(f"--tp {o.tp} x --pipeline-parallel-size {o.pp} = {gpus} GPUs spans more than one node of"
+                         f" {hw.fabric_gpus} {hw.name}, and its hardware file has no node_link_gbps (how nodes"
+                         " connect)")
+
+
+def _slower(a: StepParts, b: StepParts) -> StepParts:
+    """Of two stages' priced parts (floats, or arrays of many steps), the slower one's, step by step."""
+    if isinstance(a.time, float) and isinstance(b.time, float):
+        return a if a.time > b.time else b
+    mask = np.asarray(a.time) > np.asarray(b.time)
+    return StepParts(*(np.where(mask, x, y) for x, y in zip(a, b, strict=True)))
 
 
 def graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> np.ndarray:

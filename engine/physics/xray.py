@@ -4,8 +4,10 @@ The step model's time is one roofline per kernel group plus fixed costs (engine.
 --ideal one max(memory, compute) over the whole step; calibrated, the attention kernels' roofline plus the
 matmul kernels' (they run one after the other). Each roofline is paid at its winning term, so the step's time
 is exactly: the weights (and activations) read where the matmuls wait on memory, the KV read/write where the
-attention waits on memory, the compute where either waits on the SMs, then all-reduces and the fixed overhead.
-The losing terms run hidden underneath; they are reported beside, not added.
+attention waits on memory, the compute where either waits on the SMs, then the collectives and the fixed overhead,
+and under pipeline parallel the bubble (the slowest stage's slots with no micro-batch to run). The losing terms run
+hidden underneath; they are reported beside, not added. The communication segment is also given collective by
+collective, each with the algorithm it runs (StepCost.collectives: "AR one-shot", "A2A", "PP send", ...).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import asdict, dataclass
 from engine.physics.step import StepCost
 
 # The segments, in display order; their names on screen are scenes.words.SEGMENT_WORDS.
-SEGMENTS = ("weights", "kv", "compute", "communication", "overhead")
+SEGMENTS = ("weights", "kv", "compute", "communication", "overhead", "bubble")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +32,23 @@ class XRay:
     hidden_memory: float  # memory time that ran under compute-bound kernels
     hidden_compute: float  # compute time that ran under memory-bound kernels
     time_s: float
+    bubble: float = 0.0  # pipeline parallel: slots of the slowest stage with no micro-batch
+    collectives: tuple[tuple[str, float], ...] = ()  # the communication segment, collective by collective
 
     def segments(self) -> tuple[tuple[str, float], ...]:
         """(name, seconds) in display order; they add up to the step time."""
         return tuple((n, getattr(self, n)) for n in SEGMENTS)
 
-    def as_dict(self) -> dict[str, float]:
-        """JSON-ready fields."""
-        return asdict(self)
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready fields (the bubble and the collectives only where a step has them)."""
+        d: dict[str, object] = asdict(self)
+        if not self.bubble:
+            del d["bubble"]
+        if self.collectives:
+            d["collectives"] = [{"name": n, "seconds": v} for n, v in self.collectives]
+        else:
+            del d["collectives"]
+        return d
 
 
 def step_xray(cost: StepCost, ideal: bool) -> XRay:
@@ -60,4 +71,5 @@ def step_xray(cost: StepCost, ideal: bool) -> XRay:
         w, hc_m, c_m, hm_m = (mm, mc, 0.0, 0.0) if mm >= mc else (0.0, 0.0, mc, mm)
         c, hm, hc = c_a + c_m, hm_a + hm_m, hc_a + hc_m
     return XRay(weights=w, kv=k, compute=c, communication=cost.t_comm_s, overhead=cost.t_overhead_s,
-                hidden_memory=hm, hidden_compute=hc, time_s=cost.time_s)
+                hidden_memory=hm, hidden_compute=hc, time_s=cost.time_s, bubble=cost.t_bubble_s,
+                collectives=cost.collectives)

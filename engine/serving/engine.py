@@ -392,7 +392,7 @@ class Engine:
         """Per-GPU peaks (the step model's roof, what-if knobs applied) and the price of one lane's GPU group."""
         sm, cfg = self._sm, self._cfg
         price = cfg.price_per_hour if cfg.price_per_hour is not None else sm.hw.price_per_hour
-        return Rates(sm.roof.peak_flops, sm.roof.bandwidth, price * cfg.tp / 3600.0)
+        return Rates(sm.roof.peak_flops, sm.roof.bandwidth, price * cfg.group_gpus / 3600.0)
 
     def snapshot(self) -> Snapshot:
         """A read-only frame: the rows the view draws (live requests, the first queued, the last finished),
@@ -485,7 +485,7 @@ class Engine:
         slo = cfg.slo_ttft is not None or cfg.slo_tpot is not None
         stages = self._lanes[0].source.stages
         out = run_metrics(lanes, self.rates(), self._tick, sm.kv_capacity_bytes, sm.kv_bytes_per_token, slo,
-                          cfg.tp, stages).as_dict()
+                          cfg.group_gpus, stages).as_dict()
         tiers = tier_report([ln.pool.tiers for ln in lanes if ln.pool.tiers is not None], sm.kv_bytes_per_token)
         if tiers is not None:
             out["kv_tiers"] = tiers

@@ -212,3 +212,24 @@ def test_plan_prices_energy_only_when_asked() -> None:
     assert r1.joules_per_output_token * out_tokens == pytest.approx(r1.kw_per_replica * 1000 * r1.sim_time_s)
     assert r2.joules_per_output_token is not None and r2.joules_per_output_token > r1.joules_per_output_token
     assert "energy_share_of_cost" in r1.as_dict()
+
+
+def test_ep_and_pp_are_grid_axes_that_count_every_gpu() -> None:
+    """A point with expert parallel runs ep data-parallel engines per replica and one with stages tp x pp GPUs
+    each: its GPUs, its bill and its throughput are the whole deployment's."""
+    s = _space(model=("qwen3-30b-a3b",), ep=(1, 2), pp=(1, 2))
+    pts = s.points()
+    assert [(p.ep, p.pp, p.gpus) for p in pts] == [(1, 1, 1), (1, 2, 2), (2, 1, 2), (2, 2, 4)]
+    assert "ep2 pp2" in pts[-1].label()
+    base = EngineConfig(rate=6, users=0, requests=60, prompt="400", output="60")
+    one, ep2, pp2 = (pl.evaluate(p, base, SLO) for p in (pts[0], pts[2], pts[1]))
+    price = 2.5  # h100-sxm's preset $/GPU-hour
+    assert (one.cost_per_hour, ep2.cost_per_hour, pp2.cost_per_hour) == (price, 2 * price, 2 * price)
+    # every request served, by the two ranks together: the offered load, not one rank's half of it
+    assert ep2.requests_completed == one.requests_completed == 60
+    assert ep2.throughput_out_tok_s == pytest.approx(one.throughput_out_tok_s, rel=0.15)
+    # twice the GPUs at the same load: about twice the dollars per token
+    assert ep2.usd_per_mtok > 1.6 * one.usd_per_mtok
+    assert ep2.as_dict()["config"]["gpus"] == 2 and pp2.as_dict()["config"]["pp"] == 2
+    split = pl.Point("h100-sxm", "qwen3-30b-a3b", 1, 2, (1, 1), 256, 8192, "round-robin", ep=2)
+    assert "not modelled" in (pl.prune(split, base) or "")

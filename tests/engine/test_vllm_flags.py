@@ -42,3 +42,11 @@ def test_vllm_args_expand_in_place_so_later_tokensim_flags_win() -> None:
     assert argv == ["run", "--tp", "8", "--model", "generic-14b", "--tp", "2", "--max-batch", "32", "--max-batch", "16",
                     "--prefix-caching", "on"]
     assert notes == []
+
+
+def test_pipeline_and_dp_attention_with_tp_read_as_vllm_spells_them() -> None:
+    from engine.vllm_flags import translate
+
+    words, notes = translate(["vllm", "serve", "m", "--pipeline-parallel-size", "2", "-tp", "4", "-dp", "2",
+                              "--enable-expert-parallel", "-pp", "3"])
+    assert words == ["--model", "m", "--pp", "2", "--tp", "4", "--ep", "2", "--pp", "3"] and notes == []

@@ -308,3 +308,16 @@ def test_kv_tier_hits_are_one_short_line_on_the_kv_panel() -> None:
     assert KvQueue().title_for(build_frame(snap)) == "KV pool and queue over time · hits GPU 12 % · host 5.0 % · disk 70 %"
     assert kvqueue.tier_hits(build_frame(make_snapshot(4))) == ""
     assert KvQueue().title_for(build_frame(make_snapshot(4))) == "KV pool and queue over time"
+
+
+def test_xray_bar_splits_communication_by_collective_and_shows_a_bubble() -> None:
+    from engine.physics.xray import XRay
+    from tui.render import xray
+
+    x = XRay(weights=0.010, kv=0.0, compute=0.0, communication=0.003, overhead=0.001, hidden_memory=0.0,
+             hidden_compute=0.0, time_s=0.020, bubble=0.006, collectives=(("AR two-shot", 0.002), ("A2A", 0.001)))
+    names = [(seg, word) for seg, word, _ in xray.pieces(x, "en")]
+    assert ("communication", "AR two-shot") in names and ("communication", "A2A") in names
+    assert ("bubble", "PP bubble") in names and ("communication", "comm") not in names
+    legend = xray.legend(x, "en", 200).plain
+    assert "AR two-shot 2.00 ms" in legend and "A2A 1.00 ms" in legend and "PP bubble 6.00 ms" in legend

@@ -137,4 +137,4 @@ def test_expert_parallel_is_asked_for_by_tokensim_and_vllm_names(capsys: pytest.
         tpot[bool(extra)] = json.loads(capsys.readouterr().out)["tpot_p50"]
     assert tpot[True] < tpot[False]
     assert main(["run", "--ep", "2", "--requests", "5"]) == 2
-    assert "needs a mixture-of-experts model and tp 1" in capsys.readouterr().err
+    assert "needs a mixture-of-experts model" in capsys.readouterr().err

@@ -69,6 +69,7 @@ def step_model_from_args(args: argparse.Namespace) -> StepModel:
     model = load_model(args.model)
     sm = StepModel(hw, model, StepOptions(tp=args.tp, ep=getattr(args, "ep", 1),
                                           ep_comm=getattr(args, "ep_comm", "all-to-all"),
+                                          pp=getattr(args, "pp", 1),
                                           weight_dtype=args.dtype, kv_dtype=args.kv_dtype,
                                           ideal=args.ideal, runtime=args.runtime or "vllm"))
     sm.check_fits()

@@ -103,7 +103,8 @@ def space_from_args(args: argparse.Namespace) -> pl.Space:
     return pl.Space(hardware=hardware, model=models, tp=pl.parse_ints(args.tp, "--tp"), replicas=replicas, pd=pd,
                     pd_only=args.pd_only, max_num_seqs=pl.parse_ints(args.max_batch, "--max-num-seqs"),
                     max_num_batched_tokens=pl.parse_ints(args.max_batched_tokens, "--max-num-batched-tokens"),
-                    router=pl.parse_routers(args.router))
+                    router=pl.parse_routers(args.router), ep=pl.parse_ints(args.ep, "--ep"),
+                    pp=pl.parse_ints(args.pp, "--pipeline-parallel-size"))
 
 
 def base_from_args(args: argparse.Namespace, space: pl.Space) -> Any:
@@ -111,7 +112,8 @@ def base_from_args(args: argparse.Namespace, space: pl.Space) -> Any:
     (rate x duration) and drained, so an overloaded deployment shows its backlog in TTFT instead of leaving
     unfinished requests out of the percentiles."""
     ns = argparse.Namespace(**vars(args))
-    ns.hardware, ns.model, ns.tp = space.hardware[0], space.model[0], space.tp[0]
+    ns.hardware, ns.model, ns.tp, ns.ep, ns.pp = space.hardware[0], space.model[0], space.tp[0], space.ep[0], \
+        space.pp[0]
     ns.max_batch, ns.max_batched_tokens = space.max_num_seqs[0], space.max_num_batched_tokens[0]
     base = O.config_from(ns)
     for spec, what, lo in ((base.prompt, "--prompt", 1), (base.output, "--output", 1), (base.think, "--think", 0),

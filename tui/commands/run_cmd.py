@@ -73,11 +73,11 @@ def build(args: argparse.Namespace) -> Engine | Fleet:
     O.check_fleet_options(args, spec)
     replicas = spec.replicas
     engine = engine_for(spec)
-    gpus = engine.gpus if isinstance(engine, Fleet) else cfg.tp
+    gpus = engine.gpus if isinstance(engine, Fleet) else cfg.group_gpus
     if args.budget_per_hour is not None:
         price = cfg.price_per_hour if cfg.price_per_hour is not None else engine.step_model.hw.price_per_hour
         if price * gpus > args.budget_per_hour + 1e-9:
-            most = int(args.budget_per_hour // (price * cfg.tp)) if price else replicas
+            most = int(args.budget_per_hour // (price * cfg.group_gpus)) if price else replicas
             raise InputError(f"{replicas} replica(s) of tp{cfg.tp} {engine.step_model.hw.name} ({gpus} GPUs) cost"
                              f" ${price * gpus:,.2f}/h, over --budget-per-hour {args.budget_per_hour:g}:"
                              f" it allows at most {most} replica(s)")
@@ -175,10 +175,10 @@ def offered_rate(cfg: Any, m: dict[str, Any]) -> float:
 def energy_of(engine: Engine | Fleet, m: dict[str, Any]) -> dict[str, Any]:
     """The run's energy (engine.physics.energy) from its metrics: every GPU of every lane or replica."""
     cfg = engine.config
-    gpus = m["gpus"] if isinstance(engine, Fleet) else m["lanes"] * cfg.tp
+    gpus = m["gpus"] if isinstance(engine, Fleet) else m["lanes"] * cfg.group_gpus
     scaled = m.get("autoscale")
     on = scaled["gpu_hours"] * 3600.0 if scaled else None  # an autoscaler switched some GPUs off for a while
-    return energy.run_energy(m, engine.step_model, gpus, cfg.tp, cfg.price_per_kwh, m["price_per_hour"], on)
+    return energy.run_energy(m, engine.step_model, gpus, cfg.group_gpus, cfg.price_per_kwh, m["price_per_hour"], on)
 
 
 def run_inputs(args: argparse.Namespace) -> list[str | None]:

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     kind = "prefill" if args.prompt is not None else "decode"
     if args.json:
         out = {"hardware": sm.hw.name, "model": sm.model.name, "kind": kind, "batch": args.batch,
-               "context": args.context, "prompt": args.prompt, "tp": sm.opts.tp, "ep": sm.opts.ep,
+               "context": args.context, "prompt": args.prompt, "tp": sm.opts.tp, "ep": sm.opts.ep, "pp": sm.opts.pp,
                "weight_dtype": sm.wdtype,
                "kv_dtype": sm.opts.kv_dtype, "ideal": args.ideal, "runtime": None if args.ideal else sm.opts.runtime}
         out.update(cost.as_dict())
@@ -93,7 +93,10 @@ def _print(sm: StepModel, kind: str, args: argparse.Namespace, ideal: StepCost, 
     con = console()
     what = f"prefill of {args.prompt:,} tokens" if kind == "prefill" else "decode step"
     con.print(f"[bold]{sm.model.display}[/] on [bold]{sm.hw.display}[/]"
-              f"{f' x{sm.opts.tp} (tensor parallel)' if sm.opts.tp > 1 else ''} · {what} · batch {args.batch}"
+              f"{f' x{sm.opts.tp} (tensor parallel)' if sm.opts.tp > 1 else ''}"
+              f"{f' x{sm.opts.pp} stages (pipeline parallel)' if sm.opts.pp > 1 else ''}"
+              f"{f' · {sm.opts.ep} DP ranks, experts over {sm.opts.ep * sm.opts.tp} GPUs' if sm.opts.ep > 1 else ''}"
+              f" · {what} · batch {args.batch}"
               f" · context {args.context:,} · weights {sm.wdtype} · KV {sm.opts.kv_dtype}")
     t = Table(header_style="bold", show_edge=False)
     t.add_column("per GPU")
@@ -140,7 +143,14 @@ def _xray_rows(ideal: StepCost, calib: StepCost) -> list[tuple[str, str, str]]:
     xi, xc = step_xray(ideal, True), step_xray(calib, False)
     rows = [("x-ray: the step waited on", "", "")]
     for (name, a), (_, b) in zip(xi.segments(), xc.segments(), strict=True):
+        if name == "bubble" and not (a or b):
+            continue  # no pipeline, no bubble
         rows.append((f"  {name}", f"{_ms(a)} ({a / xi.time_s:.0%})", f"{_ms(b)} ({b / xc.time_s:.0%})"))
+        if name == "communication" and len(xi.collectives) == len(xc.collectives):
+            # collective by collective, each named with its algorithm (the same in both columns but for rare
+            # message sizes at the one-shot limit, where the calibrated column's name is shown)
+            for (_, ca), (label, cb) in zip(xi.collectives, xc.collectives, strict=True):
+                rows.append((f"    {label}", _ms(ca), _ms(cb)))
     return rows
 
 

@@ -1,6 +1,7 @@
 """The step x-ray: the shown step's time as one stacked bar of what it waited on (engine.physics.xray's segments).
 
-weights read, KV read, compute, communication and the fixed cost, each a share of the bar as of the step time,
+weights read, KV read, compute, communication (collective by collective, each named with its algorithm: "AR
+one-shot", "A2A", "PP send"), the fixed cost and a pipeline's bubble, each a share of the bar as of the step time,
 labelled inside where it has room (and a legend row when the panel has two rows). Pure: a Frame in, rows of cells out.
 """
 
@@ -17,7 +18,7 @@ from tui.render import palette as pal
 from tui.render.fmt import dur
 
 COLOURS = {"weights": pal.WEIGHTS, "kv": pal.KV_USED, "compute": pal.COMPUTE, "communication": pal.PACKET,
-           "overhead": pal.RESERVE}
+           "overhead": pal.RESERVE, "bubble": pal.SM_IDLE}
 assert set(COLOURS) == set(SEGMENTS)
 
 
@@ -53,16 +54,28 @@ def widths(seconds: list[float], width: int) -> list[int]:
     return cells
 
 
+def pieces(x: XRay, lang: str) -> list[tuple[str, str, float]]:
+    """(segment, label, seconds) in display order: the segments, the communication one collective by collective
+    where the step has collectives (their names are the algorithms', the same in every language)."""
+    w = words(lang)
+    out = []
+    for name, secs in x.segments():
+        if name == "communication" and x.collectives:
+            out += [(name, label, v) for label, v in x.collectives]
+        else:
+            out.append((name, w[name], secs))
+    return out
+
+
 def bar(x: XRay, width: int, lang: str = "en") -> Text:
     """The stacked bar, `width` cells: each segment in its colour, labelled inside with its name and time (or
     just its time, or nothing) as far as its cells allow."""
-    w = words(lang)
     out = Text()
-    segs = x.segments()
-    for (name, secs), n in zip(segs, widths([s for _, s in segs], width), strict=True):
+    segs = pieces(x, lang)
+    for (name, word, secs), n in zip(segs, widths([s for _, _, s in segs], width), strict=True):
         if n <= 0:
             continue
-        label = next((lab for lab in (f"{w[name]} {dur(secs)}", dur(secs), w[name]) if cell_len(lab) + 1 <= n), "")
+        label = next((lab for lab in (f"{word} {dur(secs)}", dur(secs), word) if cell_len(lab) + 1 <= n), "")
         pad = n - cell_len(label)
         out.append(" " * (pad // 2) + label + " " * (pad - pad // 2), style=f"bold #000000 on {COLOURS[name]}")
     return out
@@ -70,15 +83,14 @@ def bar(x: XRay, width: int, lang: str = "en") -> Text:
 
 def legend(x: XRay, lang: str, width: int) -> Text:
     """■ weights 9.92 ms ■ KV 2.02 ms ■ fixed 1.50 ms: every segment with time in it."""
-    w = words(lang)
     out = Text()
-    for name, s in x.segments():
+    for name, word, s in pieces(x, lang):
         if s <= 0:
             continue
         if out.plain:
             out.append(" ")
         out.append("■ ", style=COLOURS[name])
-        out.append(f"{w[name]} {dur(s)}")
+        out.append(f"{word} {dur(s)}")
     out.truncate(width, overflow="ellipsis", pad=True)
     return out
 
