@@ -83,6 +83,8 @@ EN: dict[str, str] = {
     "m_bound": "bound by",
     "m_cost_in": "$/Mtok in",
     "m_cost_out": "$/Mtok out",
+    "m_cost_b1": "at batch 1",  # one user alone: what batching saves
+    "m_cost_b1_v": "$/Mtok out {b1} · {x}x today's",
     "m_queue": "queue",
     "m_preempt": "preemptions",
     "memory": BOUND_WORDS["en"]["memory"],  # the roofline terms: the same words as the scenes' narration
@@ -317,6 +319,8 @@ ZH: dict[str, str] = {
     "m_bound": "瓶颈",
     "m_cost_in": "输入 $/百万",
     "m_cost_out": "输出 $/百万",
+    "m_cost_b1": "批大小为 1",
+    "m_cost_b1_v": "输出 $/百万 {b1} · 现在的 {x} 倍",
     "m_queue": "排队",
     "m_preempt": "抢占次数",
     "memory": BOUND_WORDS["zh"]["memory"],
