@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from rich.cells import cell_len
 
-from engine.physics.step import StepOptions
+from engine.physics.step import StepModel, StepOptions
 from engine.serving.snapshot import Phase
 from tests.tui.snapdata import make_snapshot
 from tui.frame import Frame, build_frame, user_rows
@@ -265,6 +265,18 @@ def test_metrics_show_reading_beside_writing() -> None:
     snap = dataclasses.replace(make_snapshot(3), metrics={"tok_s_in": 52_000.0, "tok_s_out": 310.0})
     text = " ".join(r.plain for r in metrics.render(build_frame(snap), 60, 6))
     assert "tok/s in/out" in text and "52,000/310" in text
+
+
+def test_metrics_batch_is_the_shown_steps_as_the_roofline_says() -> None:
+    """The metrics' batch sits beside the shown step's time: both are of one step (a replayed one included), as the
+    roofline's point is; the snapshot's batch only when no step is shown (issue 31, 3)."""
+    snap = make_snapshot(6)
+    one = StepModel(snap.hardware, snap.model, snap.opts).decode(1, 1000)
+    frame = build_frame(dataclasses.replace(snap, batch_size=4), step=one, dilation=300.0)
+    text = metrics.render(frame, 60, 1)[0].plain
+    assert text.split("batch")[1].split()[0] == "1" and "(batch 1)" in roofline.header(frame, 60).plain
+    idle = build_frame(dataclasses.replace(snap, batch_size=4), step=None)
+    assert metrics.render(idle, 60, 1)[0].plain.split("batch")[1].split()[0] == "4"
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

@@ -75,7 +75,9 @@ def items(frame: Frame) -> dict[str, tuple[str, str, str | None]]:
     bars = bands.snapshot_pcts(s)  # the profile's 80 % error band for this deployment (engine.evidence.bands)
     return {
         "step": (t(lang, "m_step"), dur(step_t), None),
-        "batch": (t(lang, "m_batch"), num(s.batch_size), None),
+        # The batch of the step shown (as step time and bound by are: live, in flight or replayed), so the row
+        # and the roofline's point describe one step; the snapshot's when no step is shown.
+        "batch": (t(lang, "m_batch"), num(st.seqs if step_t is not None else s.batch_size), None),
         # Reading and writing side by side: a prompt is read thousands of tokens a step, an answer one a step.
         "tok_s": (t(lang, "m_tok_s"), f"{_f(metric(frame, 'tok_s_in'))}/{_f(metric(frame, 'tok_s_out'))}", "bold"),
         "per_user": (t(lang, "m_per_user"), _f(metric(frame, "tok_s_user"), "{:,.1f}"), "bold"),
