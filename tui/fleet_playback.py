@@ -142,7 +142,7 @@ class FleetPlayback(Playback):
                 replicas=f.replica_states(), routes=f.routes, copies=f.copies(), router=f.spec.router, pd=f.spec.pd,
                 selected=self.selected, users=f.config.users, gpus=f.gpus, cost_per_hour=f.cost_per_hour,
                 done=f.requests_completed,
-                tok_s_out=m["tok_s_out"], ttft_p50=m["ttft_p50"], tpot_p50=m["tpot_p50"],
+                tok_s_out=m["tok_s_out"], ttft_p50=m["ttft_p50"], tpot_p50=m["tpot_p50"], energy=f.config.energy,
             )
             self._view_key = key
         return self._view

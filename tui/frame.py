@@ -37,6 +37,7 @@ class FleetView:
     tok_s_out: float  # fleet-wide, recent
     ttft_p50: float  # recent answers, seconds (nan: none yet)
     tpot_p50: float
+    energy: bool = False  # --energy: each replica's power and joules per token (ReplicaState.power_w, j_per_token)
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # eq=False: numpy fields make == ambiguous

@@ -72,6 +72,14 @@ class Replay:
         """True once the sweep and the hold after it have both played at view clock `clock`."""
         return clock >= self.start + (self.wall_s + REPLAY_HOLD_WALL_S) * self.speed
 
+    def stale(self, now: Snapshot) -> bool:
+        """True when none of the sequences the step ran is still running in `now`: their answers are done (or
+        they were preempted), so the step no longer shows what the GPU is doing (an opening prefill stayed on
+        the floor ~5 s after its answers finished)."""
+        r = now.requests
+        running = (r.phase == Phase.PREFILL) | (r.phase == Phase.DECODING) | (r.phase == Phase.THINKING)
+        return not bool(np.isin(r.req_id[running], self.batch.ids).any())
+
     def retimed(self, clock: float, speed: float) -> Replay:
         """The same replay at a new speed, at the same point of it: a speed change never jumps the picture."""
         done_wall = (clock - self.start) / self.speed
@@ -177,7 +185,8 @@ class Playback:
         is picked in proportion to the time it takes, as a glance at the GPU would catch it).
         """
         target = self.view_clock + max(0.0, sim_dt)
-        due = speed is not None and speed > 0 and (self.replay is None or self.replay.over(target))
+        rp = self.replay
+        due = speed is not None and speed > 0 and (rp is None or rp.over(target) or rp.stale(self.snap))
         # When a replay is due, the frame's last few steps run one by one, each with the state before it.
         near = PICK_STEPS * max(self.cost.time_s if self.cost is not None else 0.0, 1e-4)
         before = self.snap

@@ -97,6 +97,16 @@ class Autoscaler:
         """Replica i takes new requests at t: started and loaded, not draining."""
         return self.up_at[i] <= t and not self.draining[i]
 
+    def phase(self, i: int, t: float) -> tuple[str, float]:
+        """Replica i at t for the app's rows: "serving", "starting" (with the seconds until it serves), "draining"
+        or "off"."""
+        up = float(self.up_at[i])
+        if self.draining[i]:
+            return "draining", 0.0
+        if up == math.inf:
+            return "off", 0.0
+        return ("starting", up - t) if up > t else ("serving", 0.0)
+
     def decide(self, t: float, reps: list[Any]) -> None:
         """One decision at t over the fleet's replicas (engine.fleet.replica.Replica): switch off drained ones, read
         the serving ones, start or drain to the policy's count."""

@@ -39,6 +39,7 @@ from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
 from engine.fleet.routers import ROUTERS, Pick, RoutingSnapshot, make_router
 from engine.fleet.spec import FleetSpec, parse_pd
 from engine.physics.batch import Batch
+from engine.physics.energy import recent_power
 from engine.physics.step import StepModel
 from engine.serving.accounting import H, T, check_conserved, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
@@ -68,6 +69,24 @@ class Route:
     why: str  # "round-robin", "least-loaded", "kv-aware", "prefix", "only" (a single front replica)
     figure: int  # what decided it: the replica's load (least-loaded), free KV blocks (kv-aware), prefix tokens
     time_s: float
+
+
+
+def replica_states(reps: list[Replica], scaler: Autoscaler | None, now: float, energy: bool,
+                   ) -> tuple[ReplicaState, ...]:
+    """Each replica's state, with its autoscaling phase at `now` (scaler given) and its recent power (energy on)."""
+    states = [r.state() for r in reps]
+    if scaler is not None:
+        for i, st in enumerate(states):
+            phase, wait = scaler.phase(i, now)
+            states[i] = replace(st, scale=phase, ready_in_s=wait)
+    if energy and reps[0].step_model.hw.idle_power_w is not None and reps[0].step_model.hw.max_power_w is not None:
+        for i, st in enumerate(states):
+            if st.scale in ("serving", "draining"):  # a replica off or loading its weights writes nothing
+                r = reps[i]
+                w, j = recent_power(r.step_model.hw, r.rolling_metrics(), r.config.tp)
+                states[i] = replace(st, power_w=w, j_per_token=j)
+    return tuple(states)
 
 
 class Fleet:
@@ -486,8 +505,9 @@ class Fleet:
         return tuple(self.route_log)
 
     def replica_states(self) -> tuple[ReplicaState, ...]:
-        """Every replica at a glance, in index order (cheap: a few integers each)."""
-        return tuple(r.state() for r in self.reps)
+        """Every replica at a glance, in index order (cheap: a few integers each), with its autoscaling phase at the
+        fleet's time and, with --energy, its recent power."""
+        return replica_states(self.reps, self.scaler, self.now, self.config.energy)
 
     def copies(self) -> tuple[CopyState, ...]:
         """P/D KV copies not yet landed: those under way (by landing time), then those waiting for room."""

@@ -42,6 +42,14 @@ class ReplicaState:
     done: int  # requests finished here (a prefill replica: prompts read)
     busy_s: float  # simulated seconds spent stepping
     kv_history: tuple[float, ...] = ()  # KV pool fill (0-1) after each of its last KV_HISTORY steps, oldest first
+    # Under --autoscale (engine.fleet.autoscale): "serving", "starting" (its weights loading; serves in ready_in_s
+    # seconds), "draining" (no new request, finishing what it holds) or "off".
+    scale: str = "serving"
+    ready_in_s: float = 0.0
+    # With --energy (engine.physics.energy), over its recent steps: board power per GPU, and joules per output token
+    # over all its GPUs (NaN: not asked for, or no token written lately).
+    power_w: float = math.nan
+    j_per_token: float = math.nan
 
 
 class Replica(Engine):

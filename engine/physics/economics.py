@@ -68,6 +68,13 @@ def serving_cost(sm: StepModel, batch: int, context: int) -> tuple[float, float,
     return c.time_s, c.time_s * sm.opts.tp / batch, c.flops_total / (c.time_s * sm.roof.peak_flops)
 
 
+def solo_cost_per_mtok_out(sm: StepModel, context: float, dollars_per_s: float) -> float:
+    """Dollars per million output tokens if one sequence decoded alone on `context` cached tokens: each token pays
+    a whole step (the whole weight read) by itself. Beside a batch's own $/Mtok out it is what batching saves, on
+    the same step model and context. `dollars_per_s` is the price of the step's GPU group."""
+    return sm.decode(1, max(0, round(context))).time_s * dollars_per_s * 1e6
+
+
 def batch_that_fits(sm: StepModel, context: int) -> int:
     """How many sequences of `context` cached tokens the KV pool holds (sliding-window layers cap at their window)."""
     per_seq = sm.kv_bytes_for(np.array([max(context, 1)]))

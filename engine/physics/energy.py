@@ -89,6 +89,15 @@ def step_energy(sm: StepModel, st: StepCost) -> StepEnergy:
     return StepEnergy(p.idle_w * st.time_s, mem, weights, cmp)
 
 
+def recent_power(hw: Hardware, m: dict[str, Any], tp: int) -> tuple[float, float]:
+    """(W per GPU, J per output token over the tp GPUs) from an engine's rolling metrics (its recent steps' MFU,
+    bandwidth use and output tok/s): the app's live figures, on the same power model as run_energy. J per token is
+    NaN when no token came out lately."""
+    w = Power.of(hw).watts(m["bw_util"], m["mfu"])
+    tok_s = m["tok_s_out"]
+    return w, (w * tp / tok_s if tok_s > 0 else float("nan"))
+
+
 def run_energy(m: dict[str, Any], sm: StepModel, gpus: int, tp: int, price_per_kwh: float,
                price_per_gpu_hour: float, gpu_s_on: float | None = None) -> dict[str, Any]:
     """A run's energy from its metrics (`run --json` keys: wall-time mfu and bw_util per GPU, sim time, tokens).

@@ -24,6 +24,7 @@ from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.fleet.spec import FleetSpec
+from engine.physics.economics import solo_cost_per_mtok_out
 from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
@@ -450,9 +451,19 @@ class Engine:
             preemptions_total=pre_total,
             # Every HBM byte passes through L2 and into an SM's tray once (no on-chip reuse is modelled).
             bytes_moved={"hbm": hbm, "l2": hbm, "smem": hbm},
-            metrics=self.rolling_metrics(), history=history,
+            metrics=self._floor_metrics(c), history=history,
             kv_tiers=hit_rates(tiers) if tiers else None,
         )
+
+    def _floor_metrics(self, rows: dict[str, np.ndarray]) -> dict[str, float]:
+        """The rolling metrics, plus what one user decoding alone would pay per output token at the mean context
+        of the rows decoding now (cost_per_mtok_out_batch1; NaN when none decodes): batching's saving on screen."""
+        m = self.rolling_metrics()
+        decoding = (rows["phase"] == Phase.DECODING) | (rows["phase"] == Phase.THINKING)
+        m["cost_per_mtok_out_batch1"] = (
+            solo_cost_per_mtok_out(self._sm, float(rows["cached"][decoding].mean()), self.rates().dollars_per_s)
+            if decoding.any() else math.nan)
+        return m
 
     @property
     def lanes(self) -> tuple[Lane, ...]:

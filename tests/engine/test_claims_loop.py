@@ -66,3 +66,16 @@ def test_c22_c23_c25_agree(rows: dict[str, dict]) -> None:
     for cid in ("C22", "C23", "C25"):
         assert rows[cid]["agrees"], rows[cid]["note"]
     assert rows["C23"]["simulated"] > 1.0  # 500 hidden tokens delay the answer by seconds
+
+
+def test_c21_reads_the_speed_scene_12_checks(rows: dict[str, dict]) -> None:
+    """One quantity for one claim: C21's speed is scene 12's fast_speedup_x (each lane's median time per output
+    token, at the scene's 40 s), not the speeds over the last ticks, which read 2.4x where the scene read 2.0x."""
+    from scenes.director import Director
+    from scenes.schema import find_scene
+
+    checks = {c["metric"]: c for c in Director(find_scene("fast-mode"), "en").play_headless()["checkpoints"]}
+    r = rows["C21"]
+    assert r["simulated_text"] == (f"{checks['fast_price_x']['actual']:.1f}x price for "
+                                   f"{checks['fast_speedup_x']['actual']:.1f}x speed")
+    assert r["simulated"] == pytest.approx(checks["fast_price_x"]["actual"], rel=1e-9)

@@ -99,3 +99,24 @@ def test_sensitivity_reads_the_stated_assumptions() -> None:
     base = {x["batch"]: x["chinchilla_x"] for x in sensitivity(reference()["training"])["batch"]}
     half = {x["batch"]: x["chinchilla_x"] for x in sensitivity(ref)["batch"]}
     assert all(half[b] == pytest.approx(base[b] / 2) for b in base)
+
+
+def test_the_floor_prices_one_user_alone_beside_the_batch() -> None:
+    """The snapshot's cost_per_mtok_out_batch1 is the step model's decode step at batch 1, on the mean context of the
+    rows decoding now, at the GPU's price; with 32 users sharing each weight read it is several times today's."""
+    from engine.config import EngineConfig
+    from engine.serving.engine import Engine
+    from engine.serving.snapshot import Phase
+
+    e = Engine(EngineConfig(users=32, prompt="200", output="400", seed=3))
+    for _ in range(300):
+        e.step()
+    snap = e.snapshot()
+    r = snap.requests
+    # Every decoding row's KV: its prompt plus what it wrote (a thinking row decodes too).
+    decoding = (r.phase == Phase.DECODING) | (r.phase == Phase.THINKING)
+    ctx = float((r.prefilled + r.generated)[decoding].mean())
+    want = e.step_model.decode(1, round(ctx)).time_s * e.rates().dollars_per_s * 1e6
+    got = snap.metrics["cost_per_mtok_out_batch1"]
+    assert got == pytest.approx(want, rel=0.02)
+    assert got > 4 * snap.metrics["cost_per_mtok_out"]

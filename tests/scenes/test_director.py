@@ -195,3 +195,22 @@ def test_every_action_of_the_table_is_checked_and_played(name: str) -> None:
         assert "here" in d.marks
     else:  # reset: back at t = 0
         assert d.engine.tick == 0
+
+
+def test_scene_1s_words_for_input_dearer_than_output_hold() -> None:
+    """Scene 1 says why $/Mtok in reads dearer than out at first: the one-token prompt's step also wrote the answer's
+    first token, charged to input. So after k steps, out = in x (k-1)/k exactly; as the window fills they agree."""
+    from engine.serving.engine import Engine
+    from scenes.schema import find_scene
+
+    scene = find_scene("eight-ms-floor")
+    assert "first token" in scene.steps[2].narration.en and "第一个 token" in scene.steps[2].narration.zh
+    e = Engine(scene.setup.config)
+    for _ in range(10):
+        e.step()
+    m = e.rolling_metrics()
+    assert m["cost_per_mtok_out"] == pytest.approx(m["cost_per_mtok_in"] * 9 / 10, rel=1e-3)
+    for _ in range(390):
+        e.step()
+    m = e.rolling_metrics()
+    assert m["cost_per_mtok_out"] == pytest.approx(m["cost_per_mtok_in"], rel=0.01)

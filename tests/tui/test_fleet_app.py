@@ -5,12 +5,14 @@ Snapshots: plain `def` tests, a paused app stepped an exact number of replica st
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from engine.fleet.fleet import Fleet, FleetSpec
+from engine.fleet.spec import ScaleSpec
 from engine.serving.engine import Engine
 from tests.tui.test_snapshots import ticks
 from tui.app import TokensimApp
@@ -26,11 +28,11 @@ TICKS = 400  # replica steps (every replica's, together) before a snapshot
 
 
 def make_app(replicas: int = 4, router: str = "least-loaded", pd: tuple[int, int] | None = None,
-             link: float | None = None, lang: str = "en", **cfg: Any) -> TokensimApp:
+             link: float | None = None, lang: str = "en", scale: ScaleSpec | None = None, **cfg: Any) -> TokensimApp:
     """Paused, seeded, no animation, a fixed theme: the same steps always draw the same screen."""
     config = replace(default_config(), seed=0, **cfg)
     app = TokensimApp(config, lang=lang, autoplay=False, seed=0,
-                      fleet=FleetSpec(config, replicas=replicas, router=router, pd=pd, kv_link_gbps=link))
+                      fleet=FleetSpec(config, replicas=replicas, router=router, pd=pd, kv_link_gbps=link, scale=scale))
     app.animation_level = "none"
     app.theme = "textual-dark"
     return app
@@ -239,3 +241,77 @@ def test_snapshot_a_replicas_floor_80x24(snap_compare: Any) -> None:
     """A replica's floor at 80x24: the compact floor, the replica named in the header."""
     assert snap_compare(make_app(users=24), terminal_size=(80, 24),
                         run_before=ticks(TICKS, lambda a: a.select_replica(1)))
+
+
+# Autoscaling 1 to 4 replicas for 24 users, 6 requests in flight each, a decision every 2 s, a 20 s cold start on top
+# of the weights' load: at 2 s three replicas start (serving at ~22.4 s), by 30 s two drain, one restarts at 32 s.
+SCALED = ScaleSpec(1, 4, "queue", 2.0, 6.0, 20.0)
+
+
+def seconds(s: float) -> Any:
+    """A run_before that plays the paused app on by `s` simulated seconds."""
+
+    async def run_before(pilot: Any) -> None:
+        pilot.app.advance_time(s)
+        await pilot.pause()
+
+    return run_before
+
+
+async def test_the_overview_counts_down_a_cold_start_and_shows_draining_and_off() -> None:
+    """Issue 32: a starting replica says when it will serve (its cold start counting down), then serves; a drained
+    one says draining, then off; the rows read the fleet's autoscaler."""
+    app = make_app(users=24, scale=SCALED)
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_time(5.0)
+        await pilot.pause()
+        rows = [fleet_render.replica_row(r, "en", 110, False).plain for r in app.frame.fleet.replicas]
+        assert rows[0].split()[1] == "mixed" and all("starting" in r and "serves in" in r for r in rows[1:])
+        wait = app.frame.fleet.replicas[1].ready_in_s
+        assert 15 < wait < 20
+        app.advance_time(5.0)
+        await pilot.pause()
+        assert app.frame.fleet.replicas[1].ready_in_s == pytest.approx(wait - 5.0, abs=0.05)
+        app.advance_time(20.0)  # 30 s: all served a while, then the load per replica fell under the target
+        await pilot.pause()
+        phases = [r.scale for r in app.frame.fleet.replicas]
+        assert "draining" in phases and "starting" not in phases
+        app.advance_time(5.0)
+        await pilot.pause()
+        assert "off" in [r.scale for r in app.frame.fleet.replicas]
+        text = " ".join(fleet_render.replica_row(r, "en", 110, False).plain for r in app.frame.fleet.replicas)
+        assert "switched off" in text
+
+
+async def test_energy_shows_each_replicas_power_and_joules_per_token() -> None:
+    """Issue 32: with --energy the overview adds W per GPU and J per output token per replica, on the engine's
+    power model (idle 70 W to 700 W on an H100 SXM; a decode batch is memory-bound, well under the limit)."""
+    app = make_app(users=24, energy=True)
+    async with app.run_test(size=SIZE) as pilot:
+        app.advance_time(10.0)
+        await pilot.pause()
+        v = app.frame.fleet
+        assert v.energy and "W/GPU" in fleet_render.column_header("en", 110, True).plain
+        for r in v.replicas:
+            assert 70 < r.power_w < 700 and 0 < r.j_per_token < 10
+            assert f"{r.power_w:,.0f}" in fleet_render.replica_row(r, "en", 110, False, True).plain
+    plain = make_app(users=24)
+    async with plain.run_test(size=SIZE) as pilot:
+        plain.advance_time(1.0)
+        await pilot.pause()
+        assert not plain.frame.fleet.energy and all(math.isnan(r.power_w) for r in plain.frame.fleet.replicas)
+
+
+def test_the_app_takes_autoscale_and_energy() -> None:
+    args = build_parser([]).parse_args(["--autoscale", "1:4", "--cold-start-s", "20", "--energy"])
+    assert args.autoscale == "1:4" and args.energy and config_from_args(args).energy
+
+
+def test_snapshot_autoscaled_fleet_starting_and_off(snap_compare: Any) -> None:
+    """At 35 s: two replicas serving, one starting again (its cold start counting down), one switched off."""
+    assert snap_compare(make_app(users=24, scale=SCALED), terminal_size=SIZE, run_before=seconds(35.0))
+
+
+def test_snapshot_autoscaled_fleet_draining_with_energy(snap_compare: Any) -> None:
+    """At 30 s with --energy: two replicas draining, and every replica's W per GPU and J per output token."""
+    assert snap_compare(make_app(users=24, scale=SCALED, energy=True), terminal_size=SIZE, run_before=seconds(30.0))

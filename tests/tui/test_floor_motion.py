@@ -33,7 +33,9 @@ def playing(seconds: float = 6.0) -> Playback:
 
 
 def test_a_fast_step_is_replayed_slowly_while_the_counters_run_in_real_time() -> None:
-    pb = playing()
+    # At 7 s the replay is of a step whose answers run on past its sweep (a replay ends early once they are all
+    # done: test_playback), so it plays whole here.
+    pb = playing(7.0)
     rp = pb.replay
     assert rp is not None and rp.cost.time_s < 0.05  # a ~12 ms decode step: 48 layers in under half a frame
     wall = replay_wall(rp.cost.layers)
@@ -51,7 +53,10 @@ def test_a_fast_step_is_replayed_slowly_while_the_counters_run_in_real_time() ->
 
 
 def test_the_replay_keeps_its_place_when_the_speed_changes() -> None:
-    pb = playing()
+    # Long answers: at 10x the replayed step's sequences still run a second later, so the replay is not ended
+    # early for being stale (test_playback) and its pace alone is measured.
+    pb = Playback.start(Engine(replace(default_config(), output="4000")))
+    play(pb, 6.0)
     before = pb.replay.progress(pb.view_clock)
     pb.retime(10.0)
     assert pb.replay.progress(pb.view_clock) == pytest.approx(before)

@@ -52,3 +52,20 @@ def test_ticks_part_and_resync() -> None:
     eng.reset(default_config())
     pb.resync()
     assert pb.cost is None and pb.view_clock == 0.0
+
+
+def test_a_replay_ends_when_the_sequences_it_ran_are_done() -> None:
+    """At real time the opening prefill is replayed (a few seconds of sweep); once every request it ran has finished,
+    the next frame replays a newer step instead of holding one whose answers are gone (issue 31, 3)."""
+    pb = Playback.start(Engine(default_config()))
+    pb.advance(1 / 30, speed=1.0)
+    first = pb.replay
+    assert first is not None and first.tick == 1 and bool((first.batch.new > 1).all())  # the opening prefill
+    while not first.stale(pb.snap):
+        assert pb.replay is first, "replaced while its requests still ran"
+        pb.advance(1 / 30, speed=1.0)
+    assert pb.view_clock < first.start + first.wall_s + 0.7  # finished before the replay's own end (sweep + hold)
+    pb.advance(1 / 30, speed=1.0)
+    assert pb.replay is not first and (pb.replay is None or pb.replay.tick > first.tick)
+    if pb.replay is not None:
+        assert not pb.replay.stale(pb.snap)

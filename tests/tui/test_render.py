@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from rich.cells import cell_len
 
-from engine.physics.step import StepOptions
+from engine.physics.step import StepModel, StepOptions
 from engine.serving.snapshot import Phase
 from tests.tui.snapdata import make_snapshot
 from tui.frame import Frame, build_frame, user_rows
@@ -166,10 +166,12 @@ def test_metrics_show_dashes_for_unknown_figures() -> None:
 def test_zh_metrics_columns_line_up() -> None:
     frame = build_frame(make_snapshot(3), lang="zh")
     its = metrics.items(frame)
-    rows = metrics.render(frame, 60, 6)
+    rows = metrics.render(frame, 60, 7)
     starts = set()
-    for row, (left, _) in zip(rows, metrics.PAIRS, strict=True):
-        label, value, _ = its[left]
+    for row, names in zip(rows, metrics.PAIRS, strict=True):
+        if len(names) < 2:
+            continue  # a row of its own (at batch 1) spans the panel
+        label, value, _ = its[names[0]]
         starts.add(cell_len(row.plain[:row.plain.index(value, len(label))]))
     assert len(starts) == 1  # every value starts in the same cell column, whatever its label's width
 
@@ -263,6 +265,29 @@ def test_metrics_show_reading_beside_writing() -> None:
     snap = dataclasses.replace(make_snapshot(3), metrics={"tok_s_in": 52_000.0, "tok_s_out": 310.0})
     text = " ".join(r.plain for r in metrics.render(build_frame(snap), 60, 6))
     assert "tok/s in/out" in text and "52,000/310" in text
+
+
+def test_metrics_batch_is_the_shown_steps_as_the_roofline_says() -> None:
+    """The metrics' batch sits beside the shown step's time: both are of one step (a replayed one included), as the
+    roofline's point is; the snapshot's batch only when no step is shown (issue 31, 3)."""
+    snap = make_snapshot(6)
+    one = StepModel(snap.hardware, snap.model, snap.opts).decode(1, 1000)
+    frame = build_frame(dataclasses.replace(snap, batch_size=4), step=one, dilation=300.0)
+    text = metrics.render(frame, 60, 1)[0].plain
+    assert text.split("batch")[1].split()[0] == "1" and "(batch 1)" in roofline.header(frame, 60).plain
+    idle = build_frame(dataclasses.replace(snap, batch_size=4), step=None)
+    assert metrics.render(idle, 60, 1)[0].plain.split("batch")[1].split()[0] == "4"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_metrics_show_what_one_user_alone_would_pay(lang: str) -> None:
+    """Batching's saving on the floor: $/Mtok out at batch 1 beside today's, and the ratio, on a row of its own."""
+    snap = dataclasses.replace(make_snapshot(3), metrics={"cost_per_mtok_out": 1.44, "cost_per_mtok_out_batch1": 7.6})
+    rows = [r.plain for r in metrics.render(build_frame(snap, lang=lang), 56, 7)]
+    assert len(rows) == 7 and "1.44" in rows[5]
+    want = "$/Mtok out 7.60 · 5.3x today's" if lang == "en" else "输出 $/百万 7.60 · 现在的 5.3 倍"
+    assert ("at batch 1" if lang == "en" else "批大小为 1") in rows[6] and want in rows[6]
+    assert metrics.figure_at(56, 30, 6) == "cost_out"  # a click on it explains $/Mtok out
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

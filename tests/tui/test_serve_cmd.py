@@ -148,6 +148,7 @@ def test_public_url_fixes_the_address(tmp_path: Path) -> None:
         page = fetch_page(port, f"127.0.0.1:{port}")
     assert 'data-session-websocket-url="wss://sim.example.org/ws"' in page
     assert "https://sim.example.org/static/js/textual.js" in page
+    assert serve_cmd.CJK_FONT_FACE + "</head>" in page  # Chinese gets a named CJK font (the browser test draws it)
 
 
 async def test_ctrl_c_with_a_tab_open_stops_the_server_and_its_app_at_once(tmp_path: Path) -> None:

@@ -39,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
     from tui.app import TokensimApp  # Textual loads only when the app opens
 
     cfg = config_from_args(args)
+    if cfg.energy:  # a GPU without power figures cannot be priced in watts: one line now, not a blank column
+        from engine.physics.energy import Power
+        from engine.physics.specs import load_hardware
+
+        Power.of(load_hardware(cfg.hardware))
     app = TokensimApp(cfg, lang=args.lang, autoplay=not args.paused, speed=args.speed, fleet=setup_from(args, cfg),
                       welcome=True)
     require_terminal("for a report without one, try: tokensim run")  # after the options: their errors first

@@ -22,6 +22,30 @@ from tui.commands import app_cmd
 DEFAULT_HOST = "127.0.0.1"  # loopback: only this machine can connect unless --host says otherwise
 DEFAULT_PORT = 8000
 
+# A CJK monospace fallback inside the terminal's own font family. textual-serve's page draws with xterm.js in
+# "'Roboto Mono', Monaco, 'Courier New', monospace", none of which has Chinese, so the app's Chinese depended on the
+# browser's guess (empty boxes on a machine whose guess finds no CJK font). This face adds CJK glyphs to the family
+# 'Roboto Mono' for the CJK ranges only (Latin still comes from the fonts the page names), from the first of these
+# installed: Noto Sans Mono CJK (Debian/Ubuntu fonts-noto-cjk), Source Han Mono (the same design by Adobe's name),
+# Sarasa Mono, then the systems' own CJK fonts on macOS (PingFang) and Windows (Microsoft YaHei, SimHei).
+CJK_FALLBACK = [
+    "Noto Sans Mono CJK SC", "Noto Sans Mono CJK TC", "Source Han Mono SC", "Sarasa Mono SC",
+    "Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei", "SimHei",
+]
+# CJK radicals, punctuation, kana and ideographs; Hangul; compatibility ideographs; full-width forms.
+CJK_RANGES = "U+2E80-9FFF, U+AC00-D7AF, U+F900-FAFF, U+FE30-FE4F, U+FF00-FFEF"
+CJK_FONT_FACE = (
+    "<style>@font-face { font-family: 'Roboto Mono'; "
+    f"src: {', '.join(f'local({name!r})' for name in CJK_FALLBACK)}; unicode-range: {CJK_RANGES}; }}</style>"
+    # Load the face before xterm draws its first Chinese glyph, so the glyph cache holds it rather than a fallback.
+    "<script>document.fonts.load(\"16px 'Roboto Mono'\", \"\\u4e2d\");</script>"
+)
+
+
+def with_cjk_fonts(page: str) -> str:
+    """The page with CJK_FONT_FACE at the end of its <head> (unchanged if it has no </head>)."""
+    return page.replace("</head>", CJK_FONT_FACE + "</head>", 1)
+
 
 def port_number(text: str) -> int:
     """argparse type: a TCP port, 1-65535 (0 would make the page's websocket address unknowable)."""
@@ -142,7 +166,9 @@ def make_server(command: str, host: str, port: int, fixed_url: str | None = None
             if fixed_url is None:
                 # Safe across concurrent requests: the wrapped handler reads public_url before it first awaits.
                 self.public_url = f"{request.scheme}://{request.host}"
-            return await super().handle_index(request)
+            response = await super().handle_index(request)
+            response.text = with_cjk_fonts(response.text)
+            return response
 
         async def _process_messages(self, websocket: Any, app_service: Any) -> None:
             """textual-serve's loop over one tab's messages, with the tab's websocket on record while it runs."""

@@ -27,8 +27,10 @@ MIN_REPLICA_ROWS = 4  # replica rows kept before the router's and copies' rows g
 MIN_HISTORY_W = 12  # the KV history column appears when it and the bar each get this many cells
 STRIP_ROWS = 8  # at most this many rows below the column names: replica rows only (the strip over a floor)
 ROLE_STYLE = {"both": pal.L2, "prefill": pal.MEMORY, "decode": pal.KV_USED}
-# Fixed columns of a replica row: mark, number, role, then the KV bar's figure, batch, queue, done, busy.
-_NUM_W, _ROLE_W, _PCT_W, _COL_W, _DONE_W, _BUSY_W = 5, 8, 7, 6, 7, 7
+# Fixed columns of a replica row: mark, number, role, then the KV bar's figure, batch, queue, done, busy; with
+# --energy, power per GPU and joules per output token after done.
+_NUM_W, _ROLE_W, _PCT_W, _COL_W, _DONE_W, _BUSY_W, _ENERGY_W = 5, 9, 7, 6, 7, 7, 7  # role: "draining" and a space
+SCALE_STYLE = {"starting": pal.COMPUTE, "draining": pal.MEMORY, "off": pal.DIM}
 
 
 class Plan(NamedTuple):
@@ -75,21 +77,23 @@ def replica_at(view: FleetView, height: int, y: int) -> int | None:
     return p.first + i if 0 <= i < p.count else None
 
 
-def _cols(lang: str, width: int) -> tuple[int, int, bool]:
+def _cols(lang: str, width: int, energy: bool = False) -> tuple[int, int, bool]:
     """The KV bar's and the KV history's widths (0: no room for it), and whether the busy column fits."""
-    fixed = _NUM_W + _ROLE_W + _PCT_W + 2 * _COL_W + _DONE_W
+    fixed = _NUM_W + _ROLE_W + _PCT_W + 2 * _COL_W + _DONE_W + (2 * _ENERGY_W if energy else 0)
     busy = width - fixed - _BUSY_W >= 12
     kv = max(4, width - fixed - (_BUSY_W if busy else 0) - 1)
     hist = (kv - 1) // 2 if kv >= MIN_HISTORY_W * 2 + 1 else 0  # now | over the last steps, side by side
     return kv - hist - (1 if hist else 0), hist, busy
 
 
-def column_header(lang: str, width: int) -> Text:
+def column_header(lang: str, width: int, energy: bool = False) -> Text:
     """The column names over the replica rows."""
-    bar_w, hist_w, busy = _cols(lang, width)
+    bar_w, hist_w, busy = _cols(lang, width, energy)
     out = Text(fit("", _NUM_W) + fit(t(lang, "f_role"), _ROLE_W) + fit(t(lang, "f_kv"), bar_w + (1 if hist_w else 0))
                + (fit(t(lang, "f_kv_hist"), hist_w) if hist_w else "") + " " * (_PCT_W + 1), style=pal.DIM)
-    cols = (("f_batch", _COL_W), ("f_queue", _COL_W), ("f_done", _DONE_W)) + ((("f_busy", _BUSY_W),) if busy else ())
+    cols = (("f_batch", _COL_W), ("f_queue", _COL_W), ("f_done", _DONE_W))
+    cols += (("f_power", _ENERGY_W), ("f_j_tok", _ENERGY_W)) if energy else ()
+    cols += (("f_busy", _BUSY_W),) if busy else ()
     for key, w in cols:
         label = t(lang, key)
         out.append(" " * max(0, w - cell_len(label)) + label, style=pal.DIM)
@@ -97,12 +101,41 @@ def column_header(lang: str, width: int) -> Text:
     return out
 
 
-def replica_row(r: ReplicaState, lang: str, width: int, selected: bool) -> Text:
-    """▸ r2 decode  ███▒▒░░░░  41 %  12  3  104  96 %: KV in use (▒ pinned by copies), batch, queue, done, busy."""
-    bar_w, hist_w, busy = _cols(lang, width)
+def replica_row(r: ReplicaState, lang: str, width: int, selected: bool, energy: bool = False) -> Text:
+    """▸ r2 decode  ███▒▒░░░░  41 %  12  3  104  96 %: KV in use (▒ pinned by copies), batch, queue, done, busy.
+
+    Under --autoscale a replica not serving shows its phase in the role's place (starting, draining, off), and one
+    starting or off says what it is doing in its KV bar's: the cold start's countdown, or that it is off. With
+    --energy, its power per GPU and joules per output token follow done."""
+    bar_w, hist_w, busy = _cols(lang, width, energy)
     out = Text("▸" if selected else " ", style="bold " + pal.SM_LIT)
     out.append(fit(f"r{r.index + 1}", _NUM_W - 1), style="bold " + pal.SM_LIT if selected else "bold")
-    out.append(fit(role(lang, r.role), _ROLE_W), style=ROLE_STYLE.get(r.role, ""))
+    if r.scale != "serving":
+        out.append(fit(t(lang, f"scale_{r.scale}"), _ROLE_W), style="bold " + SCALE_STYLE.get(r.scale, ""))
+    else:
+        out.append(fit(role(lang, r.role), _ROLE_W), style=ROLE_STYLE.get(r.role, ""))
+    if r.scale in ("starting", "off"):
+        text = t(lang, "f_starting", t=dur(r.ready_in_s)) if r.scale == "starting" else t(lang, "f_off")
+        out.append(fit(text, bar_w + (hist_w + 1 if hist_w else 0) + _PCT_W), style=SCALE_STYLE[r.scale])
+    else:
+        _kv_cells(out, r, bar_w, hist_w)
+    out.append(num(r.batch).rjust(_COL_W + 1), style=pal.PHASE[3] if r.batch else pal.DIM)
+    out.append(num(r.queued).rjust(_COL_W), style=pal.PHASE[0] if r.queued else pal.DIM)
+    out.append(num(r.done).rjust(_DONE_W))
+    if energy:
+        w, j = r.power_w, r.j_per_token
+        out.append(("-" if math.isnan(w) else f"{w:,.0f}").rjust(_ENERGY_W), style=pal.COMPUTE)
+        out.append(("-" if math.isnan(j) else f"{j:,.2f}" if j < 100 else f"{j:,.0f}").rjust(_ENERGY_W),
+                   style=pal.COMPUTE)
+    if busy:
+        # Busy over the replica's own clock (a replica's last step may end past the view's clock).
+        out.append(pct(r.busy_s / r.clock_s if r.clock_s > 0 else 0.0).rjust(_BUSY_W), style=pal.COMPUTE)
+    out.truncate(width, overflow="crop", pad=True)
+    return out
+
+
+def _kv_cells(out: Text, r: ReplicaState, bar_w: int, hist_w: int) -> None:
+    """Append a replica's KV bar (█ its own, ▒ pinned by copies), its KV history and its fill figure."""
     total = max(1, r.kv_total)
     own = round((r.kv_used - r.held) / total * bar_w)
     pinned = round(r.kv_used / total * bar_w) - own
@@ -113,14 +146,6 @@ def replica_row(r: ReplicaState, lang: str, width: int, selected: bool) -> Text:
         # On the pool's own scale, as the floor's KV sparkline: a nearly empty pool draws a flat line.
         out.append(" " + sparkline(r.kv_history, hist_w, top=1.0), style=pal.KV_USED)
     out.append(pct(r.kv_used / total).rjust(_PCT_W))
-    out.append(num(r.batch).rjust(_COL_W + 1), style=pal.PHASE[3] if r.batch else pal.DIM)
-    out.append(num(r.queued).rjust(_COL_W), style=pal.PHASE[0] if r.queued else pal.DIM)
-    out.append(num(r.done).rjust(_DONE_W))
-    if busy:
-        # Busy over the replica's own clock (a replica's last step may end past the view's clock).
-        out.append(pct(r.busy_s / r.clock_s if r.clock_s > 0 else 0.0).rjust(_BUSY_W), style=pal.COMPUTE)
-    out.truncate(width, overflow="crop", pad=True)
-    return out
 
 
 def why(lang: str, r: Route) -> str:
@@ -173,9 +198,9 @@ def render(frame: Frame, width: int, height: int) -> list[Text]:
     if v is None or height <= 0:
         return []
     p = plan(v, height)
-    rows = [column_header(lang, width)]
+    rows = [column_header(lang, width, v.energy)]
     for i in range(p.first, p.first + p.count):
-        rows.append(replica_row(v.replicas[i], lang, width, i == v.selected))
+        rows.append(replica_row(v.replicas[i], lang, width, i == v.selected, v.energy))
     if p.more:
         rows.append(Text(fit(t(lang, "f_more", n=len(v.replicas) - p.count), width), style=pal.DIM))
     if p.routes >= 0 and len(rows) < height:

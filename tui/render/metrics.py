@@ -1,4 +1,4 @@
-"""The metrics panel: step time, tokens/s, TTFT, TPOT, batch, MFU, bandwidth use, bound-by, $/Mtok."""
+"""The metrics panel: step time, tokens/s, TTFT, TPOT, batch, MFU, bandwidth use, bound-by, $/Mtok (and at batch 1)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tui.render.fmt import dur, fit, num, pct
 KEYS: dict[str, str] = {
     "tok_s_out": "tok_s_out", "tok_s_in": "tok_s_in", "tok_s_user": "tok_s_per_user", "ttft": "ttft_p50",
     "tpot": "tpot_p50", "mfu": "mfu", "bw": "bw_util", "cost_in": "cost_per_mtok_in", "cost_out": "cost_per_mtok_out",
+    "cost_b1": "cost_per_mtok_out_batch1",
 }
 
 
@@ -50,6 +51,17 @@ def _money(v: float | None) -> str:
     return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
 
 
+def _solo(frame: Frame) -> str:
+    """One user alone: its $/Mtok out on the same step model and context, and how many times today's it is."""
+    b1, now = metric(frame, "cost_b1"), metric(frame, "cost_out")
+    if b1 is None:
+        return "-"
+    x = b1 / now if now else None
+    if x is None:
+        return t(frame.lang, "m_cost_b1_v", b1=_money(b1), x="-")
+    return t(frame.lang, "m_cost_b1_v", b1=_money(b1), x=f"{x:,.1f}" if x < 100 else f"{x:,.0f}")
+
+
 def _pm(value: str, bars: tuple[float, float] | None, i: int) -> str:
     """A figure with its error band beside it: "41 ms ±5%" (as it is when unknown or without a band)."""
     return value if bars is None or value == "-" else f"{value} ±{bars[i]:.0f}%"
@@ -63,7 +75,9 @@ def items(frame: Frame) -> dict[str, tuple[str, str, str | None]]:
     bars = bands.snapshot_pcts(s)  # the profile's 80 % error band for this deployment (engine.evidence.bands)
     return {
         "step": (t(lang, "m_step"), dur(step_t), None),
-        "batch": (t(lang, "m_batch"), num(s.batch_size), None),
+        # The batch of the step shown (as step time and bound by are: live, in flight or replayed), so the row
+        # and the roofline's point describe one step; the snapshot's when no step is shown.
+        "batch": (t(lang, "m_batch"), num(st.seqs if step_t is not None else s.batch_size), None),
         # Reading and writing side by side: a prompt is read thousands of tokens a step, an answer one a step.
         "tok_s": (t(lang, "m_tok_s"), f"{_f(metric(frame, 'tok_s_in'))}/{_f(metric(frame, 'tok_s_out'))}", "bold"),
         "per_user": (t(lang, "m_per_user"), _f(metric(frame, "tok_s_user"), "{:,.1f}"), "bold"),
@@ -76,14 +90,16 @@ def items(frame: Frame) -> dict[str, tuple[str, str, str | None]]:
         "queue": (t(lang, "m_queue"), num(s.queued + s.preempted), None),
         "cost_in": (t(lang, "m_cost_in"), _money(metric(frame, "cost_in")), None),
         "cost_out": (t(lang, "m_cost_out"), _money(metric(frame, "cost_out")), None),
+        "cost_b1": (t(lang, "m_cost_b1"), _solo(frame), pal.DIM),
     }
 
 
-# Two columns: related figures side by side. One column: most telling first, so a short panel keeps them.
+# Two columns: related figures side by side (a row of one spans both). One column: most telling first, so a short
+# panel keeps them.
 PAIRS = (("step", "batch"), ("tok_s", "per_user"), ("ttft", "tpot"), ("mfu", "bw"), ("bound", "queue"),
-         ("cost_in", "cost_out"))
+         ("cost_in", "cost_out"), ("cost_b1",))
 PRIORITY = ("step", "tok_s", "per_user", "ttft", "tpot", "bound", "batch", "mfu", "bw", "cost_in", "cost_out",
-            "queue")
+            "queue", "cost_b1")
 
 
 def layout(width: int) -> tuple[tuple[str, ...], ...]:
@@ -97,21 +113,22 @@ def figure_at(width: int, x: int, y: int) -> str | None:
     if not 0 <= y < len(rows) or not 0 <= x < width:
         return None
     names = rows[y]
-    return names[min(len(names) - 1, x // max(1, width // len(names)))]
+    name = names[min(len(names) - 1, x // max(1, width // len(names)))]
+    return "cost_out" if name == "cost_b1" else name  # the batch-1 figure is explained with $/Mtok out
 
 
 def render(frame: Frame, width: int, height: int = 6) -> list[Text]:
     """Two columns of label/value pairs (one column when narrow); rows beyond `height` are dropped."""
     its = items(frame)
     lay = layout(width)
-    col_w = width // len(lay[0])
-    lab_w = max(cell_len(v[0]) for v in its.values()) + 1
+    lab_w = max(cell_len(v[0]) for k, v in its.items() if k != "cost_b1") + 1  # (a row of its own: not aligned)
     rows: list[Text] = []
     for names in lay[:max(0, height)]:
+        col_w = width // len(names)
         line = Text()
         for k in names:
             lab, val, style = its[k]
-            cell = Text(fit(lab, lab_w), style=pal.DIM)
+            cell = Text(fit(lab, max(lab_w, cell_len(lab) + 1)), style=pal.DIM)
             cell.append(val, style=style)
             cell.truncate(col_w, overflow="ellipsis", pad=True)
             line.append_text(cell)
