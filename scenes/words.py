@@ -25,8 +25,10 @@ BOUND_WORDS: dict[str, dict[str, str]] = {
 # and the bar's own title.
 SEGMENT_WORDS: dict[str, dict[str, str]] = {
     "en": {"weights": "weights", "kv": "KV", "compute": "compute", "communication": "comm", "overhead": "fixed",
+           "lora": "LoRA",
            "title": "step x-ray: what the step waited on"},
     "zh": {"weights": "权重", "kv": "KV", "compute": "计算", "communication": "通信", "overhead": "固定开销",
+           "lora": "LoRA",
            "title": "单步透视：这一步在等什么"},
 }
 

@@ -129,6 +129,7 @@ class StepParts(NamedTuple):
     time: Any  # the step's wall time (s): its kernels' rooflines, then communication and the fixed cost
     lora_bytes: Any = 0.0  # multi-LoRA: adapter weights and activations the shrink/expand kernels move
     fl_lora: Any = 0.0  # multi-LoRA: the kernels' FLOPs
+    t_lora: Any = 0.0  # multi-LoRA: the kernels' time (their own roofline, included in `time`)
 
     @property
     def flops_total(self) -> Any:
@@ -161,6 +162,7 @@ class StepCost:
     # The attention kernels' share of t_memory_s and t_compute_s (KV traffic, attention FLOPs): see StepModel.price.
     t_attn_memory_s: float = 0.0
     t_attn_compute_s: float = 0.0
+    t_lora_s: float = 0.0  # multi-LoRA: the shrink/expand kernels' roofline, after the base GEMMs (engine.physics.lora)
 
     @property
     def bytes_total(self) -> float:
@@ -434,7 +436,7 @@ class StepModel:
         lb, lf = self.lora.parts(T, adapters)
         t_mem, t_cmp = lb / c["bw"] * c["gemm_slow"], lf / c["peak"] * c["gemm_slow"]
         t = _fmax(t_mem, t_cmp) if isinstance(t_mem, float) and isinstance(t_cmp, float) else np.maximum(t_mem, t_cmp)
-        return p._replace(time=p.time + t, lora_bytes=lb, fl_lora=lf)
+        return p._replace(time=p.time + t, lora_bytes=lb, fl_lora=lf, t_lora=t)
 
     def record(self, b: Batch, p: StepParts) -> StepCost:
         """The StepCost record (what the floor, the explain screen and --json show) of one step `b` priced as
@@ -453,7 +455,7 @@ class StepModel:
             flops=flops,
             tokens=int(b.tokens), seqs=b.seqs, experts_touched=p.touched, ridge=self._c["ridge"],
             l2_bytes=self.hw.l2_bytes, layers=self.model.layers, t_attn_memory_s=p.t_attn_mem,
-            t_attn_compute_s=p.t_attn_cmp,
+            t_attn_compute_s=p.t_attn_cmp, t_lora_s=p.t_lora,
         )
 
     def cost(self, b: Batch) -> StepCost:

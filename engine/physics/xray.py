@@ -4,8 +4,9 @@ The step model's time is one roofline per kernel group plus fixed costs (engine.
 --ideal one max(memory, compute) over the whole step; calibrated, the attention kernels' roofline plus the
 matmul kernels' (they run one after the other). Each roofline is paid at its winning term, so the step's time
 is exactly: the weights (and activations) read where the matmuls wait on memory, the KV read/write where the
-attention waits on memory, the compute where either waits on the SMs, then all-reduces and the fixed overhead.
-The losing terms run hidden underneath; they are reported beside, not added.
+attention waits on memory, the compute where either waits on the SMs, the multi-LoRA kernels (their own roofline,
+engine.physics.lora), then all-reduces and the fixed overhead. The losing terms run hidden underneath; they are
+reported beside, not added.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass
 from engine.physics.step import StepCost
 
 # The segments, in display order; their names on screen are scenes.words.SEGMENT_WORDS.
-SEGMENTS = ("weights", "kv", "compute", "communication", "overhead")
+SEGMENTS = ("weights", "kv", "compute", "lora", "communication", "overhead")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +31,18 @@ class XRay:
     hidden_memory: float  # memory time that ran under compute-bound kernels
     hidden_compute: float  # compute time that ran under memory-bound kernels
     time_s: float
+    lora: float = 0.0  # the multi-LoRA kernels (0 with LoRA off)
 
     def segments(self) -> tuple[tuple[str, float], ...]:
         """(name, seconds) in display order; they add up to the step time."""
         return tuple((n, getattr(self, n)) for n in SEGMENTS)
 
     def as_dict(self) -> dict[str, float]:
-        """JSON-ready fields."""
-        return asdict(self)
+        """JSON-ready fields (`lora` only when some adapter ran)."""
+        d = asdict(self)
+        if not self.lora:
+            del d["lora"]
+        return d
 
 
 def step_xray(cost: StepCost, ideal: bool) -> XRay:
@@ -60,4 +65,4 @@ def step_xray(cost: StepCost, ideal: bool) -> XRay:
         w, hc_m, c_m, hm_m = (mm, mc, 0.0, 0.0) if mm >= mc else (0.0, 0.0, mc, mm)
         c, hm, hc = c_a + c_m, hm_a + hm_m, hc_a + hc_m
     return XRay(weights=w, kv=k, compute=c, communication=cost.t_comm_s, overhead=cost.t_overhead_s,
-                hidden_memory=hm, hidden_compute=hc, time_s=cost.time_s)
+                hidden_memory=hm, hidden_compute=hc, time_s=cost.time_s, lora=cost.t_lora_s)

@@ -123,3 +123,15 @@ def test_lora_checks() -> None:
         lora.check(M14, 0, 2, 16)
     with pytest.raises(InputError, match="not modelled"):
         lora.check(replace(M14, experts=8, experts_per_token=2, expert_intermediate=1024), 4, 2, 16)
+
+
+def test_xray_has_a_lora_segment_and_still_adds_up() -> None:
+    from engine.physics.xray import step_xray
+
+    for ideal in (False, True):
+        sm = _sm(8, 64, ideal=ideal)
+        b = Batch.of_rows(M14, [1] * 16, [1500] * 16)._replace(adapters=8)
+        x = step_xray(sm.cost(b), ideal)
+        assert x.lora > 0 and "lora" in x.as_dict()
+        assert sum(s for _, s in x.segments()) == pytest.approx(x.time_s, rel=1e-12)
+        assert "lora" not in step_xray(sm.cost(b._replace(adapters=0)), ideal).as_dict()
