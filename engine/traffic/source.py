@@ -65,6 +65,10 @@ def load_script(cfg: EngineConfig) -> Script | None:
         raise InputError("--fast-share splits closed-loop users; it does not apply to --workload or --trace")
     if cfg.workload is not None:
         wl = load_workload(cfg.workload, cfg.prompt, cfg.output, cfg.think)
+        named = max(s.prompt.adapter for s in wl.stages)
+        if named > cfg.lora_adapters:
+            raise InputError(f"{cfg.workload}: a [prompt] table names adapter {named}; give --lora-adapters"
+                             f" {named} or more")
         return PlanScript(Plan(wl, cfg.seed))
     return TraceScript(load_trace(cfg.trace, cfg.trace_speed))
 
@@ -249,6 +253,9 @@ class RequestSource:
             r.fast[:] = 1
         if self.lora_cdf is not None:
             r.adapter[:] = draw_adapters(self.lora_cdf, self.lora_rng, k)
+            if content is not None and content.adapter is not None:  # a workload file's fixed adapters
+                fixed = content.adapter >= 0
+                r.adapter[fixed] = content.adapter[fixed]
         if content is not None:
             r.group[:] = content.group
             r.prefix[:] = np.minimum(content.prefix_len, prompt)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from engine.physics.step import StepModel, StepOptions
 from engine.serving.engine import Engine
 from engine.serving.lora_slots import LoraSlots, allowed, summary
 from engine.serving.tables import Rows
-from engine.traffic.source import RequestSource
+from engine.traffic.source import RequestSource, load_script
 
 H100 = load_hardware("h100-sxm")
 M14 = load_model("generic-14b")
@@ -135,3 +136,21 @@ def test_xray_has_a_lora_segment_and_still_adds_up() -> None:
         assert x.lora > 0 and "lora" in x.as_dict()
         assert sum(s for _, s in x.segments()) == pytest.approx(x.time_s, rel=1e-12)
         assert "lora" not in step_xray(sm.cost(b._replace(adapters=0)), ideal).as_dict()
+
+
+def test_a_workload_file_names_the_adapter_of_a_stage(tmp_path: Path) -> None:
+    """`adapter = 2` in a stage's [stage.prompt]: every request of that stage uses it; the other stage's requests
+    draw theirs (Zipf). Naming an adapter beyond --lora-adapters is one line."""
+    f = tmp_path / "w.toml"
+    f.write_text("[[stage]]\nrate = 50\nduration = 10\n[stage.prompt]\ntokens = 300\nadapter = 2\n"
+                 "[[stage]]\nrate = 50\nduration = 10\n[prompt]\ntokens = 300\n[output]\ntokens = 20\n",
+                 encoding="utf-8")
+    cfg = EngineConfig(users=0, workload=str(f), lora_adapters=8, max_loras=2, max_lora_rank=16)
+    src = RequestSource.for_config(cfg, 100_000, load_script(cfg))
+    r = src.draw(20.0)
+    assert r is not None
+    first = r.stage == 0
+    assert first.any() and (~first).any()
+    assert (r.adapter[first] == 2).all() and len(np.unique(r.adapter[~first])) > 2
+    with pytest.raises(InputError, match="names adapter 2"):
+        load_script(replace(cfg, lora_adapters=1, max_loras=1))
