@@ -8,8 +8,8 @@ SCHEDULERS = ("static", "continuous", "chunked")
 # Tokens one step may prefill and decode together: vLLM's default for `vllm serve` on a GPU of 70 GiB or more
 # other than an A100 (vllm/engine/arg_utils.py, EngineArgs._set_default_args: OPENAI_API_SERVER -> 8192).
 MAX_BATCHED_TOKENS = 8192
-# The --max-lora-rank values vLLM accepts (vllm/config/lora.py, LoRAConfig.max_lora_rank's Literal).
-LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+# The --max-lora-rank values vLLM accepts (vllm/config/lora.py, MaxLoRARanks: 1 joined 8..512 in late 2025).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,18 +37,27 @@ _BUF_BYTES = 4  # the shrink kernel's token x rank buffer is fp32 (vLLM allocate
 ZIPF_S = 1.1  # default skew of which adapter a request uses: a few popular adapters, a long tail
 
 
-def projections(m: Model) -> list[tuple[int, int, int]]:
-    """(in, out, layers) of each LoRA'd projection: q, k, v, o in every layer; gate, up, down in dense layers."""
+def projections(m: Model) -> list[tuple[int, int, int, bool]]:
+    """(in, out, layers, row_parallel) of each LoRA'd projection: q, k, v, o in every layer; gate, up, down in dense
+    layers. Under tensor parallel o and down split their input (row parallel), the others their output."""
     q = m.heads * m.head_dim
     kv = m.kv_heads * m.head_dim
     h, f, L = m.hidden, m.intermediate, m.layers
     dense = m.dense_layers
-    return [(h, q, L), (h, kv, L), (h, kv, L), (q, h, L), (h, f, dense), (h, f, dense), (f, h, dense)]
+    return [(h, q, L, False), (h, kv, L, False), (h, kv, L, False), (q, h, L, True), (h, f, dense, False),
+            (h, f, dense, False), (f, h, dense, True)]
 
 
 def width(m: Model) -> int:
     """sum over LoRA'd projections and layers of (in + out): one adapter's elements per unit of rank."""
-    return sum((i + o) * n for i, o, n in projections(m))
+    return sum((i + o) * n for i, o, n, _ in projections(m))
+
+
+def width_per_gpu(m: Model, tp: int) -> float:
+    """width() on one GPU of a tensor-parallel group as vLLM shards adapters by default (fully_sharded_loras off,
+    vllm/config/lora.py): a column-parallel layer keeps all of A (in x r) and its 1/tp of B; a row-parallel one its
+    1/tp of A and all of B. The shrink and expand kernels do the FLOPs of what each GPU holds."""
+    return sum(((i / tp + o) if row else (i + o / tp)) * n for i, o, n, row in projections(m))
 
 
 def adapter_bytes(m: Model, rank: int) -> float:
@@ -59,7 +68,7 @@ def adapter_bytes(m: Model, rank: int) -> float:
 def act_width(m: Model) -> int:
     """Activation elements per token the shrink and expand kernels move: x read (in), output read and written
     (2 out), over every LoRA'd projection and layer."""
-    return sum((i + 2 * o) * n for i, o, n in projections(m))
+    return sum((i + 2 * o) * n for i, o, n, _ in projections(m))
 
 
 def check(m: Model, adapters: int, slots: int, rank: int) -> None:
@@ -96,12 +105,10 @@ class LoraCost:
     __slots__ = ("bytes_per_adapter", "flops_per_token", "act_per_token")
 
     def __init__(self, m: Model, rank: int, tp: int) -> None:
-        # Tensor parallel splits each projection one way (column or row parallel); one of A or B is sharded and the
-        # other replicated, so per GPU an adapter weighs between 1/tp and 1/2 + 1/(2tp) of itself: take 1/tp
-        # (vLLM's fully_sharded_loras shards both) and say so.
-        self.bytes_per_adapter = adapter_bytes(m, rank) / tp
-        self.flops_per_token = 2.0 * rank * width(m) / tp
-        kernels = sum(n for _, _, n in projections(m))  # shrink/expand pairs a token passes through
+        w = width_per_gpu(m, tp)
+        self.bytes_per_adapter = rank * w * LORA_DTYPE_BYTES
+        self.flops_per_token = 2.0 * rank * w
+        kernels = sum(n for _, _, n, _ in projections(m))  # shrink/expand pairs a token passes through
         self.act_per_token = (act_width(m) * LORA_DTYPE_BYTES + 2 * rank * _BUF_BYTES * kernels) / tp
 
     def parts(self, tokens: Any, adapters: Any) -> tuple[Any, Any]:

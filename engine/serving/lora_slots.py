@@ -3,13 +3,14 @@
 vLLM keeps at most --max-loras adapters active in GPU slots; a batch holds requests of at most that many distinct
 adapters. Its scheduler passes over a waiting request whose adapter would be one too many (vllm/v1/core/sched/
 scheduler.py: the request is skipped and stays at the front of the queue) and admits the ones behind it whose
-adapters fit. An adapter that is not resident is copied in from host memory before the step runs (the model
-runner activates the batch's adapters first), evicting the least recently used slot whose adapter no running
-request uses. We keep every adapter in host memory (vLLM's --max-cpu-loras cache large enough): a load is one
-copy over the host link (the hardware file's host_link_gbps).
+adapters fit. (Here those that fit move ahead of those passed over; vLLM puts the skipped back in front, so the two
+orders differ only for a request that fit a slot but not the KV pool.) An adapter that is not resident is copied in
+from host memory before the step runs (the model runner activates the batch's adapters first), evicting the least
+recently used slot whose adapter no running request uses. We keep every adapter in host memory (vLLM's
+--max-cpu-loras cache large enough): a load is one copy over the host link (the hardware file's host_link_gbps).
 
-State is a few arrays of M slots and running totals; requests carry their adapter in the tables' ADAPTER column
-and the time they were first passed over for lack of a slot in SLOT.
+State is a few arrays of M slots and running totals; requests carry their adapter in the tables' ADAPTER column and
+the time they were first passed over for lack of a slot in SLOT.
 """
 
 from __future__ import annotations
