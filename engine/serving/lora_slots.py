@@ -24,13 +24,19 @@ WINDOW = 4096  # waiting requests looked at for one whose adapter fits (vLLM wal
 
 def allowed(cand: np.ndarray, running: np.ndarray, free_slots: int) -> np.ndarray:
     """Which candidates (their adapters, in admission order) may join: base-model requests (0) and adapters already
-    in the batch always; new adapters only the first `free_slots` distinct ones, in the order they first appear."""
-    new = (cand > 0) & ~np.isin(cand, running)
+    in the batch always; new adapters only the first `free_slots` distinct ones, in the order they first appear.
+    (Adapter ids are small integers: membership is a lookup in a table of flags, not a sort.)"""
+    if not cand.size:
+        return np.ones(0, dtype=bool)
+    flag = np.zeros(max(int(cand.max()), int(running.max()) if running.size else 0) + 1, dtype=bool)
+    flag[running] = True
+    flag[0] = True
+    new = ~flag[cand]
     if not new.any():
         return np.ones(len(cand), dtype=bool)
     ids, first = np.unique(cand[new], return_index=True)
-    take = ids[np.argsort(first, kind="stable")[:max(free_slots, 0)]]
-    return ~new | np.isin(cand, take)
+    flag[ids[np.argsort(first, kind="stable")[:max(free_slots, 0)]]] = True
+    return flag[cand]
 
 
 class LoraSlots:
