@@ -8,6 +8,8 @@ SCHEDULERS = ("static", "continuous", "chunked")
 # Tokens one step may prefill and decode together: vLLM's default for `vllm serve` on a GPU of 70 GiB or more
 # other than an A100 (vllm/engine/arg_utils.py, EngineArgs._set_default_args: OPENAI_API_SERVER -> 8192).
 MAX_BATCHED_TOKENS = 8192
+# The --max-lora-rank values vLLM accepts (vllm/config/lora.py, MaxLoRARanks: 1 joined 8..512 in late 2025).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,13 @@ class EngineConfig:
     kv_remote_gbps: float | None = None
     kv_remote_latency_ms: float | None = None
     kv_tier_policy: str = "lru"
+    # multi-LoRA (engine.physics.lora): requests use one of lora_adapters adapters (0: LoRA off; Zipf with skew
+    # lora_zipf over them unless a workload file says), at most max_loras distinct ones resident in GPU slots
+    # (vLLM's --max-loras), each of rank max_lora_rank (vLLM's --max-lora-rank)
+    lora_adapters: int = 0
+    max_loras: int = 0
+    max_lora_rank: int = 0
+    lora_zipf: float = 1.1
     force: bool = False  # run even what the cost estimate (engine.budget) or the memory check would refuse
 
     @property

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine import validation as V
-from engine.config import MAX_BATCHED_TOKENS, EngineConfig
+from engine.config import LORA_RANKS, MAX_BATCHED_TOKENS, EngineConfig
 from engine.errors import InputError
 
 if TYPE_CHECKING:
@@ -267,6 +267,24 @@ OPTIONS: tuple[Option, ...] = (
        " preset (default mtp)",
        "由谁起草：mtp（模型自带的多词元预测头）、ngram（在提示里查找，免费）"
        "或一个草稿模型预设（默认 {default}）", default="mtp"),
+    _o("lora_adapters", "--lora-adapters", "int", WL, "s_cache",
+       "multi-LoRA: requests use one of N adapters of one base model (Zipf s=1.1 over them unless the workload file"
+       " says; default 0: off)",
+       "多 LoRA：请求使用同一基座模型的 N 个适配器之一（除非工作负载文件指定，按 s=1.1 的 Zipf 分布；"
+       "默认 {default}：关闭）",
+       default=0, lo=0, hi=V.MAX_COUNT, commands=("run", "app", "plan")),
+    _o("max_loras", "--max-loras", "int", WL, "s_cache",
+       "multi-LoRA: GPU slots, the most distinct adapters in one batch (vLLM's --max-loras; default 1)",
+       "多 LoRA：GPU 上的适配器槽位，即一个批次里最多的不同适配器数（即 vLLM 的 --max-loras；默认 1）", lo=1,
+       fallback=0, commands=("run", "app", "plan")),
+    _o("max_lora_rank", "--max-lora-rank", "int", WL, "s_cache",
+       "multi-LoRA: adapters' rank, one of 1,8,16,32,64,128,256,320,512 (vLLM's --max-lora-rank; default 16)",
+       "多 LoRA：适配器的秩，取 1、8、16、32、64、128、256、320、512 之一（即 vLLM 的 --max-lora-rank；默认 16）", lo=1,
+       fallback=0, commands=("run", "app", "plan")),
+    _o("lora_zipf", "--lora-zipf", "float", WL, "s_cache",
+       "multi-LoRA: skew s of the adapters' popularity, adapter k used in proportion to k^-s (default 1.1)",
+       "多 LoRA：适配器热度的偏斜 s，第 k 个适配器的使用比例正比于 k^-s（默认 {default}）",
+       default=1.1, lo=0.0, hi=10.0, commands=("run", "app", "plan")),
     # scheduler
     _o("scheduler", "--scheduler", "choice", SC, "s_scheduler", "batching policy (default continuous)",
        "批处理策略（默认 {default}）", default="continuous", choices="engine.config:SCHEDULERS"),
@@ -410,6 +428,7 @@ def config_from(values: Any, base: EngineConfig | None = None) -> EngineConfig:
     if a.runtime is not None and a.ideal:
         raise InputError(f"--runtime {a.runtime} does nothing with --ideal (peak figures, no runtime): drop one")
     _check_idle(a)
+    _check_lora(a)
     requests = a.requests
     if requests is None and a.duration is None and not scripted and base is None:
         requests = max(DEFAULT_REQUESTS, 3 * users)
@@ -441,6 +460,26 @@ def _check_idle(a: Any) -> None:
     if getattr(a, "kv_blocks", None) is not None and getattr(a, "gpu_memory_utilization", None) is not None:
         raise InputError("--gpu-memory-utilization does nothing beside --kv-blocks (which sets the KV pool itself,"
                          " and the report would show a capacity the run did not use): give one")
+
+
+def _check_lora(a: Any) -> None:
+    """The LoRA options by vLLM's rules, with vLLM's defaults filled in (one slot, rank 16): adapters >= 0, slots
+    at most the adapters, a rank vLLM allows, and no slot or rank without adapters. Options a command does not
+    take count as absent."""
+    n = getattr(a, "lora_adapters", 0) or 0
+    slots, rank = getattr(a, "max_loras", None), getattr(a, "max_lora_rank", None)
+    if not n:
+        if slots is not None or rank is not None or _given(a, "lora_zipf"):
+            raise InputError("--max-loras, --max-lora-rank and --lora-zipf do nothing without --lora-adapters N:"
+                             " give it")
+        return
+    a.max_loras = 1 if slots is None else slots
+    a.max_lora_rank = 16 if rank is None else rank
+    if a.max_loras > n:
+        raise InputError(f"--max-loras {a.max_loras} is more slots than --lora-adapters {n}: at most {n}")
+    if a.max_lora_rank not in LORA_RANKS:
+        raise InputError(f"--max-lora-rank must be one of vLLM's {', '.join(map(str, LORA_RANKS))};"
+                         f" got {a.max_lora_rank}")
 
 
 def check_fleet_options(values: Any, spec: FleetSpec) -> None:

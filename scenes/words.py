@@ -25,9 +25,9 @@ BOUND_WORDS: dict[str, dict[str, str]] = {
 # and the bar's own title.
 SEGMENT_WORDS: dict[str, dict[str, str]] = {
     "en": {"weights": "weights", "kv": "KV", "compute": "compute", "communication": "comm", "overhead": "fixed",
-           "bubble": "PP bubble", "title": "step x-ray: what the step waited on"},
+           "lora": "LoRA", "bubble": "PP bubble", "title": "step x-ray: what the step waited on"},
     "zh": {"weights": "权重", "kv": "KV", "compute": "计算", "communication": "通信", "overhead": "固定开销",
-           "bubble": "流水线气泡", "title": "单步透视：这一步在等什么"},
+           "lora": "LoRA", "bubble": "流水线气泡", "title": "单步透视：这一步在等什么"},
 }
 
 # The latency parts (engine.serving.accounting.PARTS, in its order) in each language.

@@ -24,8 +24,10 @@ from engine import budget
 from engine.config import MAX_BATCHED_TOKENS, EngineConfig
 from engine.errors import InputError
 from engine.fleet import pool
+from engine.fleet.autoscale import POLICIES
 from engine.fleet.fleet import FleetSpec, engine_for, parse_pd, scripted
 from engine.fleet.routers import ROUTERS
+from engine.fleet.spec import ScaleSpec, parse_autoscale
 from engine.physics import energy
 from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware
@@ -51,6 +53,7 @@ class Point:
     # Expert parallel with DP attention (ep ranks of tp GPUs per replica) and pipeline stages (pp of tp GPUs).
     ep: int = 1
     pp: int = 1
+    scale: ScaleSpec | None = None  # autoscaling between scale.lo and scale.hi = replicas (None: a fixed fleet)
 
     @property
     def replica_gpus(self) -> int:
@@ -59,21 +62,26 @@ class Point:
 
     @property
     def gpus(self) -> int:
-        """GPUs the deployment rents: every GPU of every replica."""
+        """GPUs the deployment rents (at most, when it autoscales): every GPU of every replica."""
         return self.replica_gpus * self.replicas
 
     def as_dict(self) -> dict[str, Any]:
-        """The point's fields for JSON (pd as "P:D" or null)."""
-        return {"hardware": self.hardware, "model": self.model, "tp": self.tp, "replicas": self.replicas,
-                "pd": None if self.pd is None else f"{self.pd[0]}:{self.pd[1]}", "gpus": self.gpus,
-                "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
-                "router": self.router, "ep": self.ep, "pp": self.pp}
+        """The point's fields for JSON (pd as "P:D" or null; autoscale bounds and policy only when it scales)."""
+        d = {"hardware": self.hardware, "model": self.model, "tp": self.tp, "replicas": self.replicas,
+             "pd": None if self.pd is None else f"{self.pd[0]}:{self.pd[1]}", "gpus": self.gpus,
+             "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
+             "router": self.router, "ep": self.ep, "pp": self.pp}
+        if self.scale is not None:
+            d["autoscale"] = f"{self.scale.lo}:{self.scale.hi}"
+            d["scale_policy"] = self.scale.policy
+        return d
 
     def label(self) -> str:
-        """A short human name: 'h100-sxm tp2 x4 (1:3) rr seqs256 tok8192'."""
+        """A short human name: 'h100-sxm tp2 x4 (1:3) rr seqs256 tok8192' ('x1:4 queue' when it autoscales)."""
         split = f" ({self.pd[0]}:{self.pd[1]})" if self.pd else ""
         par = (f" ep{self.ep}" if self.ep > 1 else "") + (f" pp{self.pp}" if self.pp > 1 else "")
-        return (f"{self.hardware} {self.model} tp{self.tp}{par} x{self.replicas}{split} {self.router}"
+        reps = f"{self.replicas}" if self.scale is None else f"{self.scale.lo}:{self.scale.hi} {self.scale.policy}"
+        return (f"{self.hardware} {self.model} tp{self.tp}{par} x{reps}{split} {self.router}"
                 f" seqs{self.max_num_seqs} tok{self.max_num_batched_tokens}")
 
 
@@ -92,23 +100,26 @@ class Space:
     router: tuple[str, ...] = ("round-robin",)
     ep: tuple[int, ...] = (1,)
     pp: tuple[int, ...] = (1,)
+    scale: tuple[ScaleSpec, ...] = ()  # autoscaled layouts tried besides the fixed replica counts (and P:D)
 
     def points(self) -> list[Point]:
         """Every point, in a fixed order (hardware, model, tp, layout, knobs, router, then ep and pp)."""
-        layouts: list[tuple[int, tuple[int, int] | None]] = [] if self.pd_only else [(r, None) for r in self.replicas]
-        layouts += [(p + d, (p, d)) for p, d in self.pd]
+        layouts: list[tuple[int, tuple[int, int] | None, ScaleSpec | None]] = \
+            [] if self.pd_only else [(r, None, None) for r in self.replicas]
+        layouts += [(p + d, (p, d), None) for p, d in self.pd]
+        layouts += [(sc.hi, None, sc) for sc in self.scale]
         n = (len(self.hardware) * len(self.model) * len(self.tp) * len(layouts) * len(self.max_num_seqs)
              * len(self.max_num_batched_tokens) * len(self.router) * len(self.ep) * len(self.pp))
         if n > MAX_POINTS:
             raise InputError(f"the search space has {n:,} points, more than {MAX_POINTS:,}: narrow a range")
         out = []
-        for hw, m, tp, (reps, pd), seqs, mbt, router, ep, pp in itertools.product(
+        for hw, m, tp, (reps, pd, sc), seqs, mbt, router, ep, pp in itertools.product(
                 self.hardware, self.model, self.tp, layouts, self.max_num_seqs, self.max_num_batched_tokens,
                 self.router, self.ep, self.pp):
             # A router only matters with more than one engine to choose from: one point, not one per router.
             if reps * ep == 1 and router != self.router[0]:
                 continue
-            out.append(Point(hw, m, tp, reps, pd, seqs, mbt, router, ep, pp))
+            out.append(Point(hw, m, tp, reps, pd, seqs, mbt, router, ep, pp, sc))
         return out
 
 
@@ -121,7 +132,7 @@ class PointResult:
     """
 
     point: Point
-    cost_per_hour: float
+    cost_per_hour: float  # dollars per hour of the run: with autoscaling, the mean over it (GPUs on x price)
     ttft_s: float | None  # at the SLO's percentile (None: no request finished)
     tpot_s: float | None
     ttft_p99_s: float | None
@@ -134,6 +145,7 @@ class PointResult:
     requests_completed: int
     sim_time_s: float
     preemptions: int
+    gpu_hours: float | None = None  # GPU-hours the run kept on: every GPU the whole run, or what an autoscaler had on
     # With --energy (engine.physics.energy); absent from the JSON without it.
     joules_per_output_token: float | None = None
     kw_per_replica: float | None = None
@@ -209,6 +221,17 @@ def parse_pd_list(text: str, replicas: Iterable[int]) -> tuple[tuple[int, int], 
     return tuple(dict.fromkeys(parse_pd(s.strip()) for s in text.split(",")))
 
 
+def parse_scale_list(text: str, policies: str, interval_s: float, target: float | None,
+                     cold_extra_s: float) -> tuple[ScaleSpec, ...]:
+    """'1:4,2:6' with policies 'queue,kv' -> every bounds x policy as a ScaleSpec (the other knobs shared)."""
+    bounds = tuple(dict.fromkeys(parse_autoscale(b.strip()) for b in text.split(",")))
+    names = parse_names(policies, "--scale-policy")
+    for n in names:
+        if n not in POLICIES:
+            raise InputError(f"--scale-policy {n!r} is not a policy; choose from {', '.join(POLICIES)}")
+    return tuple(ScaleSpec(lo, hi, n, interval_s, target, cold_extra_s) for lo, hi in bounds for n in names)
+
+
 def parse_routers(text: str) -> tuple[str, ...]:
     """'round-robin,kv-aware' or 'all' -> router names, each one of ROUTERS."""
     if text.strip() == "all":
@@ -231,7 +254,7 @@ def fleet_spec(point: Point, base: EngineConfig, kv_link_gbps: float | None = No
     cfg = replace(base, hardware=point.hardware, model=point.model, tp=point.tp, max_batch=point.max_num_seqs,
                   max_batched_tokens=point.max_num_batched_tokens, ep=point.ep, pp=point.pp)
     return FleetSpec(cfg, replicas=point.replicas * point.ep, router=point.router, pd=point.pd,
-                     kv_link_gbps=kv_link_gbps)
+                     kv_link_gbps=kv_link_gbps, scale=point.scale)
 
 
 def cost_per_hour(point: Point, base: EngineConfig) -> float:
@@ -251,6 +274,9 @@ def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None
     """
     if point.pd is not None and point.ep > 1:
         return "prefill/decode splits with expert parallel are not modelled: give --pd or --ep, not both"
+    if point.scale is not None and point.ep > 1:
+        return ("autoscaling an expert-parallel deployment (whole EP groups at a time) is not modelled:"
+                " give --autoscale or --ep, not both")
     try:
         cfg = fleet_spec(point, base).config
         eng = Engine(cfg)
@@ -318,11 +344,15 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
     m = dep.metrics()
     lat = dep.latencies()
     ttft, tpot = lat[:, L.TTFT], lat[:, L.TPOT]
-    cost_h = cost_per_hour(point, base)
     q = slo.percentile
     sim = m["sim_time_s"]
     tokens = m["input_tokens"] + m["output_tokens"]
-    # Plan rents every GPU for the whole run, idle or not: $/Mtok is the fleet's bill over all tokens.
+    # Plan rents every GPU for the whole run, idle or not: $/Mtok is the fleet's bill over all tokens. An autoscaled
+    # fleet pays for the GPU-hours its replicas were on (loading or serving), so its $/h is their mean over the run.
+    gpu_h = m["autoscale"]["gpu_hours"] if point.scale is not None else point.gpus * sim / 3600.0
+    cost_h = cost_per_hour(point, base)
+    if point.scale is not None and sim:
+        cost_h *= gpu_h / (point.gpus * sim / 3600.0)
     usd = cost_h * sim / 3600.0
     ok = np.ones(ttft.size, dtype=bool)
     if slo.ttft is not None:
@@ -337,7 +367,7 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
     return PointResult(point, cost_h, _pct(ttft, q), _pct(tpot, q), _pct(ttft, 99), _pct(tpot, 99), goodput,
                        goodput * 3600.0 / cost_h if cost_h else None, good / ttft.size if ttft.size else 0.0,
                        usd / tokens * 1e6 if tokens else None,
-                       m["throughput_out_tok_s"], m["requests_completed"], sim, m["preemptions"],
+                       m["throughput_out_tok_s"], m["requests_completed"], sim, m["preemptions"], gpu_h,
                        **{k: watts[k] for k in _ENERGY if k in watts})
 
 

@@ -35,6 +35,8 @@ class Batch(NamedTuple):
     attn_decode  the part of attn_full from decode rows (and speculative verify rows): MLA prices those
                  pairs at its absorbed width. Pass the very object given as attn_full when every row
                  decodes: the step model then skips the prefill-width term (same value, less work).
+    adapters     multi-LoRA: distinct adapters among the batch's requests (each one's A/B matrices are read
+                 once by the batched LoRA kernels, engine.physics.lora); 0 with LoRA off
     """
 
     tokens: Any
@@ -45,6 +47,7 @@ class Batch(NamedTuple):
     attn_win: Any
     logits: Any
     attn_decode: Any
+    adapters: Any = 0
 
     @classmethod
     def of_rows(cls, model: Model, new: Any, ctx: Any, logits: int | None = None) -> Batch:

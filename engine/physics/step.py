@@ -17,9 +17,10 @@ import numpy as np
 
 from engine.config import MAX_BATCHED_TOKENS
 from engine.errors import InputError
-from engine.physics import collectives, moe, pipeline, vllm_memory
+from engine.physics import collectives, lora, moe, pipeline, vllm_memory
 from engine.physics.batch import Batch
 from engine.physics.calibration import Runtime, load_runtime
+from engine.physics.lora import LoraCost
 from engine.physics.specs import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, Hardware, Model
 from engine.search import first_true
 
@@ -71,6 +72,10 @@ class StepOptions:
     max_batched_tokens: int = MAX_BATCHED_TOKENS
     max_batch: int = 256
     max_model_len: int | None = None  # vLLM's --max-model-len: the served context (None: the model's own)
+    # Multi-LoRA (engine.physics.lora): GPU slots for adapters (vLLM's --max-loras; 0: LoRA off), each holding an
+    # adapter of up to max_lora_rank, reserved out of the KV pool as vLLM allocates its LoRA buffers up front.
+    max_loras: int = 0
+    max_lora_rank: int = 0
 
 
 
@@ -133,16 +138,19 @@ class StepParts(NamedTuple):
     over: Any
     time: Any  # the step's wall time (s): its kernels' rooflines, then communication and the fixed cost
     bubble: Any = 0.0  # pipeline parallel: time the slowest stage sits idle for want of micro-batches
+    lora_bytes: Any = 0.0  # multi-LoRA: adapter weights and activations the shrink/expand kernels move
+    fl_lora: Any = 0.0  # multi-LoRA: the kernels' FLOPs
+    t_lora: Any = 0.0  # multi-LoRA: the kernels' time (their own roofline, included in `time`)
 
     @property
     def flops_total(self) -> Any:
         """StepCost.flops_total: the FLOP parts summed in the record's order."""
-        return self.fl_mm + self.fl_attn + self.fl_lm
+        return self.fl_mm + self.fl_attn + self.fl_lm + self.fl_lora
 
     @property
     def bytes_total(self) -> Any:
         """StepCost.bytes_total: the byte parts summed in the record's order."""
-        return self.weights + self.kv_read + self.kv_write + self.act
+        return self.weights + self.kv_read + self.kv_write + self.act + self.lora_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +176,7 @@ class StepCost:
     t_bubble_s: float = 0.0  # pipeline parallel: stage slots with no micro-batch to run
     # t_comm_s collective by collective: (what and its algorithm, seconds), e.g. ("AR one-shot", 2.1e-4)
     collectives: tuple[tuple[str, float], ...] = ()
+    t_lora_s: float = 0.0  # multi-LoRA: the shrink/expand kernels' roofline, after the base GEMMs (engine.physics.lora)
 
     @property
     def bytes_total(self) -> float:
@@ -229,6 +238,7 @@ class StepModel:
     # Pipeline parallel: price's constants for each distinct stage, and the fullest stage's share of the layers.
     _stages: list[dict[str, float]] = field(init=False, repr=False, default_factory=list)
     _kv_share: float = field(init=False, repr=False, default=1.0)
+    lora: LoraCost | None = field(init=False, repr=False, default=None)  # multi-LoRA kernels' coefficients
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
@@ -249,6 +259,11 @@ class StepModel:
         replays = self.runtime.cuda_graphs and not o.ideal
         self._graphs = graph_sizes(o.max_batch, o.max_batched_tokens) if replays else None
         self._graph_list = [] if self._graphs is None else self._graphs.tolist()
+        if o.max_loras:
+            lora.check(m, o.max_loras, o.max_loras, o.max_lora_rank)
+            if o.pp > 1:  # the pipelined price (_pipelined) has no LoRA term: refuse rather than leave it out
+                raise InputError("multi-LoRA with pipeline parallel (--pp) is not modelled: give one or the other")
+            self.lora = LoraCost(m, o.max_lora_rank, o.tp)
 
     def _work_constants(self) -> dict[str, float]:
         """Per-GPU bytes and FLOPs the step moves and does, per token, pair or step (price's coefficients)."""
@@ -416,14 +431,18 @@ class StepModel:
     def kv_capacity_bytes(self) -> float:
         """Per-GPU bytes left for the KV pool: memory minus weights minus the reserve (may be < 0). Pipeline
         parallel: the stage that runs out of room first sets how many tokens the pool holds, given here in bytes of
-        the fullest stage's kv_bytes_per_token."""
+        the fullest stage's kv_bytes_per_token. Multi-LoRA: vLLM allocates max_loras slots of max_lora_rank before
+        sizing the KV cache (LoRA is refused with pipeline parallel, engine.physics.lora)."""
         if self.opts.pp > 1:
             o, m = self.opts, self.model
             room = [(self.hw.memory_bytes - w - self.reserve_bytes) / (n / m.layers)
                     for w, n in zip(self._stage_weight_bytes(self._whole_weight_bytes()),
                                     pipeline.stage_layers(m.layers, o.pp), strict=True)]
             return min(room) * self._kv_share
-        return self.hw.memory_bytes - self.weight_bytes_per_gpu - self.reserve_bytes
+        free = self.hw.memory_bytes - self.weight_bytes_per_gpu - self.reserve_bytes
+        if self.lora is not None:
+            free -= self.opts.max_loras * self.lora.bytes_per_adapter
+        return free
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -480,7 +499,10 @@ class StepModel:
             lg = np.asarray(lg)
         if self.opts.pp > 1:
             return self._pipelined(T, lg, b)
-        return self._agg(self._c, T, lg, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode)
+        p = self._agg(self._c, T, lg, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode)
+        if self.lora is not None and np.any(b.adapters):
+            return self._with_lora(p, T, b.adapters)
+        return p
 
     def _pipelined(self, T: Any, lg: Any, b: Batch) -> StepParts:
         """Pipeline parallel (engine.physics.pipeline): the batch runs as m = min(pp, seqs) micro-batches; every
@@ -548,19 +570,34 @@ class StepModel:
             t = t + across * (msg / node + (0.0 if o.ideal else pipeline.NODE_HOP_S) * (msg > 0))
         return t
 
+    def _with_lora(self, p: StepParts, T: Any, adapters: Any) -> StepParts:
+        """Step parts `p` with the batched LoRA kernels of `adapters` distinct adapters over T tokens added: their
+        own roofline after the base GEMMs (vLLM adds the LoRA output after the base layer's; engine.physics.lora)."""
+        c = self._c
+        lb, lf = self.lora.parts(T, adapters)
+        t_mem, t_cmp = lb / c["bw"] * c["gemm_slow"], lf / c["peak"] * c["gemm_slow"]
+        t = _fmax(t_mem, t_cmp) if isinstance(t_mem, float) and isinstance(t_cmp, float) else np.maximum(t_mem, t_cmp)
+        return p._replace(time=p.time + t, lora_bytes=lb, fl_lora=lf, t_lora=t)
+
     def record(self, b: Batch, p: StepParts) -> StepCost:
         """The StepCost record (what the floor, the explain screen and --json show) of one step `b` priced as
         `p`. Separate from price because building it (two dicts, 17 fields) costs more than pricing: the serving
         loop builds it only when someone reads the last step's cost."""
+        byts = {"weights": p.weights, "kv_read": p.kv_read, "kv_write": p.kv_write, "activations": p.act}
+        flops = {"matmul": p.fl_mm, "attention": p.fl_attn, "lm_head": p.fl_lm}
+        if p.lora_bytes:  # multi-LoRA's kernels: a part of their own only when some adapter ran
+            byts["lora"] = p.lora_bytes
+            flops["lora"] = p.fl_lora
         return StepCost(
             time_s=p.time,
             t_memory_s=p.t_mem, t_compute_s=p.t_cmp, t_comm_s=p.t_comm,
             t_overhead_s=p.over,
-            bytes={"weights": p.weights, "kv_read": p.kv_read, "kv_write": p.kv_write, "activations": p.act},
-            flops={"matmul": p.fl_mm, "attention": p.fl_attn, "lm_head": p.fl_lm},
+            bytes=byts,
+            flops=flops,
             tokens=int(b.tokens), seqs=b.seqs, experts_touched=p.touched, ridge=self._c["ridge"],
             l2_bytes=self.hw.l2_bytes, layers=self.model.layers, t_attn_memory_s=p.t_attn_mem,
             t_attn_compute_s=p.t_attn_cmp, t_bubble_s=p.bubble, collectives=self.collectives(b, p),
+            t_lora_s=p.t_lora,
         )
 
     def cost(self, b: Batch) -> StepCost:

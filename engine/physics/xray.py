@@ -4,10 +4,11 @@ The step model's time is one roofline per kernel group plus fixed costs (engine.
 --ideal one max(memory, compute) over the whole step; calibrated, the attention kernels' roofline plus the
 matmul kernels' (they run one after the other). Each roofline is paid at its winning term, so the step's time
 is exactly: the weights (and activations) read where the matmuls wait on memory, the KV read/write where the
-attention waits on memory, the compute where either waits on the SMs, then the collectives and the fixed overhead,
-and under pipeline parallel the bubble (the slowest stage's slots with no micro-batch to run). The losing terms run
-hidden underneath; they are reported beside, not added. The communication segment is also given collective by
-collective, each with the algorithm it runs (StepCost.collectives: "AR one-shot", "A2A", "PP send", ...).
+attention waits on memory, the compute where either waits on the SMs, the multi-LoRA kernels (their own roofline,
+engine.physics.lora), then the collectives and the fixed overhead, and under pipeline parallel the bubble (the
+slowest stage's slots with no micro-batch to run). The losing terms run hidden underneath; they are reported beside,
+not added. The communication segment is also given collective by collective, each with the algorithm it runs
+(StepCost.collectives: "AR one-shot", "A2A", "PP send", ...).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass
 from engine.physics.step import StepCost
 
 # The segments, in display order; their names on screen are scenes.words.SEGMENT_WORDS.
-SEGMENTS = ("weights", "kv", "compute", "communication", "overhead", "bubble")
+SEGMENTS = ("weights", "kv", "compute", "lora", "communication", "overhead", "bubble")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +35,14 @@ class XRay:
     time_s: float
     bubble: float = 0.0  # pipeline parallel: slots of the slowest stage with no micro-batch
     collectives: tuple[tuple[str, float], ...] = ()  # the communication segment, collective by collective
+    lora: float = 0.0  # the multi-LoRA kernels (0 with LoRA off)
 
     def segments(self) -> tuple[tuple[str, float], ...]:
         """(name, seconds) in display order; they add up to the step time."""
         return tuple((n, getattr(self, n)) for n in SEGMENTS)
 
     def as_dict(self) -> dict[str, object]:
-        """JSON-ready fields (the bubble and the collectives only where a step has them)."""
+        """JSON-ready fields (the bubble, the collectives and `lora` only where a step has them)."""
         d: dict[str, object] = asdict(self)
         if not self.bubble:
             del d["bubble"]
@@ -48,6 +50,8 @@ class XRay:
             d["collectives"] = [{"name": n, "seconds": v} for n, v in self.collectives]
         else:
             del d["collectives"]
+        if not self.lora:
+            del d["lora"]
         return d
 
 
@@ -72,4 +76,4 @@ def step_xray(cost: StepCost, ideal: bool) -> XRay:
         c, hm, hc = c_a + c_m, hm_a + hm_m, hc_a + hc_m
     return XRay(weights=w, kv=k, compute=c, communication=cost.t_comm_s, overhead=cost.t_overhead_s,
                 hidden_memory=hm, hidden_compute=hc, time_s=cost.time_s, bubble=cost.t_bubble_s,
-                collectives=cost.collectives)
+                collectives=cost.collectives, lora=cost.t_lora_s)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.serving import keying
+from engine.serving.lora_slots import WINDOW, LoraSlots, allowed
 from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for, spend
 
 if TYPE_CHECKING:
@@ -37,7 +38,11 @@ def blocked(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool) -
         return True
     P = lane.P
     # Preempted requests go first, lowest id first; then the queue's head.
-    if P.n:
+    if lane.lora is not None:  # the first whose adapter fits a slot
+        head = _lora_head(lane)
+        if head is None:
+            return True
+    elif P.n:
         j = int(np.argmin(P.col("id")))
         head = P.cols.pick(slice(j, j + 1))
     else:
@@ -46,6 +51,53 @@ def blocked(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool) -
         return admit_cached(lane, head, free, tokens_planned, prefill_planned, dry=True)[0] == 0
     chunk, ok = lane.sched.admit_chunks(head.target.copy(), tokens_planned, prefill_planned)
     return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
+
+
+def _lora_allowed(lane: Lane, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-LoRA: the preempted rows in admission order (lowest id first), and which of them and of the queue's
+    first `w` rows may join for their adapter (engine.serving.lora_slots.allowed)."""
+    P, Q = lane.P, lane.Q
+    order = np.argsort(P.col("id"), kind="stable") if P.n else _EMPTY
+    cand = np.concatenate([P.col("adapter")[order], Q.col("adapter")[:w]])
+    running = LoraSlots.in_batch(lane.R.col("adapter"))
+    return order, allowed(cand, running, lane.lora.slots.size - running.size)
+
+
+def _lora_head(lane: Lane) -> Rows | None:
+    """Multi-LoRA: the first waiting row whose adapter fits a slot (None: none does)."""
+    order, ok = _lora_allowed(lane, min(lane.Q.size, WINDOW))
+    if not ok.any():
+        return None
+    j = int(ok.argmax())
+    if j < len(order):
+        return lane.P.cols.pick(slice(int(order[j]), int(order[j]) + 1))
+    q = lane.Q.head + j - len(order)
+    return lane.Q.cols.pick(slice(q, q + 1))
+
+
+def _lora_candidates(lane: Lane, slots: int, w: int, t: float) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """_candidates under multi-LoRA: the preempted rows and the queue's first `w` rows (those that arrived by the
+    async cut) whose adapters fit, at most `slots`. Queued ones that fit move ahead of those that do not (keeping
+    their order, as vLLM's skipped requests keep theirs), and the ones passed over start waiting for a slot."""
+    P, Q = lane.P, lane.Q
+    order, ok = _lora_allowed(lane, w)
+    npre = len(order)
+    seen = ok[:slots]
+    if not seen.all():  # passed over among those a free batch slot would have taken
+        miss = np.flatnonzero(~seen)
+        lane.lora.passed_over(P.cols.f, order[miss[miss < npre]], t)
+        lane.lora.passed_over(Q.cols.f, Q.head + miss[miss >= npre] - npre, t)
+    okq = ok[npre:]
+    if not okq.all():
+        perm = np.concatenate([np.flatnonzero(okq), np.flatnonzero(~okq)]) + Q.head
+        span = slice(Q.head, Q.head + w)
+        Q.cols.i[:, span] = Q.cols.i[:, perm]
+        Q.cols.f[:, span] = Q.cols.f[:, perm]
+    order = order[ok[:npre]][:slots]
+    mq = min(slots - len(order), int(np.count_nonzero(okq)))
+    if not len(order) and not mq:
+        return None
+    return order, mq, np.concatenate([P.col("target")[order], Q.col("target")[:mq]])
 
 
 def admit(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool, t: float,
@@ -93,6 +145,8 @@ def admit(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool, t: 
         lane.pool.alloc(int(took[k - 1]))
         a.blocks[:] = bl[:k]  # a waiting request holds no cache: its chunk's blocks
     _leave_waiting(lane, a, k, kp, order, t)
+    if lane.lora is not None:
+        lane.lora.admitted(a, LoraSlots.in_batch(lane.R.col("adapter")), t)
     return chunk, whole
 
 
@@ -101,10 +155,14 @@ def _candidates(lane: Lane, t: float, cut: float) -> tuple[np.ndarray, int, np.n
     queue's head follow them, and all their targets; None when none may (async scheduling's cut)."""
     P, Q = lane.P, lane.Q
     slots = lane.sched.max_batch - lane.R.n
+    w = Q.size
     if cut < t and Q.size:  # the queue is in arrival order
-        slots = min(slots, P.n + int(Q.col("arrival").searchsorted(cut, side="right")))
+        w = int(Q.col("arrival").searchsorted(cut, side="right"))
+        slots = min(slots, P.n + w)
         if slots <= 0:
             return None
+    if lane.lora is not None:
+        return _lora_candidates(lane, slots, min(w, WINDOW), t)
     if P.n:
         order = np.argsort(P.col("id"), kind="stable")[:slots]
         mq = min(slots - len(order), Q.size)

@@ -24,6 +24,7 @@ from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.fleet.spec import FleetSpec
+from engine.physics import lora
 from engine.physics.economics import solo_cost_per_mtok_out
 from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.physics.speculative import Drafter
@@ -61,6 +62,7 @@ class Engine:
         check_config(cfg)
         hw = load_hardware(cfg.hardware)
         model = load_model(cfg.model)
+        lora.check(model, cfg.lora_adapters, cfg.max_loras, cfg.max_lora_rank)  # vLLM's rules, however built
         # Every step option the config names (tp, dtypes, ideal, runtime, multipliers, ...) is passed through.
         opts = StepOptions(**{f.name: getattr(cfg, f.name) for f in fields(StepOptions) if hasattr(cfg, f.name)})
         sm = StepModel(hw, model, opts)

@@ -28,6 +28,7 @@ from engine.physics.step import StepCost, StepModel, StepParts
 from engine.serving import admission, keying, steps
 from engine.serving.accounting import LaneStats, check_conserved, finished_times
 from engine.serving.kv_tiers import KVTiers, TierSpec
+from engine.serving.lora_slots import LoraSlots
 from engine.serving.prefix_cache import BlockPool
 from engine.serving.scheduler import Scheduler
 from engine.serving.steps import StepPlan
@@ -122,6 +123,9 @@ class Lane:
         self.blocked_head: tuple[int, int, int, int] = (-1, -1, 0, 0)
         self.head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
         self.shared_content = False  # some request shares tokens with another (only then are blocks keyed as filled)
+        # Multi-LoRA: the adapter slots (engine.serving.lora_slots), None with LoRA off.
+        self.lora = None if sm.lora is None else LoraSlots(sm.opts.max_loras, sm.lora.bytes_per_adapter,
+                                                           sm.hw.host_link_gbps)
 
     # ---- configuration ------------------------------------------------------------------------
     def set_scheduler(self, sched: Scheduler) -> None:
@@ -315,8 +319,18 @@ class Lane:
         return steps.jump(self, stop, max_steps)
 
     def price(self, b: Batch) -> tuple[float, StepParts]:
-        """Price one step's batch record (StepModel.price): its time and parts, kept as the last step."""
-        p = self.sm.price(b)
+        """Price one step's batch record (StepModel.price): its time and parts, kept as the last step. With
+        multi-LoRA the record gets the batch's distinct adapters, and the step waits for the adapters loaded for it."""
+        lo = self.lora
+        if lo is not None:
+            d = int(LoraSlots.in_batch(self.R.col("adapter")).size)
+            b = b._replace(adapters=d)
+            p = self.sm.price(b)
+            lo.step(d, 1, float(p.lora_bytes), float(p.bytes_total))
+            if lo.pending_s:
+                p = p._replace(time=p.time + lo.take_pending())
+        else:
+            p = self.sm.price(b)
         self.priced = partial(self.sm.record, b, p)
         return p.time, p
 
@@ -455,6 +469,8 @@ class Lane:
             assert held == refs, f"{lane}: keyed blocks held by requests {held} != the pool's references {refs}"
         else:
             assert not r.full.any(), f"{lane}: keyed blocks with prefix caching off"
+        if self.lora is not None:
+            assert LoraSlots.in_batch(r.adapter).size <= self.lora.slots.size, f"{lane}: more adapters than slots"
         assert self.pool.used <= self.pool.total, \
             f"{lane}: KV blocks used {self.pool.used} exceed capacity {self.pool.total}"
         assert (r.blocks == blocks_for(r.cached)).all(), \

@@ -25,6 +25,7 @@ from engine.physics.speculative import sample_accepted
 from engine.physics.step import StepCost, StepModel, StepParts
 from engine.serving import admission, keying
 from engine.serving.accounting import H
+from engine.serving.lora_slots import LoraSlots
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, blocks_for
 
 if TYPE_CHECKING:
@@ -465,6 +466,8 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
         return 0
     c = lane.R.cols
     b = run_batch(lane.sm.model, c.cached[:n], k)
+    if lane.lora is not None:  # no admission in a quiet run: the same adapters every step
+        b = b._replace(adapters=int(LoraSlots.in_batch(c.adapter[:n]).size))
     p = lane.sm.price(b)
     dts, flops, byts = p.time, p.flops_total, p.bytes_total
     clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
@@ -480,6 +483,9 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     if k_arr < k:  # the run's last step starts after the arrival: it joins the queue then, as step() draws it
         _arrive_in_run(lane, float(clock[k_arr]), c.cached[:n])
     _account_run(lane, k, ends, dts, flops, byts, used, gen >= c.total[:n], (k_arr, queue))
+    if lane.lora is not None:
+        lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
+        lane.lora.step(b.adapters, k, float(lb.sum()), float(byts.sum()))
     # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
     lane.priced = partial(_last_of_run, lane.sm, b, k - 1, n)
     lane.stats.last_batch = n
@@ -519,7 +525,7 @@ def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
     win = (0.0, 0.0) if isinstance(b.sum_win, float) else (float(b.sum_win[last]), float(b.attn_win[last]))
     at = float(b.attn_full[last])
     return sm.cost(Batch(tokens=n, seqs=n, sum_ctx=float(b.sum_ctx[last]), sum_win=win[0], attn_full=at,
-                         attn_win=win[1], logits=n, attn_decode=at))
+                         attn_win=win[1], logits=n, attn_decode=at, adapters=b.adapters))
 
 
 def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarray]:

@@ -40,6 +40,7 @@ class IntCol(IntEnum):
     HKEY = 18  # key of block full-1 (uint64 bits), the parent of the next block to fill
     HIT = 19  # prompt tokens read from the prefix cache instead of computed
     STAGE = 20  # workload stage the request was sent in
+    ADAPTER = 21  # multi-LoRA: the adapter the request runs with, 1..N (0: the base model alone)
 
 
 class FloatCol(IntEnum):
@@ -59,6 +60,7 @@ class FloatCol(IntEnum):
     REC_V = 9  # the part of REC before the first visible token
     LOST_F = 10  # PRE + REC before the first token of any kind
     XFER = 11  # P/D: seconds from the prefill replica's last step to landing on a decode replica (queue + copy)
+    SLOT = 12  # multi-LoRA: first passed over for lack of an adapter slot at (NaN: not waiting for one)
 
 
 SPENT = slice(FloatCol.PRE, FloatCol.XFER + 1)  # the seconds-spent fields: 0 in a new row
@@ -135,6 +137,7 @@ class Rows:
     hkey: np.ndarray
     hit: np.ndarray
     stage: np.ndarray
+    adapter: np.ndarray
     arrival: np.ndarray
     admit: np.ndarray
     first: np.ndarray
@@ -147,6 +150,7 @@ class Rows:
     rec_v: np.ndarray
     lost_f: np.ndarray
     xfer: np.ndarray
+    slot: np.ndarray
 
 
 def _field(part: str, c: int) -> property:

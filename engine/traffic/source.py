@@ -23,6 +23,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import InputError
+from engine.physics.lora import draw_adapters, zipf_cdf
 from engine.serving.tables import Rows
 from engine.traffic.arrivals import Arrivals, Budget, PlanScript, Script, TraceScript
 from engine.traffic.trace import load_trace
@@ -42,12 +43,16 @@ class Workload:
     output: Dist
     think: Dist
     think_time: Dist
+    lora_adapters: int = 0  # multi-LoRA: requests pick one of these adapters, Zipf(lora_zipf) (0: none)
+    lora_zipf: float = 1.1
+    seed: int = 0  # the adapter stream's seed (the other streams come seeded from the caller)
 
     @classmethod
     def of(cls, cfg: EngineConfig) -> Workload:
-        """--prompt, --output, --think and --think-time parsed."""
+        """--prompt, --output, --think and --think-time parsed, with the LoRA adapters requests choose from."""
         return cls(parse_dist(cfg.prompt, "--prompt", 1), parse_dist(cfg.output, "--output", 1),
-                   parse_dist(cfg.think, "--think", 0), parse_dist(cfg.think_time, "--think-time", 0))
+                   parse_dist(cfg.think, "--think", 0), parse_dist(cfg.think_time, "--think-time", 0),
+                   cfg.lora_adapters, cfg.lora_zipf, cfg.seed)
 
 
 def load_script(cfg: EngineConfig) -> Script | None:
@@ -60,6 +65,10 @@ def load_script(cfg: EngineConfig) -> Script | None:
         raise InputError("--fast-share splits closed-loop users; it does not apply to --workload or --trace")
     if cfg.workload is not None:
         wl = load_workload(cfg.workload, cfg.prompt, cfg.output, cfg.think)
+        named = max(s.prompt.adapter for s in wl.stages)
+        if named > cfg.lora_adapters:
+            raise InputError(f"{cfg.workload}: a [prompt] table names adapter {named}; give --lora-adapters"
+                             f" {named} or more")
         return PlanScript(Plan(wl, cfg.seed))
     return TraceScript(load_trace(cfg.trace, cfg.trace_speed))
 
@@ -122,7 +131,7 @@ class RequestSource:
     """
 
     __slots__ = ("budget", "arrivals", "script", "fast", "s_prompt", "s_output", "s_think", "cap_tokens", "stage",
-                 "next_stage", "clipped", "outstanding")
+                 "next_stage", "clipped", "outstanding", "lora_cdf", "lora_rng")
 
     def __init__(self, wl: Workload, budget: Budget, rngs: list[np.random.Generator], cap_tokens: int,
                  script: Script | None = None, fast: bool = False, fast_share: float = 0.0,
@@ -135,6 +144,10 @@ class RequestSource:
         self.s_output = Sampler(wl.output, rngs[1], True, 1, max(1, cap_tokens))
         self.s_think = Sampler(wl.think, rngs[2], True, 0, max(0, cap_tokens))
         self.cap_tokens = cap_tokens
+        # Multi-LoRA: which adapter each request uses, from a stream of its own (LoRA on leaves the others as they
+        # were), Zipf over the adapters: a few popular ones and a long tail.
+        self.lora_cdf = zipf_cdf(wl.lora_adapters, wl.lora_zipf) if wl.lora_adapters else None
+        self.lora_rng = np.random.default_rng([wl.seed, 0x10BA, int(fast)]) if wl.lora_adapters else None
         self.arrivals = Arrivals(budget, fast, fast_share, rate,
                                  Sampler(wl.think_time, rngs[3], False, 0.0, MAX_SECONDS),
                                  Sampler(Dist("exp", 1.0), rngs[4], False, 0.0))
@@ -238,6 +251,11 @@ class RequestSource:
         self.clipped += n_clipped
         if self.fast:
             r.fast[:] = 1
+        if self.lora_cdf is not None:
+            r.adapter[:] = draw_adapters(self.lora_cdf, self.lora_rng, k)
+            if content is not None and content.adapter is not None:  # a workload file's fixed adapters
+                fixed = content.adapter >= 0
+                r.adapter[fixed] = content.adapter[fixed]
         if content is not None:
             r.group[:] = content.group
             r.prefix[:] = np.minimum(content.prefix_len, prompt)

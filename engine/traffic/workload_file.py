@@ -10,6 +10,8 @@ The keys are a contract (tests and outside tools rely on them):
     shared_prefix = 100       # leading tokens shared by the requests of one group (a system prompt)
     groups = 9                # distinct shared prefixes
     users_per_group = 5       # request i sends prompt i % (groups * users_per_group): exact repeats recur
+    adapter = 3               # multi-LoRA: the adapter these requests use, 1..--lora-adapters (0: the base model;
+                              # absent: Zipf over the adapters, engine.physics.lora)
     [output]
     tokens = 248              # a number or a distribution string, as --output
     think = 0                 # hidden reasoning tokens before the answer, as --think (optional)
@@ -39,7 +41,7 @@ from engine.traffic.workload import Dist, Sampler, parse_dist, seeded_rngs
 from engine.validation import MAX_COUNT, MAX_SECONDS, printable, read_text, show
 
 _STAGE_KEYS = ("rate", "users", "think_time", "duration", "prompt", "output")
-_PROMPT_KEYS = ("tokens", "shared_prefix", "groups", "users_per_group")
+_PROMPT_KEYS = ("tokens", "shared_prefix", "groups", "users_per_group", "adapter")
 _OUTPUT_KEYS = ("tokens", "think")
 _TOP_KEYS = ("stage", "prompt", "output")
 MAX_RATE = 1e6  # requests/s of one stage: ~100x the largest fleets this simulates; more is a typo or an attack
@@ -55,6 +57,7 @@ class PromptSpec:
     shared_prefix: int = 0
     groups: int = 1
     users_per_group: int = 0  # 0: every request sends a new prompt
+    adapter: int = -1  # multi-LoRA: the adapter every request of this spec uses (0: none; -1: drawn, Zipf)
 
     @property
     def distinct(self) -> int:
@@ -273,7 +276,8 @@ def _prompt_spec(rd: _Reader, sp: dict[str, Any], default: str, at: tuple[Any, .
         if "users_per_group" in sp else 0
     if tokens.is_fixed and prefix > tokens.a:
         raise rd.fail(f"{prefix} tokens is longer than the prompt's {tokens.a:g}", *where("shared_prefix"))
-    return PromptSpec(tokens, prefix, groups, upg)
+    adapter = rd.whole(sp["adapter"], *where("adapter")) if "adapter" in sp else -1
+    return PromptSpec(tokens, prefix, groups, upg, adapter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +298,7 @@ class Requests:
     body: np.ndarray
     session: np.ndarray
     stage: np.ndarray
+    adapter: np.ndarray | None = None  # multi-LoRA: each request's adapter (-1: drawn from the Zipf; None: all drawn)
 
 
 class Plan:
@@ -390,6 +395,7 @@ class Plan:
         body = np.full(k, NONE, dtype=np.int64)
         output = np.zeros(k, dtype=np.int64)
         think = np.zeros(k, dtype=np.int64)
+        adapter = np.full(k, -1, dtype=np.int64)
         for s in np.unique(stage).tolist():
             m = stage == s
             n = int(m.sum())
@@ -399,6 +405,7 @@ class Plan:
             sp = self._specs[c]
             ii = i[m]
             base = np.int64(c) << _SPEC_SHIFT
+            adapter[m] = sp.adapter
             if sp.shared_prefix:
                 group[m] = stream_id(TAG_GROUP, base + ii % sp.groups)
                 prefix[m] = sp.shared_prefix
@@ -408,7 +415,7 @@ class Plan:
                 body[m] = stream_id(TAG_PROMPT, base + pid)
             else:
                 prompt[m] = self._prompt_s[c].take(n)
-        return Requests(prompt, output, think, group, prefix, body, np.zeros(k, dtype=bool), stage)
+        return Requests(prompt, output, think, group, prefix, body, np.zeros(k, dtype=bool), stage, adapter)
 
     def _prompt_lengths(self, c: int) -> np.ndarray:
         """One length per distinct prompt of spec c, drawn once: a repeat sends exactly the same prompt."""

@@ -109,7 +109,7 @@ def test_pool_and_serial_give_the_same_plan() -> None:
     assert list(serial[0].as_dict()) == ["config", "cost_per_hour", "ttft_s", "tpot_s", "ttft_p99_s", "tpot_p99_s",
                                          "goodput_rps", "goodput_per_dollar", "slo_met", "usd_per_mtok",
                                          "throughput_out_tok_s",
-                                         "requests_completed", "sim_time_s", "preemptions"]
+                                         "requests_completed", "sim_time_s", "preemptions", "gpu_hours"]
     for r in serial:  # the share meeting the SLOs is goodput's numerator over the finished requests
         assert 0.0 <= r.slo_met <= 1.0
         assert r.slo_met * r.requests_completed == pytest.approx(r.goodput_rps * r.sim_time_s)

@@ -81,7 +81,7 @@ def test_every_field_has_its_chinese_help_line_and_section_title() -> None:
     every field is one option of the table, and every section has its Chinese title."""
     fields = form.build_fields()
     dests = {f.dest for f in fields}
-    assert len(fields) == len(dests) == len(O.OPTIONS) == 61
+    assert len(fields) == len(dests) == len(O.OPTIONS) == 65
     assert dests == set(O.BY_NAME)
     assert sorted({f.section for f in fields if f.section not in ZH or ZH[f.section] == EN.get(f.section)}) == []
     for f in fields:

@@ -64,11 +64,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for o in axes:
         shown = o.default if o.default is not None else o.fallback if o.fallback is not None else 1
         words = ", ".join(o.choice_list())  # the router axis lists its choices
-        s.add_argument(*o.flags, dest=o.name, default=str(shown), help=o.axis.format(choices=words))
+        # --replicas stays None when not given: with --autoscale, only the autoscaled layouts are tried then
+        default = None if o.name == "replicas" else str(shown)
+        s.add_argument(*o.flags, dest=o.name, default=default, help=o.axis.format(choices=words))
     s.add_argument("--pd", nargs="?", const="all", default=None,
                    help="also try prefill/decode splits P:D (e.g. 1:1,1:3), or every split of each replica count"
                         " when given alone")
     s.add_argument("--pd-only", action="store_true", help="only the P:D splits, no colocated replicas")
+    s.add_argument("--autoscale", metavar="MIN:MAX,...", default=None,
+                   help="also try autoscaled fleets between MIN and MAX replicas (e.g. 1:4,1:6,2:6); each reports the"
+                        " GPU-hours it kept on, and the best is the cheapest meeting the SLOs. Without --replicas only"
+                        " these are tried")
+    s.add_argument("--scale-policy", default="queue",
+                   help="autoscaling policies to try with --autoscale (queue, kv; comma-separated; default queue)")
+    for name in ("scale_interval", "scale_target", "cold_start_s"):
+        o = O.BY_NAME[name]
+        s.add_argument(o.flag, dest=name, type=o.parse(), default=o.default, help=o.en + " (with --autoscale)")
     s.add_argument("--kv-link-gbps", type=O.BY_NAME["kv_link_gbps"].parse(), default=None,
                    help=O.BY_NAME["kv_link_gbps"].en)
     g = p.add_argument_group("targets")
@@ -94,17 +105,32 @@ def space_from_args(args: argparse.Namespace) -> pl.Space:
         load_hardware(h)
     for m in models:
         load_model(m)
-    replicas = pl.parse_ints(args.replicas, "--replicas")
+    scale = _scale_axis(args)
+    replicas = pl.parse_ints(args.replicas or "1", "--replicas")
     pd = pl.parse_pd_list(args.pd, replicas) if args.pd is not None else ()
     if args.pd_only and not pd:
         raise InputError("--pd-only needs --pd splits (or --pd alone with --replicas 2 or more)")
     if args.pd == "all" and not pd:
         raise InputError("--pd alone splits each replica count into prefill and decode: give --replicas 2 or more")
     return pl.Space(hardware=hardware, model=models, tp=pl.parse_ints(args.tp, "--tp"), replicas=replicas, pd=pd,
-                    pd_only=args.pd_only, max_num_seqs=pl.parse_ints(args.max_batch, "--max-num-seqs"),
+                    pd_only=args.pd_only or bool(scale and args.replicas is None), scale=scale,
+                    max_num_seqs=pl.parse_ints(args.max_batch, "--max-num-seqs"),
                     max_num_batched_tokens=pl.parse_ints(args.max_batched_tokens, "--max-num-batched-tokens"),
                     router=pl.parse_routers(args.router), ep=pl.parse_ints(args.ep, "--ep"),
                     pp=pl.parse_ints(args.pp, "--pipeline-parallel-size"))
+
+
+def _scale_axis(args: argparse.Namespace) -> tuple[Any, ...]:
+    """The autoscaled layouts --autoscale and --scale-policy ask for; the scaling knobs need --autoscale."""
+    if args.autoscale is None:
+        for name in ("scale_interval", "scale_target", "cold_start_s"):
+            if getattr(args, name) != O.BY_NAME[name].default:
+                raise InputError(f"{O.BY_NAME[name].flag} does nothing without --autoscale MIN:MAX,...")
+        if args.scale_policy != "queue":
+            raise InputError("--scale-policy does nothing without --autoscale MIN:MAX,...")
+        return ()
+    return pl.parse_scale_list(args.autoscale, args.scale_policy, args.scale_interval, args.scale_target,
+                               args.cold_start_s)
 
 
 def base_from_args(args: argparse.Namespace, space: pl.Space) -> Any:
@@ -114,6 +140,8 @@ def base_from_args(args: argparse.Namespace, space: pl.Space) -> Any:
     ns = argparse.Namespace(**vars(args))
     ns.hardware, ns.model, ns.tp, ns.ep, ns.pp = space.hardware[0], space.model[0], space.tp[0], space.ep[0], \
         space.pp[0]
+    for name in ("autoscale", "scale_policy", "scale_interval", "scale_target", "cold_start_s"):
+        delattr(ns, name)  # the grid's, not the base configuration's
     ns.max_batch, ns.max_batched_tokens = space.max_num_seqs[0], space.max_num_batched_tokens[0]
     base = O.config_from(ns)
     for spec, what, lo in ((base.prompt, "--prompt", 1), (base.output, "--output", 1), (base.think, "--think", 0),
@@ -275,8 +303,10 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
     b = out["best"]
     if b is not None:
         split = f" split {b['pd']}" if b["pd"] else ""
-        con.print(f"[bold green]best:[/] {b['replicas']} x {b['hardware']} tp{b['tp']}{split} ({b['gpus']} GPUs,"
-                  f" {b['router']}, max_num_seqs {b['max_num_seqs']}) for [bold]${b['cost_per_hour']:,.2f}/h[/]:"
+        scaled = f", {b['gpu_hours']:.3g} GPU-hours" if b.get("autoscale") else ""
+        con.print(f"[bold green]best:[/] {_reps(b)} x {b['hardware']} tp{b['tp']}{split} ({b['gpus']} GPUs,"
+                  f" {b['router']}, max_num_seqs {b['max_num_seqs']}{scaled})"
+                  f" for [bold]${b['cost_per_hour']:,.2f}/h[/]:"
                   f" {k} TTFT {fixed(b['ttft_s'], 1e3)} ms, TPOT {fixed(b['tpot_s'], 1e3)} ms,"
                   f" goodput {fixed(b['goodput_rps'], 1, 2)} req/s over the whole run, drain included"
                   f" ({b['slo_met']:.0%} of answers met the SLOs; {fixed(b['goodput_per_dollar'], 1, 0)} per $)")
@@ -287,7 +317,7 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
         t.add_column(col, justify="left" if col in ("GPU", "model", "router") else "right")
     bad = {_key(r["config"]) for r in out["infeasible"]}
     for r in out["pareto"]:
-        t.add_row(r["hardware"], r["model"], str(r["tp"]), str(r["replicas"]), r["pd"] or "-", r["router"],
+        t.add_row(r["hardware"], r["model"], str(r["tp"]), _reps(r), r["pd"] or "-", r["router"],
                   str(r["max_num_seqs"]), f"{r['cost_per_hour']:,.2f}", fixed(r["usd_per_mtok"], 1, 3),
                   fixed(r["ttft_s"], 1e3), fixed(r["tpot_s"], 1e3, 2), fixed(r["goodput_rps"], 1, 2),
                   ("no" if _key(r) in bad else "yes") + ("?" if (r["interval"] or {}).get("slo_flips") else ""))
@@ -307,6 +337,11 @@ def _print(out: dict[str, Any], results: list[dict[str, Any]], slo: pl.Slo) -> N
 
 
 _key = plan_plot.key
+
+
+def _reps(c: dict[str, Any]) -> str:
+    """A point's replicas: the count, or 'MIN:MAX policy' when it autoscales (the mean $/h then follows the GPUs on)."""
+    return f"{c['autoscale']} {c['scale_policy']}" if c.get("autoscale") else str(c["replicas"])
 
 
 def _short(why: str) -> str:

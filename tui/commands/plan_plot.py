@@ -15,9 +15,9 @@ MARKS = "★ best  ◆ Pareto  o meets SLO  x misses"
 
 
 def key(c: dict[str, Any]) -> tuple[Any, ...]:
-    """A config's identity (the fields a point is made of)."""
+    """A config's identity (the fields a point is made of; ep, pp and the autoscale bounds where a point has them)."""
     return (c["hardware"], c["model"], c["tp"], c["replicas"], c["pd"], c["max_num_seqs"], c["max_num_batched_tokens"],
-            c["router"])
+            c["router"], c.get("ep", 1), c.get("pp", 1), c.get("autoscale"), c.get("scale_policy"))
 
 
 def marked(out: dict[str, Any], results: list[dict[str, Any]], metric: str) -> list[tuple[float, float, str]]:

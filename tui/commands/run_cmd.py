@@ -20,7 +20,7 @@ from engine.files import atomic_output, check_target
 from engine.fleet.fleet import Fleet, engine_for
 from engine.numbers import fixed, json_safe
 from engine.physics import energy
-from engine.serving import trace_out
+from engine.serving import lora_slots, trace_out
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
 from tui.commands import run_plot
@@ -148,6 +148,8 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     out["percentiles_cover"] = "finished requests only"
     if cfg.energy:
         out["energy"] = energy_of(engine, m)
+    if cfg.lora_adapters:
+        out["lora"] = lora_of(engine)
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
@@ -179,6 +181,15 @@ def energy_of(engine: Engine | Fleet, m: dict[str, Any]) -> dict[str, Any]:
     scaled = m.get("autoscale")
     on = scaled["gpu_hours"] * 3600.0 if scaled else None  # an autoscaler switched some GPUs off for a while
     return energy.run_energy(m, engine.step_model, gpus, cfg.group_gpus, cfg.price_per_kwh, m["price_per_hour"], on)
+
+
+def lora_of(engine: Engine | Fleet) -> dict[str, Any]:
+    """The run's multi-LoRA totals (engine.serving.lora_slots.summary) over every lane of every replica."""
+    cfg, sm = engine.config, engine.step_model
+    lanes = [ln for r in engine.reps for ln in r.lanes] if isinstance(engine, Fleet) else list(engine.lanes)
+    assert sm.lora is not None
+    return lora_slots.summary([ln.lora for ln in lanes if ln.lora is not None], cfg.lora_adapters,
+                              cfg.max_lora_rank, sm.lora.bytes_per_adapter)
 
 
 def run_inputs(args: argparse.Namespace) -> list[str | None]:
@@ -286,6 +297,12 @@ def _print(r: dict[str, Any]) -> None:
                   f" on a hit ({r['kv_offload_gb']:g} GB)")
     if r.get("kv_tiers"):
         s.add_row("KV tiers", tier_line(r["kv_tiers"]))
+    if r.get("lora"):
+        lo = r["lora"]
+        s.add_row("multi-LoRA", f"{lo['adapters']:,} adapters, {lo['slots']} slots (rank {lo['rank']}):"
+                  f" {fixed(lo['adapters_per_step'], 1, 1)} per step, {lo['loads']:,} loads,"
+                  f" {lo['slot_waits']:,} requests waited {fixed(lo['slot_wait_mean_s'], 1000, 0)} ms for a slot,"
+                  f" {fixed(lo['lora_bytes_share'], 100, 1)} % of bytes")
     if r.get("spec_tokens_per_step") is not None:
         s.add_row("speculative decoding", f"{fixed(r['spec_tokens_per_step'], 1, 2)} tokens per sequence per step")
     if r.get("goodput_req_s") is not None:

@@ -14,6 +14,7 @@ WEIGHTS_HOT = "bold #fff7c2 on #c64600"  # the weights of the layer being read: 
 KV_READ = "bold #ffffff on #813d9c"  # a user's KV cache being read with the layer
 ACTS = "#62a0ea"  # activations: the step's intermediate results, written and read back
 DROP = "bold #33d17a"  # the token a step drops into an answer
+DROP_BG = "#33d17a"  # the same green as a fill: the x-ray's multi-LoRA kernels
 SM_IDLE = "#5e5c64"
 DIM = "#8a8a8a"
 LABEL = "bold"

@@ -18,7 +18,7 @@ from tui.render import palette as pal
 from tui.render.fmt import dur
 
 COLOURS = {"weights": pal.WEIGHTS, "kv": pal.KV_USED, "compute": pal.COMPUTE, "communication": pal.PACKET,
-           "overhead": pal.RESERVE, "bubble": pal.SM_IDLE}
+           "overhead": pal.RESERVE, "bubble": pal.SM_IDLE, "lora": pal.DROP_BG}
 assert set(COLOURS) == set(SEGMENTS)
 
 
