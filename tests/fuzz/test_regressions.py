@@ -330,7 +330,7 @@ def test_the_conservation_invariant_catches_a_vanished_request() -> None:
 
 
 @pytest.mark.parametrize(("extra", "words"), [
-    ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quant_method 'awq' is not read"),
+    ({"quantization_config": {"quant_method": "hqq", "nbits": 4}}, "quant_method 'hqq' is not read"),
     ({"quantization_config": {"quant_method": "gptq", "bits": "four"}}, "its bits 'four' are not a number"),
     ({"torch_dtype": "float32"}, "torch_dtype 'float32' is not read"),
     ({"rope_scaling": {"type": "yarn", "factor": 4}}, "rope_scaling is not read"),
