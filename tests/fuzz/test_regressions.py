@@ -341,3 +341,22 @@ def test_config_keys_read_and_ignored_say_so(tmp_path: Path, extra: dict, words:
     f.write_text(json.dumps({**MODEL, "architectures": ["LlamaForCausalLM"], "model_type": "llama", **extra}))
     o = call(["step", "--model", str(f)])
     assert o.code == 0 and words in o.err and o.err.count("\n") == 1
+
+
+def test_serve_api_lone_surrogates_echoed_in_an_error_are_a_4xx_not_a_500() -> None:
+    """Found by tests/fuzz/test_fuzz_server.py: JSON's \\ud800 escape is a lone surrogate that UTF-8 cannot encode,
+    and a model name or an unknown key carrying one, echoed in the error message, made the response a 500."""
+    from tests.tui.api_server import need
+
+    need("httpx")
+    from starlette.testclient import TestClient
+
+    from tui.cli import build_parser
+    from tui.commands import serve_api_cmd
+
+    words = ["serve-api", "--log-level", "error"]
+    app, _ = serve_api_cmd.build(build_parser(words).parse_args(words))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for body, status in ((b'{"prompt": "a", "model": "\\ud800"}', 404), (b'{"prompt": "a", "\\udfff": 1}', 400)):
+            r = client.post("/v1/completions", content=body)
+            assert r.status_code == status and "\\\\ud" in r.text and r.json()["error"]["code"] == status
