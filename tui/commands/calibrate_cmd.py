@@ -18,7 +18,7 @@ from engine.evidence.measured.calibrate import CAMPAIGN_FIT, DEFAULT_FIT, FIT, c
 from engine.evidence.measured.formats import read_result
 from engine.files import write_text_atomic
 from engine.physics.calibration import load_runtime
-from tui.commands import replay_cmd
+from tui.commands import progress, replay_cmd
 from tui.commands.options import console, print_json, versioned
 
 
@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
         from engine.evidence.fit import START
 
         start = replace(start, request_overhead_s=0.0, **{n: START[n] for n in names if n in START})
-    res = calibrate(records, base, start, names, not args.no_cross_validate, tables)
+    doing = f"fitting {', '.join(names)} to {len(records) + len(tables)} result file(s)"
+    with progress.heartbeat("calibrate", lambda: doing, progress.wanted(args.quiet)):
+        res = calibrate(records, base, start, names, not args.no_cross_validate, tables)
     write_text_atomic(out, toml_text(args.name, res), "-o", [*args.results, getattr(args, "runtime_file", None)])
     if args.json:
         rt = res["runtime"]

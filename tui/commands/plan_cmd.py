@@ -29,6 +29,7 @@ from engine.numbers import fixed
 from engine.physics.specs import load_hardware, load_model
 from engine.traffic.workload import parse_dist
 from engine.validation import printable_line
+from tui.commands import progress
 from tui.commands.options import (
     add_options,
     console,
@@ -79,6 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="run the grid as Ray tasks: a local Ray instance, or a cluster at HOST:6379 / ray://HOST:10001")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr: neither the bar on a terminal nor, in logs, the plain line every 10 s")
 
 
 def space_from_args(args: argparse.Namespace) -> pl.Space:
@@ -161,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     pruned += [{"config": pt.as_dict(), "why": why} for pt, why in beyond]
     budget.check_plan(sum(work[pt] for pt in keep), len(keep), base.force)  # the grid's work, not its size
     jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
-    results, stopped = _run_jobs(jobs, mapper, show=sys.stderr.isatty())
+    results, stopped = _run_jobs(jobs, mapper, show=sys.stderr.isatty() and not args.quiet, quiet=args.quiet)
     out = pl.summarize(results, pruned, slo)
     bands.annotate_plan(out, [r.as_dict() for r in results], None if base.ideal else base.runtime, base.weight_dtype)
     if stopped is not None:  # a partial report: what finished before the signal, and how much that is
@@ -222,8 +225,10 @@ def _nothing_fits(pruned: list[dict[str, Any]], points: list[pl.Point], base: An
     return f"none of the {len(points)} configurations fits ({n} of them because: {why})"
 
 
-def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> tuple[list[pl.PointResult], tuple[str, int] | None]:
-    """Run the grid, with a progress bar on stderr when it is a terminal: every result in grid order, and None; or,
+def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool,
+              quiet: bool = False) -> tuple[list[pl.PointResult], tuple[str, int] | None]:
+    """Run the grid, with a progress bar on stderr when it is a terminal (else, for logs, a plain line every few
+    seconds: tui.commands.progress; neither with --quiet): every result in grid order, and None; or,
     stopped by Ctrl+C or SIGTERM once some points had finished, those results and (the signal, its exit code). The
     mapper's workers are stopped on the way out (engine.fleet.pool); nothing finished is thrown away."""
     from tui.cli import Terminated
@@ -231,7 +236,9 @@ def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> tuple[list[pl.Poin
     done: dict[int, pl.PointResult] = {}
     try:
         if not show:
-            return pl.run_grid(jobs, mapper, done.__setitem__), None
+            where = lambda: f"{len(done):,} of {len(jobs):,} configurations simulated"  # noqa: E731
+            with progress.heartbeat("plan", where, progress.wanted(quiet)):
+                return pl.run_grid(jobs, mapper, done.__setitem__), None
         with Progress(TextColumn("[bold]planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=console(stderr=True), transient=True) as bar:
             task = bar.add_task("", total=len(jobs))

@@ -23,6 +23,7 @@ from engine.physics import energy
 from engine.serving import trace_out
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
+from tui.commands import progress
 from tui.commands.options import add_options, console, positive_int, print_json, versioned
 
 _PROGRESS_EVERY = 512  # ticks between progress-bar updates
@@ -50,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes a round-robin open-loop fleet runs its replicas on (default: all cores; the"
                         " same numbers as one)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr: neither the bar on a terminal nor, in logs, the plain line every 10 s")
     p.add_argument("--explain", action="store_true",
                    help="where TTFT and end-to-end latency went: queueing, prefill, transfer (P/D), decode, preemption,"
                         " recompute and the request path, as the mean and the p50/p90/p99 requests"
@@ -78,10 +81,12 @@ def build(args: argparse.Namespace) -> Engine | Fleet:
     return engine
 
 
-def run_engine(engine: Engine | Fleet, show_progress: bool) -> int:
-    """Run to the config's bound, with a progress bar on stderr when it is a terminal; returns ticks run."""
+def run_engine(engine: Engine | Fleet, show_progress: bool, log_progress: bool = False, command: str = "run") -> int:
+    """Run to the config's bound, with a progress bar on stderr when it is a terminal (show_progress), or a plain
+    line every few seconds for logs (log_progress: tui.commands.progress); returns ticks run."""
     if not show_progress:
-        return engine.run()
+        with progress.heartbeat(command, lambda: _where(engine), log_progress):
+            return engine.run()
     cfg = engine.config
     limit, duration = getattr(engine, "bounds", (cfg.requests, cfg.duration))  # a fleet runs its config's bounds
     by_time = duration is not None
@@ -96,6 +101,12 @@ def run_engine(engine: Engine | Fleet, show_progress: bool) -> int:
             bar.update(task, completed=min(done, total),
                        description=f"sim {engine.clock:,.1f} s · tick {engine.tick:,}")
         return ticks
+
+
+def _where(engine: Engine | Fleet) -> str:
+    """A run's progress in words, for the plain progress line."""
+    return (f"simulated {engine.clock:,.1f} s, {engine.requests_completed:,} requests finished,"
+            f" tick {engine.tick:,}")
 
 
 def report(engine: Engine | Fleet) -> dict[str, Any]:
@@ -172,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
         f = stack.enter_context(atomic_output(args.trace_out, "--trace-out", run_inputs(args))) \
             if args.trace_out else None
         rec = trace_out.record(engine) if f is not None else None
-        run_engine(engine, show_progress=sys.stderr.isatty())
+        run_engine(engine, show_progress=sys.stderr.isatty() and not args.quiet,
+                   log_progress=progress.wanted(args.quiet))
         out = report(engine)
         if args.bench_json:
             bench_out.write(args.bench_json, bench_out.from_sim(engine), run_inputs(args))
