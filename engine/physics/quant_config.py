@@ -20,6 +20,7 @@ the checkpoint is priced at 16 bits as before.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -53,8 +54,11 @@ def _number(q: dict[str, Any], *keys: str) -> int | None:
     for k in keys:
         if k in q and q[k] is not None:
             v = q[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or isinstance(v, float) and not (math.isfinite(v) and v.is_integer()):
                 raise Unread(f"its {k} {str(v)[:20]!r} are not a number")
+            if abs(v) > 1 << 20:  # no bit width or group is that large (and int() of 1e300 would be 301 digits)
+                raise Unread(f"its {k} {str(v)[:20]} is out of range")
             return int(v)
     return None
 
@@ -64,7 +68,7 @@ def _int_weights(bits: int | None, group: int | None) -> str:
     if bits not in INT_BITS:
         raise Unread(f"its bits {bits!r} are not one of {', '.join(map(str, INT_BITS))}")
     g = 128 if group is None else group
-    if g > 0 and g not in GROUPS:
+    if g not in GROUPS and g != -1:  # -1: one scale per output channel
         raise Unread(f"its group_size {g} is not one of {', '.join(map(str, GROUPS))} or -1")
     return int_name(bits, g)
 

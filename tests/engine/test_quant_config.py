@@ -100,6 +100,8 @@ def test_the_step_reads_the_quantised_weights_and_computes_at_the_right_rate() -
     ({**GPTQ, "bits": "four"}, "its bits 'four' are not a number"),
     ({**GPTQ, "bits": 5}, "its bits 5 are not one of"),
     ({**GPTQ, "group_size": 100}, "its group_size 100 is not one of"),
+    ({**GPTQ, "group_size": 1e300}, "its group_size 1e+300 is out of range"),  # was read as per-channel int4
+    ({**GPTQ, "bits": 10 ** 30}, "its bits 10000000000000000000 is out of range"),
     ({"quant_method": "bitsandbytes"}, "it loads neither 4-bit nor 8-bit"),
 ])
 def test_a_quantisation_it_cannot_price_says_so_and_stays_16_bit(tmp_path: Path, q: dict, words: str) -> None:
