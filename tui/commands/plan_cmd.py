@@ -147,14 +147,16 @@ def run(args: argparse.Namespace) -> int:
     keep = []
     beyond: list[tuple[pl.Point, str]] = []  # points that fit but provably miss the SLOs
     work: dict[pl.Point, float] = {}  # each point's estimated simulated steps (engine.budget)
-    for pt in points:
-        why = pl.prune(pt, base, args.budget_per_hour, work)
-        if why is None and (miss := pl.beyond_slo(pt, base, slo)) is not None:
-            beyond.append((pt, miss))
-        elif why is None:
-            keep.append(pt)
-        else:
-            pruned.append({"config": pt.as_dict(), "why": why})
+    seen = lambda: f"checking configurations: {len(keep) + len(beyond) + len(pruned):,} of {len(points):,}"  # noqa: E731
+    with progress.heartbeat("plan", seen, progress.wanted(args.quiet)):  # a grid of thousands takes minutes
+        for pt in points:
+            why = pl.prune(pt, base, args.budget_per_hour, work)
+            if why is None and (miss := pl.beyond_slo(pt, base, slo)) is not None:
+                beyond.append((pt, miss))
+            elif why is None:
+                keep.append(pt)
+            else:
+                pruned.append({"config": pt.as_dict(), "why": why})
     if not keep and beyond:
         # Nothing can meet the SLOs: simulate them after all, so the report can say which target binds and how
         # near the nearest point comes.

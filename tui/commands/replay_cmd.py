@@ -68,6 +68,7 @@ def check(args: argparse.Namespace, m: Measured) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read RESULT, check it against the flags, replay it on the deployment and print the comparison."""
+    run_cmd.check_outputs(args)
     m = read_result(args.result, args.format)
     check(args, m)
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,13 +17,14 @@ from engine import vllm_flags
 from engine.errors import InputError
 from engine.evidence import bands
 from engine.evidence.measured import bench_out
-from engine.files import atomic_output
+from engine.files import atomic_output, check_target
 from engine.fleet.fleet import Fleet, engine_for
 from engine.numbers import fixed, json_safe
 from engine.physics import energy
 from engine.serving import trace_out
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
+from engine.validation import printable_line
 from tui.commands import progress
 from tui.commands.options import add_options, console, positive_int, print_json, versioned
 
@@ -173,8 +175,21 @@ def run_inputs(args: argparse.Namespace) -> list[str | None]:
     return [getattr(args, k, None) for k in ("trace", "workload", "model", "hardware", "runtime_file")]
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """--trace-out and --bench-json before the run: each a file name, not an input, and not both the same file
+    (the bench file would be written, then replaced by the trace)."""
+    trace, bench = getattr(args, "trace_out", None), getattr(args, "bench_json", None)
+    if trace is not None:
+        check_target(trace, "--trace-out", run_inputs(args))
+    if bench is not None:
+        check_target(bench, "--bench-json", [*run_inputs(args), getattr(args, "result", None)])
+    if trace and bench and Path(trace).resolve() == Path(bench).resolve():
+        raise InputError(f"--trace-out and --bench-json both name {printable_line(trace)}: give each its own file")
+
+
 def run(args: argparse.Namespace) -> int:
     """Build the engine, run it to its bound, print JSON or the Rich report (and the trace, when asked)."""
+    check_outputs(args)
     engine = build(args)
     if isinstance(engine, Fleet) and not args.trace_out:  # a trace records each replica's steps in this process
         engine.workers = args.workers or os.cpu_count() or 1
