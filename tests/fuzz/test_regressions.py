@@ -214,6 +214,8 @@ REFUSED = [
     ("serve --public-url not-a-url", "expected an http:// or https:// URL with a host"),
     ("run --scale-policy kv --requests 5", "--scale-policy does nothing without --autoscale"),
     ("run --scale-interval 5 --requests 5", "--scale-interval does nothing without --autoscale"),
+    # checked an engine per point for minutes, then ran for an hour: refused at once now
+    ("plan --replicas 1-4096 --tp 1,2,4,8 --rate 10 --duration 10", "this plan would simulate about 8.4e+08 steps"),
 ]
 
 

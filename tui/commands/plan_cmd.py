@@ -147,6 +147,11 @@ def run(args: argparse.Namespace) -> int:
     keep = []
     beyond: list[tuple[pl.Point, str]] = []  # points that fit but provably miss the SLOs
     work: dict[pl.Point, float] = {}  # each point's estimated simulated steps (engine.budget)
+    # A floor on the grid's work before an engine is built per point (16,384 points take minutes to check): the
+    # replicas of every point within the budget (engine.budget.REPLICA_STEPS each).
+    cap = args.budget_per_hour
+    fleets = sum(pt.replicas for pt in points if cap is None or pl.cost_per_hour(pt, base) <= cap + 1e-9)
+    budget.check_plan(fleets * budget.REPLICA_STEPS, len(points), base.force)
     seen = lambda: f"checking configurations: {len(keep) + len(beyond) + len(pruned):,} of {len(points):,}"  # noqa: E731
     with progress.heartbeat("plan", seen, progress.wanted(args.quiet)):  # a grid of thousands takes minutes
         for pt in points:
