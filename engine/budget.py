@@ -27,6 +27,11 @@ ROW_BYTES = 2 * 18 * 8  # one request row: 18 int64/float64 columns, tables grow
 USER_BYTES = 8 + 1 + 1 + 8  # per closed-loop user: next send time, waiting flag, outstanding flag, index
 # A plan's whole grid: ten runs' worth, ~50 min on one core at that pace (less over a plan's worker pool).
 PLAN_STEPS_LIMIT = 10 * STEPS_LIMIT
+# What a replica costs beyond its steps, in steps: building its engine (tables, KV pool, prefix cache) and the
+# fleet's per-replica bookkeeping. Measured: `run --rate 10 --duration 10` takes 0.41 s of CPU with 1 replica and
+# 1.96 s with 2,048, ~0.75 ms a replica, or ~25 steps at ~30 us a step. A plan of thousands of points of
+# thousands of replicas each simulates few steps but builds millions of replicas (issue 30, class 3).
+REPLICA_STEPS = 25.0
 POOL_BLOCK_BYTES = 6 * 8  # per KV block: the prefix cache's key, references, LRU stamp and free-slot stacks
 
 

@@ -29,8 +29,10 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def check_target(path: str | os.PathLike[str], flag: str, inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """The target of `flag` as a Path, refused (InputError, one line) when it is a directory, its folder does not
-    exist, or it is one of the run's `inputs`."""
+    """The target of `flag` as a Path, refused (InputError, one line) when it is empty or a directory, its folder
+    does not exist, or it is one of the run's `inputs` (or of the other outputs passed among them)."""
+    if not str(path):
+        raise InputError(f"{flag} needs a file name")
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{flag} {path} is a directory; give a file name")
@@ -50,6 +52,9 @@ def atomic_output(path: str | os.PathLike[str], flag: str,
     without an exception, removed otherwise (KeyboardInterrupt and SystemExit included). An OSError (no room, no
     permission) becomes one InputError line naming `flag`."""
     target = check_target(path, flag, inputs)
+    if target.exists() and not target.is_file():
+        yield from _straight(target, flag)
+        return
     folder = target.parent if str(target.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=folder)
@@ -82,6 +87,17 @@ def _mode_for(target: Path) -> int:
         mask = os.umask(0)
         os.umask(mask)
         return 0o666 & ~mask
+
+
+def _straight(target: Path, flag: str) -> Iterator[IO[str]]:
+    """A target that is not a regular file (/dev/null, /dev/stdout, a FIFO) written in place: renaming a temporary
+    file over it would replace the device or pipe itself with a file (as root, /dev/full became one)."""
+    try:
+        with open(target, "w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+    except OSError as e:
+        raise InputError(f"{flag} {target}: could not finish writing it ({e.strerror or e})") from None
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, flag: str,

@@ -524,8 +524,9 @@ def _scale_from(values: Any) -> Any:
 
     text = getattr(values, "autoscale", None)
     if not text:
-        for flag in ("scale_target", "cold_start_s"):
-            if getattr(values, flag, None):
+        for flag in ("scale_target", "cold_start_s", "scale_policy", "scale_interval"):
+            default = BY_NAME[flag].default
+            if getattr(values, flag, default) not in (None, 0, default):  # given, and not its default
                 raise InputError(f"--{flag.replace('_', '-')} does nothing without --autoscale MIN:MAX")
         return None
     lo, hi = parse_autoscale(text)

@@ -54,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(word, list(COMMANDS), n=1, cutoff=0.6)
             if close and not word.startswith("-"):
                 message = f"unknown command '{word}' (did you mean {close[0]}?)"
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.stderr.write(f"{self.prog}: error: {printable_line(message)} (see --help)\n")  # words as typed
         raise SystemExit(2)
 
 
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"tokensim: error: {e}\n")
             return 2
         for note in notes:
-            sys.stderr.write(f"tokensim: note: {note}\n")
+            sys.stderr.write(f"tokensim: note: {printable_line(note)}\n")
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
     previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None

@@ -285,7 +285,7 @@ def prune(point: Point, base: EngineConfig, budget_per_hour: float | None = None
     except InputError as e:
         return str(e)
     if work is not None:
-        work[point] = est.steps
+        work[point] = est.steps + point.replicas * budget.REPLICA_STEPS
     cost = cost_per_hour(point, base)
     if budget_per_hour is not None and cost > budget_per_hour + 1e-9:
         return f"costs ${cost:,.2f}/h for {point.gpus} GPUs, over the budget of ${budget_per_hour:,.2f}/h"

@@ -77,7 +77,7 @@ def ray_map(jobs: list[Job], address: str | None = None, num_cpus: int | None = 
                 start_local(num_cpus)
             else:
                 ray.init(address=address, runtime_env={"py_modules": [engine]}, **_QUIET)
-        except (ConnectionError, TimeoutError, RuntimeError) as e:
+        except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:  # ValueError: ray:// without ray[client]
             raise InputError(f"--ray {address or 'local'}: could not connect ({str(e).splitlines()[0]})") from None
     try:
         task = ray.remote(_evaluate_with)

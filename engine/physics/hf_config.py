@@ -25,6 +25,7 @@ import re
 import sys
 from typing import Any
 
+from engine.physics import quant_config
 from engine.validation import printable_line
 
 # Keys engine.physics.specs reads (with this module's rewrites), and tokensim's own preset keys.
@@ -35,7 +36,7 @@ READ = frozenset({
     "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
     "sliding_window", "attention_chunk_size", "nope_layer_interval", "max_position_embeddings",
     "intermediate_size_mlp", "interleave_moe_layer_step", "decoder_sparse_step", "sliding_layers",
-    "published_params", "expert_bias", "expert_dtype",
+    "published_params", "expert_bias", "expert_dtype", "head_dtype",
 })
 # Size-looking keys that do not change the weights or the KV cache.
 HARMLESS = frozenset({
@@ -65,20 +66,32 @@ def _note(where: str, key: str, text: str) -> None:
         print(f"note: {printable_line(where)}: {text}", file=sys.stderr)
 
 
+def _quantised(d: dict[str, Any], where: str, layers: int) -> None:
+    """A quantization_config read into the model's dtype keys (engine.physics.quant_config), which a model file's
+    own keys override; one it cannot price gets a note and the weights stay at 16 bits (issue 30, class 7)."""
+    q = d.get("quantization_config")
+    if not isinstance(q, dict):
+        return
+    method = str(q.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        d.setdefault("expert_dtype", "mxfp4")  # gpt-oss: MXFP4 routed experts, everything else 16-bit
+        return
+    try:
+        keys = quant_config.read(q, layers)
+    except quant_config.Unread as e:
+        why = f" ({printable_line(str(e))})" if str(e) else ""
+        _note(where, "quantization_config", f"quantization_config quant_method {printable_line(method)[:30]!r}"
+              f" is not read{why}: the weights are priced at 16 bits; give --dtype fp8 or int4 to price them"
+              " quantized")
+        return
+    for k, v in keys.items():
+        d.setdefault(k, v)
+
+
 def _note_unread(d: dict[str, Any], where: str) -> None:
     """Config keys that change what a deployment costs but that tokensim does not read say so (issue 30, class 7):
-    a quantization other than gpt-oss's MXFP4 experts, a non-16-bit torch_dtype, a rope_scaling. The weights are
-    priced at --dtype (bf16 by default); the context is max_position_embeddings."""
-    q = d.get("quantization_config")
-    if isinstance(q, dict):
-        method = str(q.get("quant_method", "")).lower()
-        bits = q.get("bits", q.get("weight_bits"))
-        if method != "mxfp4":
-            odd = "" if bits is None or isinstance(bits, (int, float)) and not isinstance(bits, bool) else \
-                f" (its bits {printable_line(str(bits))[:20]!r} are not a number)"
-            _note(where, "quantization_config", f"quantization_config quant_method {printable_line(method)[:30]!r}"
-                  f"{odd} is not read: the weights are priced at --dtype; give --dtype fp8 or int4 to price them"
-                  " quantized")
+    a non-16-bit torch_dtype, a rope_scaling. The weights are priced at --dtype or the checkpoint's quantization
+    (bf16 by default); the context is max_position_embeddings."""
     dt = d.get("torch_dtype", d.get("dtype"))
     if isinstance(dt, str) and dt.lower() not in ("bfloat16", "float16", "bf16", "fp16", "auto"):
         _note(where, "torch_dtype", f"torch_dtype {printable_line(dt)[:20]!r} is not read: the weights are priced at"
@@ -111,9 +124,7 @@ def normalise(d: dict[str, Any], where: str) -> dict[str, Any]:
     if kind.startswith(("qwen2_moe", "qwen3_moe")) and layers and (step > 1 or dense_only):
         moe = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
         d.setdefault("first_k_dense_replace", layers - moe)  # the step model prices layers by kind, not order
-    q = d.get("quantization_config")
-    if isinstance(q, dict) and str(q.get("quant_method", "")).lower() == "mxfp4":
-        d.setdefault("expert_dtype", "mxfp4")  # gpt-oss: MXFP4 routed experts, everything else 16-bit
+    _quantised(d, where, layers)
     if "use_qk_norm" in d:
         d.setdefault("qk_norm", d["use_qk_norm"])
     if kind.startswith("llama4"):

@@ -46,7 +46,7 @@ PATHS: dict[str, ExpertPath] = {
                             " block FP8, CUTLASS/FlashInfer FP4 grouped GEMMs on Blackwell"),
 }
 # Weight dtypes whose kernels quantise the activations too, on any part (FP8 tensor cores: Hopper and later).
-_QUANTISED_ACT = frozenset({"fp8", "fp8-block"})
+_QUANTISED_ACT = frozenset({"fp8", "fp8-block", "int8-w8a8"})
 # Weight dtypes run with quantised activations only where the part has FP4 tensor cores (else weight-only).
 _FP4 = frozenset({"fp4", "mxfp4", "nvfp4"})
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from engine import validation as V
 from engine.errors import InputError, suggest
-from engine.physics import hf_config
+from engine.physics import hf_config, quant_config
 
 # Bytes per stored weight or KV element. mxfp4 carries one 8-bit scale per 32 values: 4.25 bits.
 # Group-quantised checkpoints count their scales too: GPTQ/AWQ int8/int4 with one fp16 scale per 128 weights
@@ -27,17 +27,30 @@ DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 4.25 / 8,
     "int8-g128": 8.125 / 8, "int4-g128": 4.125 / 8, "nvfp4": 4.5 / 8, "fp8-block": 1.0,
 }
+# Checkpoint dtypes a model file or a config's quantization_config names (engine.physics.quant_config), beyond the
+# --dtype choices: every GPTQ/AWQ width and group size (one 16-bit scale per group), bitsandbytes NF4 (one fp32
+# absmax per 64: 4.5 bits; double-quantised 4.127 bits, QLoRA sec. 3), FP8 weights with 16-bit activations and
+# int8 W8A8 (per-channel scales, a few bytes per row, left out).
+_STORED_ONLY = {**{k: v for k, v in quant_config.int_dtypes().items() if k not in DTYPE_BYTES},
+                quant_config.BNB4: 4.5 / 8, quant_config.BNB4_DQ: (4 + 8 / 64 + 32 / (64 * 256)) / 8,
+                "fp8-w8a16": 1.0, "int8-w8a8": 1.0}
+DTYPE_BYTES.update(_STORED_ONLY)
 # fp8-block: DeepSeek's FP8 checkpoints, one fp32 scale per 128x128 weight block (0.02 % more bytes, left out).
 # Blackwell's tensor cores apply block scales inside the MMA; Hopper's FP8 MMA has none, so kernels rescale
 # the partial sums on the CUDA cores (DeepSeek-V3 technical report, sec. 3.3.2): see Runtime.block_fp8_eff.
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4", "int8-g128", "int4-g128", "nvfp4",
                  "fp8-block")
+STORED_DTYPES = WEIGHT_DTYPES + tuple(_STORED_ONLY)
 KV_DTYPES = ("bf16", "fp16", "fp8")
 # Which tensor-core rate a weight dtype computes at, given the part supports it (else bf16:
 # int8/int4 weight-only quantisation dequantises to 16-bit before the matmul).
 _COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "bf16", "int4": "bf16",
                   "fp4": "fp4", "mxfp4": "fp4", "fp32": "bf16", "int8-g128": "bf16", "int4-g128": "bf16",
-                  "nvfp4": "fp4", "fp8-block": "fp8"}
+                  "nvfp4": "fp4", "fp8-block": "fp8",
+                  # int8 W8A8 runs int8 MMAs: on Hopper and Ada the same dense rate as FP8 (H100 SXM: 1,979 TOPS
+                  # int8 and 1,979 TFLOPS FP8 dense, half the datasheet's with-sparsity 3,958); parts without FP8
+                  # fall back to the 16-bit rate.
+                  "int8-w8a8": "fp8"}
 
 PRESET_ROOT = "presets"
 
@@ -135,6 +148,10 @@ class Model:
     max_context: int = 32768
     weight_dtype: str = "bf16"
     expert_dtype: str = ""
+    # A quantised checkpoint's embedding and LM head dtype ("": as the weights), and the decoder parts it leaves
+    # 16-bit as (part, share of its layers) pairs, part one of attn, router, shared, dense_mlp (quant_config.keep16).
+    head_dtype: str = ""
+    keep16: tuple[tuple[str, float], ...] = ()
     # MoE
     experts: int = 0
     experts_per_token: int = 0
@@ -260,13 +277,28 @@ class Model:
     def params_active(self) -> float:
         return self.counts["active"]
 
-    def weight_bytes(self, dtype: str | None = None) -> float:
-        """Bytes of all weights at rest, with experts at their own dtype where the model says so."""
+    def keep16_params(self) -> float:
+        """Parameters of the decoder parts a quantised checkpoint leaves 16-bit (its modules_to_not_convert)."""
+        c = self.counts
+        per_part = {"attn": self.layers * c["attn_per_layer"], "router": self.moe_layers * c["router"],
+                    "shared": self.moe_layers * c["shared"], "dense_mlp": self.dense_layers * c["dense_mlp_per_layer"]}
+        return sum(per_part.get(part, 0.0) * share for part, share in self.keep16)
+
+    def weight_bytes(self, dtype: str | None = None, head_dtype: str | None = None) -> float:
+        """Bytes of all weights at rest, with experts at their own dtype where the model says so. At the model's
+        own dtype (dtype None) a quantised checkpoint's 16-bit head and kept parts count at 16 bits; head_dtype
+        (--head-dtype) prices the embedding and LM head at a dtype of its own."""
         c = self.counts
         wd = dtype or self.weight_dtype
         ed = dtype or self.expert_dtype or self.weight_dtype
         experts = c["expert_all"]
-        return (c["total"] - experts) * DTYPE_BYTES[wd] + experts * DTYPE_BYTES[ed]
+        total = (c["total"] - experts) * DTYPE_BYTES[wd] + experts * DTYPE_BYTES[ed]
+        hd = head_dtype or (self.head_dtype if dtype is None else "") or wd
+        if hd != wd:
+            total += (c["embed"] + c["lm_head_separate"]) * (DTYPE_BYTES[hd] - DTYPE_BYTES[wd])
+        if dtype is None and self.keep16:
+            total += self.keep16_params() * (DTYPE_BYTES["bf16"] - DTYPE_BYTES[wd])
+        return total
 
 
 def count_params(m: Model) -> dict[str, float]:
@@ -547,14 +579,30 @@ def _local_attention(d: dict[str, Any], where: str, layers: int, max_ctx: int,
     return {"sliding_window": window if sliding else 0, "sliding_layers": sliding, "chunked": bool(chunk and sliding)}
 
 
-def _dtypes(d: dict[str, Any], where: str) -> dict[str, str]:
-    """The stored weight dtype, and the routed experts' where they differ (e.g. gpt-oss's MXFP4 experts)."""
-    wd = d.get("weight_dtype") or _torch_dtype(d, where)
+def _dtypes(d: dict[str, Any], where: str) -> dict[str, Any]:
+    """The stored weight dtype, the routed experts' and the head's where they differ (e.g. gpt-oss's MXFP4
+    experts, a GPTQ checkpoint's 16-bit head), and the parts a quantised checkpoint keeps 16-bit."""
+    V.optional(d, "quantization_config", V.table, where, {})
+    wd = d.get("weight_dtype") or "bf16"
     ed = d.get("expert_dtype") or ""
-    for key, val in (("weight_dtype", wd), ("expert_dtype", ed)):
+    hd = d.get("head_dtype") or ""
+    for key, val in (("weight_dtype", wd), ("expert_dtype", ed), ("head_dtype", hd)):
         if val:
-            V.text(val, key, where, WEIGHT_DTYPES, "weight dtype")
-    return {"weight_dtype": wd, "expert_dtype": ed}
+            V.text(val, key, where, STORED_DTYPES, "weight dtype")
+    return {"weight_dtype": wd, "expert_dtype": ed, "head_dtype": hd, "keep16": _keep16(d.get("keep16"), where)}
+
+
+def _keep16(keep: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """A model's keep16 pairs checked: [part, share] with part one of quant_config.PARTS and a share in 0..1."""
+    if not keep:
+        return ()
+    ok = isinstance(keep, (list, tuple)) and all(
+        isinstance(x, (list, tuple)) and len(x) == 2 and x[0] in quant_config.PARTS
+        and isinstance(x[1], (int, float)) and not isinstance(x[1], bool) and 0 <= x[1] <= 1 for x in keep)
+    if not ok:
+        raise V.fail(where, "keep16", f"a list of [part, share] pairs, part one of {', '.join(quant_config.PARTS)}"
+                     " and share between 0 and 1", keep)
+    return tuple((str(p), float(s)) for p, s in keep)
 
 
 def _model_name(d: dict[str, Any], where: str, name: str | None) -> str:
@@ -563,17 +611,6 @@ def _model_name(d: dict[str, Any], where: str, name: str | None) -> str:
     if not isinstance(nm, str) or not nm:
         raise V.fail(where, "name", "a non-empty string", nm)
     return nm.lower()
-
-
-def _torch_dtype(d: dict[str, Any], where: str) -> str:
-    """Stored weight dtype of an HF config: fp8 (fp8-block with block scales) if it declares fp8, else bf16."""
-    q = V.optional(d, "quantization_config", V.table, where, {})
-    method = str(q.get("quant_method", "")).lower()
-    if method == "fp8":
-        return "fp8-block" if q.get("weight_block_size") else "fp8"
-    if method == "mxfp4":
-        return "bf16"  # only the experts are mxfp4; see expert_dtype
-    return "bf16"
 
 
 def read_toml(path: Path, what: str = "file") -> dict[str, Any]:

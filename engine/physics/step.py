@@ -270,11 +270,16 @@ class StepModel:
         o, m = self.opts, self.model
         c = m.counts
         wb, eb = DTYPE_BYTES[self.wdtype], DTYPE_BYTES[self.edtype]
-        hb = DTYPE_BYTES[o.head_dtype or self.wdtype]
+        # A quantised checkpoint's own layout (its 16-bit head and kept parts) holds while --dtype leaves it be.
+        own = o.weight_dtype is None
+        hb = DTYPE_BYTES[o.head_dtype or (m.head_dtype if own else "") or self.wdtype]
         tp = o.tp
         # Weights read once per step whatever the batch: everything but the embedding table, the
         # LM head and the routed experts (those three are priced per step below).
         always = c["total"] - c["embed"] - c["lm_head_separate"] - c["expert_all"]
+        w_always = always * wb / tp
+        if own and m.keep16:
+            w_always += m.keep16_params() * (DTYPE_BYTES["bf16"] - wb) / tp
         # KV heads shard across tp GPUs; with fewer KV heads than GPUs (or MLA's single latent) they replicate.
         kv_shards = 1 if m.is_mla else max(1, min(tp, m.kv_heads))
         kvl = m.kv_bytes_per_token_layer(o.kv_dtype)
@@ -282,7 +287,7 @@ class StepModel:
                                                                         + m.shared_experts * m.shared_width)) / m.layers
         pair = 2.0 * m.full_attn_layers * m.heads / tp  # FLOPs per query-key pair per unit of head width
         return {
-            "w_always": always * wb / tp,
+            "w_always": w_always,
             "w_row": m.hidden * hb / tp,  # one embedding row per token
             # The LM head (the embedding table itself when tied) is read once if any position needs logits.
             "w_lm_head": c["lm_head_matrix"] * hb / tp,
@@ -395,9 +400,7 @@ class StepModel:
     def _whole_weight_bytes(self) -> float:
         """Per-GPU weight bytes of the whole model over tp GPUs (1/ep of the routed experts under expert parallel)."""
         o, c = self.opts, self.model.counts
-        total = self.model.weight_bytes(o.weight_dtype)
-        if o.head_dtype:
-            total += (c["embed"] + c["lm_head_separate"]) * (DTYPE_BYTES[o.head_dtype] - DTYPE_BYTES[self.wdtype])
+        total = self.model.weight_bytes(o.weight_dtype, o.head_dtype)
         if o.ep > 1:  # each GPU keeps 1/ep of the routed experts
             total -= c["expert_all"] * DTYPE_BYTES[self.edtype] * (1 - 1 / o.ep)
         return total / o.tp

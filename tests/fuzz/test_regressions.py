@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.errors import InputError
 from engine.physics.specs import _preset_dir
 from tests.fuzz.harness import assert_contract, call
 
@@ -207,6 +208,14 @@ REFUSED = [
     ("step --model {f}/bigfield.json", "'num_hidden_layers' must be a whole number"),
     ("step --model {f}/bigvocab.json", "'vocab_size' must be a whole number"),
     ("runn", "unknown command 'runn' (did you mean run?)"),
+    # issue 30, the audit's rerun (benchmarks/audit_hostile.py)
+    ("run --trace-out '' --requests 5", "--trace-out needs a file name"),
+    ("run --trace-out {f}/t.json --bench-json {f}/t.json --requests 5", "--trace-out and --bench-json both name"),
+    ("serve --public-url not-a-url", "expected an http:// or https:// URL with a host"),
+    ("run --scale-policy kv --requests 5", "--scale-policy does nothing without --autoscale"),
+    ("run --scale-interval 5 --requests 5", "--scale-interval does nothing without --autoscale"),
+    # checked an engine per point for minutes, then ran for an hour: refused at once now
+    ("plan --replicas 1-4096 --tp 1,2,4,8 --rate 10 --duration 10", "this plan would simulate about 8.4e+08 steps"),
 ]
 
 
@@ -330,7 +339,7 @@ def test_the_conservation_invariant_catches_a_vanished_request() -> None:
 
 
 @pytest.mark.parametrize(("extra", "words"), [
-    ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quant_method 'awq' is not read"),
+    ({"quantization_config": {"quant_method": "hqq", "nbits": 4}}, "quant_method 'hqq' is not read"),
     ({"quantization_config": {"quant_method": "gptq", "bits": "four"}}, "its bits 'four' are not a number"),
     ({"torch_dtype": "float32"}, "torch_dtype 'float32' is not read"),
     ({"rope_scaling": {"type": "yarn", "factor": 4}}, "rope_scaling is not read"),
@@ -341,3 +350,75 @@ def test_config_keys_read_and_ignored_say_so(tmp_path: Path, extra: dict, words:
     f.write_text(json.dumps({**MODEL, "architectures": ["LlamaForCausalLM"], "model_type": "llama", **extra}))
     o = call(["step", "--model", str(f)])
     assert o.code == 0 and words in o.err and o.err.count("\n") == 1
+
+
+def test_serve_api_lone_surrogates_echoed_in_an_error_are_a_4xx_not_a_500() -> None:
+    """Found by tests/fuzz/test_fuzz_server.py: JSON's \\ud800 escape is a lone surrogate that UTF-8 cannot encode,
+    and a model name or an unknown key carrying one, echoed in the error message, made the response a 500."""
+    from tests.tui.api_server import need
+
+    need("httpx")
+    from starlette.testclient import TestClient
+
+    from tui.cli import build_parser
+    from tui.commands import serve_api_cmd
+
+    words = ["serve-api", "--log-level", "error"]
+    app, _ = serve_api_cmd.build(build_parser(words).parse_args(words))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for body, status in ((b'{"prompt": "a", "model": "\\ud800"}', 404), (b'{"prompt": "a", "\\udfff": 1}', 400)):
+            r = client.post("/v1/completions", content=body)
+            assert r.status_code == status and "\\\\ud" in r.text and r.json()["error"]["code"] == status
+
+
+@pytest.mark.parametrize("argv", [["ru\x1b]0;pwned\x07n"], ["run", "--vllm-args", "vllm serve m --\x1b[2Jx 3"]])
+def test_words_as_typed_are_printed_escaped(argv: list[str]) -> None:
+    """The audit's rerun: an unknown command or an unknown vLLM flag carrying escape codes reached the terminal raw
+    (the argparse error and the vLLM note echoed them)."""
+    o = call(argv)
+    assert "\x1b" not in o.err and "\x07" not in o.err and "\\x1b" in o.err
+
+
+def test_an_output_that_is_a_device_is_written_in_place_not_replaced(tmp_path: Path) -> None:
+    """The audit's rerun: --bench-json /dev/full exited 0 having renamed its temporary file over the device (as root,
+    /dev/full became a regular file). A link to it shows the difference safely: replaced before, ENOSPC now."""
+    if not Path("/dev/full").is_char_device():
+        pytest.skip("no /dev/full here")
+    full = tmp_path / "full"
+    full.symlink_to("/dev/full")
+    for flag in ("--bench-json", "--trace-out"):
+        o = call(["run", flag, str(full), "--requests", "5"])
+        assert o.code == 2 and "No space left on device" in o.err, o.err
+        assert full.is_symlink() and Path("/dev/full").is_char_device()
+
+
+def test_a_plan_of_thousands_of_replicas_counts_building_them() -> None:
+    """The audit's rerun: `plan --replicas 1-4096 --tp 1,2,4,8` passed the work estimate (few steps a point) and
+    ran for an hour; each replica now counts budget.REPLICA_STEPS on top of its steps."""
+    from engine import budget
+    from engine.config import EngineConfig
+    from engine.fleet import plan as pl
+
+    base = EngineConfig(rate=10.0, duration=10.0)
+    work: dict = {}
+    one, many = (pl.Point("h100-sxm", "generic-14b", 1, r, None, 256, 8192, "round-robin") for r in (1, 2000))
+    assert pl.prune(one, base, None, work) is None and pl.prune(many, base, None, work) is None
+    assert work[many] - work[one] >= 1999 * budget.REPLICA_STEPS
+    with pytest.raises(InputError, match="this plan would simulate about"):
+        budget.check_plan(work[many] * 2500, 2500, False)  # 2,500 such points: an hour, refused at once
+
+
+def test_a_ray_client_address_without_ray_client_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit's rerun: `plan --ray ray://HOST:PORT` with Ray installed without its client extra was a ValueError
+    traceback from ray.init."""
+    ray = pytest.importorskip("ray")
+    from engine.fleet import plan_ray
+
+    def no_client(*a: object, **k: object) -> None:
+        raise ValueError("Ray Client requires pip package `ray[client]`.")
+
+    monkeypatch.setattr(plan_ray, "check_address", lambda address: None)
+    monkeypatch.setattr(ray, "init", no_client)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(InputError, match="could not connect"):
+        list(plan_ray.ray_map([], "ray://10.0.0.1:10001"))

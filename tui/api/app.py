@@ -49,9 +49,15 @@ class ServerSpec:
     max_body: int = MAX_BODY_BYTES
 
 
+def _utf8(s: str | None) -> str | None:
+    """s as UTF-8 can carry it: JSON's \\ud800 escapes decode to lone surrogates that UTF-8 cannot encode, and a
+    message naming such a field (an unknown key, a model's name) would fail to encode into a 500."""
+    return None if s is None else s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error(status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> JSONResponse:
     """An OpenAI-style error body with its HTTP status."""
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+    return JSONResponse({"error": {"message": _utf8(message), "type": kind, "param": _utf8(param), "code": status}},
                         status_code=status)
 
 

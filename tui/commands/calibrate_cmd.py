@@ -19,7 +19,7 @@ from engine.evidence.measured.calibrate import CAMPAIGN_FIT, DEFAULT_FIT, FIT, c
 from engine.evidence.measured.formats import read_result
 from engine.files import write_text_atomic
 from engine.physics.calibration import load_runtime
-from tui.commands import replay_cmd
+from tui.commands import progress, replay_cmd
 from tui.commands.options import console, print_json, versioned
 
 
@@ -62,7 +62,14 @@ def run(args: argparse.Namespace) -> int:
         from engine.evidence.fit import START
 
         start = replace(start, request_overhead_s=0.0, **{n: START[n] for n in names if n in START})
-    res = calibrate(records, base, start, names, not args.no_cross_validate, tables, _progress, folds)
+    doing = [f"fitting {', '.join(names)} to {len(records) + len(tables)} result file(s)"]
+
+    def said(line: str) -> None:  # the fit's own progress: shown unless --quiet, and the heartbeat's status
+        doing[0] = line
+        if not args.quiet:
+            _progress(line)
+    with progress.heartbeat("calibrate", lambda: doing[0], progress.wanted(args.quiet)):
+        res = calibrate(records, base, start, names, not args.no_cross_validate, tables, said, folds)
     write_text_atomic(out, toml_text(args.name, res), "-o", [*args.results, getattr(args, "runtime_file", None)])
     if args.json:
         rt = res["runtime"]

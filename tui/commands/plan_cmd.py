@@ -30,7 +30,7 @@ from engine.numbers import fixed
 from engine.physics.specs import load_hardware, load_model
 from engine.traffic.workload import parse_dist
 from engine.validation import printable_line
-from tui.commands import plan_plot
+from tui.commands import plan_plot, progress
 from tui.commands.options import (
     add_options,
     console,
@@ -95,6 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--plot-file", metavar="FILE.svg|FILE.html", default=None,
                    help="also write the Pareto front ($/Mtok against TTFT and TPOT) as an SVG image or an HTML page")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr: neither the bar on a terminal nor, in logs, the plain line every 10 s")
 
 
 def space_from_args(args: argparse.Namespace) -> pl.Space:
@@ -184,14 +186,21 @@ def run(args: argparse.Namespace) -> int:
     keep = []
     beyond: list[tuple[pl.Point, str]] = []  # points that fit but provably miss the SLOs
     work: dict[pl.Point, float] = {}  # each point's estimated simulated steps (engine.budget)
-    for pt in points:
-        why = pl.prune(pt, base, args.budget_per_hour, work)
-        if why is None and (miss := pl.beyond_slo(pt, base, slo)) is not None:
-            beyond.append((pt, miss))
-        elif why is None:
-            keep.append(pt)
-        else:
-            pruned.append({"config": pt.as_dict(), "why": why})
+    # A floor on the grid's work before an engine is built per point (16,384 points take minutes to check): the
+    # replicas of every point within the budget (engine.budget.REPLICA_STEPS each).
+    cap = args.budget_per_hour
+    fleets = sum(pt.replicas for pt in points if cap is None or pl.cost_per_hour(pt, base) <= cap + 1e-9)
+    budget.check_plan(fleets * budget.REPLICA_STEPS, len(points), base.force)
+    seen = lambda: f"checking configurations: {len(keep) + len(beyond) + len(pruned):,} of {len(points):,}"  # noqa: E731
+    with progress.heartbeat("plan", seen, progress.wanted(args.quiet)):  # a grid of thousands takes minutes
+        for pt in points:
+            why = pl.prune(pt, base, args.budget_per_hour, work)
+            if why is None and (miss := pl.beyond_slo(pt, base, slo)) is not None:
+                beyond.append((pt, miss))
+            elif why is None:
+                keep.append(pt)
+            else:
+                pruned.append({"config": pt.as_dict(), "why": why})
     if not keep and beyond:
         # Nothing can meet the SLOs: simulate them after all, so the report can say which target binds and how
         # near the nearest point comes.
@@ -201,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     pruned += [{"config": pt.as_dict(), "why": why} for pt, why in beyond]
     budget.check_plan(sum(work[pt] for pt in keep), len(keep), base.force)  # the grid's work, not its size
     jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
-    results, stopped = _run_jobs(jobs, mapper, show=sys.stderr.isatty())
+    results, stopped = _run_jobs(jobs, mapper, show=sys.stderr.isatty() and not args.quiet, quiet=args.quiet)
     out = pl.summarize(results, pruned, slo)
     bands.annotate_plan(out, [r.as_dict() for r in results], None if base.ideal else base.runtime, base.weight_dtype)
     if stopped is not None:  # a partial report: what finished before the signal, and how much that is
@@ -266,8 +275,10 @@ def _nothing_fits(pruned: list[dict[str, Any]], points: list[pl.Point], base: An
     return f"none of the {len(points)} configurations fits ({n} of them because: {why})"
 
 
-def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> tuple[list[pl.PointResult], tuple[str, int] | None]:
-    """Run the grid, with a progress bar on stderr when it is a terminal: every result in grid order, and None; or,
+def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool,
+              quiet: bool = False) -> tuple[list[pl.PointResult], tuple[str, int] | None]:
+    """Run the grid, with a progress bar on stderr when it is a terminal (else, for logs, a plain line every few
+    seconds: tui.commands.progress; neither with --quiet): every result in grid order, and None; or,
     stopped by Ctrl+C or SIGTERM once some points had finished, those results and (the signal, its exit code). The
     mapper's workers are stopped on the way out (engine.fleet.pool); nothing finished is thrown away."""
     from tui.cli import Terminated
@@ -275,7 +286,9 @@ def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool) -> tuple[list[pl.Poin
     done: dict[int, pl.PointResult] = {}
     try:
         if not show:
-            return pl.run_grid(jobs, mapper, done.__setitem__), None
+            where = lambda: f"{len(done):,} of {len(jobs):,} configurations simulated"  # noqa: E731
+            with progress.heartbeat("plan", where, progress.wanted(quiet)):
+                return pl.run_grid(jobs, mapper, done.__setitem__), None
         with Progress(TextColumn("[bold]planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=console(stderr=True), transient=True) as bar:
             task = bar.add_task("", total=len(jobs))

@@ -20,7 +20,7 @@ from engine.evidence.measured.record import Measured
 from engine.evidence.replay import model_preset
 from engine.numbers import fixed, json_safe
 from engine.serving.accounting import T
-from tui.commands import run_cmd
+from tui.commands import progress, run_cmd
 from tui.commands.options import console, print_json, versioned
 
 # run's workload options: a replay's requests are the file's, so these would contradict it.
@@ -68,6 +68,7 @@ def check(args: argparse.Namespace, m: Measured) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read RESULT, check it against the flags, replay it on the deployment and print the comparison."""
+    run_cmd.check_outputs(args)
     m = read_result(args.result, args.format)
     check(args, m)
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         args.trace, args.trace_speed = str(path), 1.0
         sim = run_cmd.build(args)
         run_cmd.check_pool(sim, args.kv_blocks, args.force)
-        run_cmd.run_engine(sim, show_progress=sys.stderr.isatty())
+        run_cmd.run_engine(sim, show_progress=sys.stderr.isatty() and not args.quiet,
+                           log_progress=progress.wanted(args.quiet), command="replay")
     lat, times = finished(sim)
     sm = sim.step_model
     out: dict[str, Any] = {

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -23,7 +24,8 @@ from engine.physics import energy
 from engine.serving import lora_slots, trace_out
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
-from tui.commands import run_plot
+from engine.validation import printable_line
+from tui.commands import progress, run_plot
 from tui.commands.options import add_options, console, positive_int, print_json, versioned
 
 _PROGRESS_EVERY = 512  # ticks between progress-bar updates
@@ -51,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes a round-robin open-loop fleet runs its replicas on (default: all cores; the"
                         " same numbers as one)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr: neither the bar on a terminal nor, in logs, the plain line every 10 s")
     p.add_argument("--explain", action="store_true",
                    help="where TTFT and end-to-end latency went: queueing, prefill, transfer (P/D), decode, preemption,"
                         " recompute and the request path, as the mean and the p50/p90/p99 requests"
@@ -84,17 +88,20 @@ def build(args: argparse.Namespace) -> Engine | Fleet:
     return engine
 
 
-def run_engine(engine: Engine | Fleet, show_progress: bool, series: run_plot.Series | None = None) -> int:
-    """Run to the config's bound, with a progress bar on stderr when it is a terminal; returns ticks run. With a
-    `series`, the run goes in chunks and the KV pool and queue are read after each (run_plot)."""
-    if series is not None and not show_progress:
-        ticks = 0
-        while not engine.finished:
-            ticks += engine.run(max_ticks=run_plot.chunk(engine))
-            run_plot.sample(engine, series)
-        return ticks
+def run_engine(engine: Engine | Fleet, show_progress: bool, log_progress: bool = False, command: str = "run",
+               series: run_plot.Series | None = None) -> int:
+    """Run to the config's bound, with a progress bar on stderr when it is a terminal (show_progress), or a plain
+    line every few seconds for logs (log_progress: tui.commands.progress); returns ticks run. With a `series`, the
+    run goes in chunks and the KV pool and queue are read after each (run_plot)."""
     if not show_progress:
-        return engine.run()
+        with progress.heartbeat(command, lambda: _where(engine), log_progress):
+            if series is None:
+                return engine.run()
+            ticks = 0
+            while not engine.finished:
+                ticks += engine.run(max_ticks=run_plot.chunk(engine))
+                run_plot.sample(engine, series)
+            return ticks
     cfg = engine.config
     limit, duration = getattr(engine, "bounds", (cfg.requests, cfg.duration))  # a fleet runs its config's bounds
     by_time = duration is not None
@@ -112,6 +119,12 @@ def run_engine(engine: Engine | Fleet, show_progress: bool, series: run_plot.Ser
             bar.update(task, completed=min(done, total),
                        description=f"sim {engine.clock:,.1f} s · tick {engine.tick:,}")
         return ticks
+
+
+def _where(engine: Engine | Fleet) -> str:
+    """A run's progress in words, for the plain progress line."""
+    return (f"simulated {engine.clock:,.1f} s, {engine.requests_completed:,} requests finished,"
+            f" tick {engine.tick:,}")
 
 
 def report(engine: Engine | Fleet) -> dict[str, Any]:
@@ -197,8 +210,21 @@ def run_inputs(args: argparse.Namespace) -> list[str | None]:
     return [getattr(args, k, None) for k in ("trace", "workload", "model", "hardware", "runtime_file")]
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """--trace-out and --bench-json before the run: each a file name, not an input, and not both the same file
+    (the bench file would be written, then replaced by the trace)."""
+    trace, bench = getattr(args, "trace_out", None), getattr(args, "bench_json", None)
+    if trace is not None:
+        check_target(trace, "--trace-out", run_inputs(args))
+    if bench is not None:
+        check_target(bench, "--bench-json", [*run_inputs(args), getattr(args, "result", None)])
+    if trace and bench and Path(trace).resolve() == Path(bench).resolve():
+        raise InputError(f"--trace-out and --bench-json both name {printable_line(trace)}: give each its own file")
+
+
 def run(args: argparse.Namespace) -> int:
     """Build the engine, run it to its bound, print JSON or the Rich report (and the trace, when asked)."""
+    check_outputs(args)
     plot_kind = check_plot(args)
     engine = build(args)
     if isinstance(engine, Fleet) and not args.trace_out:  # a trace records each replica's steps in this process
@@ -209,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
             if args.trace_out else None
         rec = trace_out.record(engine) if f is not None else None
         series = run_plot.Series() if args.plot or args.plot_file else None
-        run_engine(engine, show_progress=sys.stderr.isatty(), series=series)
+        run_engine(engine, show_progress=sys.stderr.isatty() and not args.quiet,
+                   log_progress=progress.wanted(args.quiet), series=series)
         out = report(engine)
         if series is not None and args.plot_file:
             with atomic_output(args.plot_file, "--plot-file", run_inputs(args)) as pf:

@@ -14,9 +14,11 @@ import ipaddress
 import shlex
 import socket
 import sys
+import urllib.parse
 from typing import Any
 
 from engine.errors import InputError
+from engine.validation import printable_line
 from tui.commands import app_cmd
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: only this machine can connect unless --host says otherwise
@@ -189,10 +191,21 @@ def make_server(command: str, host: str, port: int, fixed_url: str | None = None
                           public_url=fixed_url or public_url(host, port))
 
 
+def check_public_url(url: str | None) -> None:
+    """--public-url is an http(s) URL with a host (it becomes the page's links; anything else is broken links)."""
+    if url is None:
+        return
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
+        raise InputError(f"--public-url {printable_line(url)!r}: expected an http:// or https:// URL with a host,"
+                         " e.g. https://sim.example.com")
+
+
 def run(args: argparse.Namespace) -> int:
     """Check the options (the engine is built once here, so a bad one fails now), then serve until Ctrl+C."""
     from engine.serving.engine import Engine
 
+    check_public_url(args.public_url)
     Engine(app_cmd.config_from_args(args))  # a model that does not fit etc. is one line now, not per tab
     check_port_free(args.host, args.port)
     if not is_loopback(args.host):
