@@ -346,3 +346,5 @@ def test_xray_bar_splits_communication_by_collective_and_shows_a_bubble() -> Non
     assert ("bubble", "PP bubble") in names and ("communication", "comm") not in names
     legend = xray.legend(x, "en", 200).plain
     assert "AR two-shot 2.00 ms" in legend and "A2A 1.00 ms" in legend and "PP bubble 6.00 ms" in legend
+    narrow = xray.bar(dataclasses.replace(x, collectives=(("AR two-shot", 0.003),), bubble=0.0, time_s=0.014), 28)
+    assert " AR " in narrow.plain  # too narrow for "AR two-shot": the collective's kind, not nothing

@@ -75,7 +75,9 @@ def bar(x: XRay, width: int, lang: str = "en") -> Text:
     for (name, word, secs), n in zip(segs, widths([s for _, _, s in segs], width), strict=True):
         if n <= 0:
             continue
-        label = next((lab for lab in (f"{word} {dur(secs)}", dur(secs), word) if cell_len(lab) + 1 <= n), "")
+        # longest first; a collective's name shortens to its kind ("AR two-shot" -> "AR") before it vanishes
+        tries = (f"{word} {dur(secs)}", dur(secs), word, word.split()[0] if word else "")
+        label = next((lab for lab in tries if cell_len(lab) + 1 <= n), "")
         pad = n - cell_len(label)
         out.append(" " * (pad // 2) + label + " " * (pad - pad // 2), style=f"bold #000000 on {COLOURS[name]}")
     return out
