@@ -527,6 +527,13 @@ FORMULAS: tuple[tuple[str, str, str, Fn], ...] = (
      lambda s: float(crossover_batch(_sm(s), s.probe.context))),
     ("moe_formula_batch", "sequences", "the article's MoE estimate: ridge x total / active params",
      lambda s: value(s, "ridge") * _sm(s).model.params_total / _sm(s).model.params_active),
+    ("ep_ranks", "ranks", "expert-parallel ranks (vLLM's --data-parallel-size with --enable-expert-parallel; 1: none)",
+     lambda s: float(s.config.ep)),
+    ("ep_deployment_batch", "sequences", "sequences the whole expert-parallel deployment holds when every rank is at"
+     " its crossover batch: crossover_batch (one rank's) x ranks", lambda s: value(s, "crossover_batch") * s.config.ep),
+    ("cost_per_token_crossover_x", "x", "GPU time per output token at batch 1 over that at the crossover batch (the"
+     " saving a full batch buys)", lambda s: _sm(s).decode(1, s.probe.context).time_s
+     / (_sm(s).decode(int(value(s, "crossover_batch")), s.probe.context).time_s / value(s, "crossover_batch"))),
     ("cost_per_token_batch1_x", "x", "cost per output token at batch 1 over that at the probe batch",
      lambda s: _sm(s).decode(1, s.probe.context).time_s
      / (_sm(s).decode(s.probe.batch, s.probe.context).time_s / s.probe.batch)),
