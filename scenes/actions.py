@@ -150,6 +150,8 @@ ACTIONS: dict[str, ActionKind] = {
     "set_ideal": ActionKind(flag, _reconfigure("ideal")),
     "set_tp": ActionKind(_at_least(1), _reconfigure("tp")),
     "set_ep": ActionKind(_at_least(1), _reconfigure("ep")),
+    "set_max_loras": ActionKind(_at_least(1), _reconfigure("max_loras")),
+    "set_kv_disk_gb": ActionKind(lambda c, w, v: positive(c, w, v, 1e6), _reconfigure("kv_disk_gb")),
     "set_max_batch": ActionKind(_at_least(1), _reconfigure("max_batch")),
     "probe_batch": ActionKind(_at_least(1, MAX_PROBE_BATCH), lambda p, v: p.set_probe("batch", int(v))),
     "probe_context": ActionKind(_at_least(0), lambda p, v: p.set_probe("context", int(v))),

@@ -132,6 +132,12 @@ def _load_trace(name: str, speed: float) -> Any:
     return load_trace(name, speed)
 
 
+def _run_block(s: Stage, path: str) -> float:
+    """A figure of one of the run's optional blocks (`lora`, `kv_tiers`): NaN when the run has no such block."""
+    v = dig(s.engine_metrics(), path, lenient=True)
+    return math.nan if v is None else float(v)
+
+
 def _workload_prompt(s: Stage) -> Any:
     """The first stage's prompt spec of the scene's workload file (KeyError when the scene plays none)."""
     if s.config.workload is None:
@@ -602,6 +608,28 @@ FORMULAS: tuple[tuple[str, str, str, Fn], ...] = (
      lambda s: float(_workload_prompt(s).tokens.mean)),
     ("shared_prefix_tokens", "tokens", "of it, the leading tokens every request of a group shares (first stage)",
      lambda s: float(_workload_prompt(s).shared_prefix)),
+    ("workload_kv_gb", "GB", "KV cache of every distinct prompt the workload's first stage sends (groups x users per"
+     " group x mean prompt x bytes per token): what a cache must hold for every repeat to hit",
+     lambda s: _workload_prompt(s).groups * max(1, _workload_prompt(s).users_per_group or 1)
+     * _workload_prompt(s).tokens.mean * _sm(s).kv_bytes_per_token / 1e9),
+    # multi-LoRA (engine.physics.lora, engine.serving.lora_slots) and KV tiers (engine.serving.kv_tiers): the
+    # run's `lora` and `kv_tiers` blocks, NaN (not yet measured) while the engine runs without them
+    ("lora_adapters", "adapters", "LoRA adapters the requests choose from", lambda s: _run_block(s, "lora.adapters")),
+    ("lora_slots", "slots", "adapters one batch may hold (vLLM's --max-loras)", lambda s: _run_block(s, "lora.slots")),
+    ("lora_per_step", "adapters", "distinct adapters in a step, on average",
+     lambda s: _run_block(s, "lora.adapters_per_step")),
+    ("lora_slot_waits", "requests", "requests that waited for an adapter slot",
+     lambda s: _run_block(s, "lora.slot_waits")),
+    ("lora_slot_wait_s", "s", "mean wait for an adapter slot", lambda s: _run_block(s, "lora.slot_wait_mean_s")),
+    ("lora_bytes_pct", "%", "adapter bytes as a share of all bytes moved",
+     lambda s: 100 * _run_block(s, "lora.lora_bytes_share")),
+    ("kv_hit_host_pct", "%", "blocks looked up that were found in host memory",
+     lambda s: 100 * _run_block(s, "kv_tiers.hit_rate.host")),
+    ("kv_hit_disk_pct", "%", "blocks looked up that were found on disk",
+     lambda s: 100 * _run_block(s, "kv_tiers.hit_rate.disk")),
+    ("kv_pool_blocks", "blocks", "KV blocks in the live engine's pool", lambda s: float(_snap(s).kv_blocks_total)),
+    ("kv_pool_held_gb", "GB", "the live engine's KV pool in GB (blocks x tokens per block x bytes per token)",
+     lambda s: _snap(s).kv_blocks_total * KV_BLOCK_TOKENS * _sm(s).kv_bytes_per_token / 1e9),
     ("kv_block_tokens", "tokens", "tokens one KV block holds (the pool's and the prefix cache's unit)",
      lambda s: float(KV_BLOCK_TOKENS)),
     ("cost_in_all_per_mtok", "$/Mtok", "cost of a million prompt tokens, computed and cached together", _cost_in_all),

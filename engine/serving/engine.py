@@ -30,6 +30,7 @@ from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
 from engine.physics.step import StepModel, StepOptions
+from engine.serving import lora_slots
 from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
 from engine.serving.kv_tiers import TIER_POLICIES, TierSpec, hit_rates, tier_report
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
@@ -502,6 +503,9 @@ class Engine:
         tiers = tier_report([ln.pool.tiers for ln in lanes if ln.pool.tiers is not None], sm.kv_bytes_per_token)
         if tiers is not None:
             out["kv_tiers"] = tiers
+        if sm.lora is not None:  # multi-LoRA's slots, loads and waits over these lanes (scenes read it here)
+            out["lora"] = lora_slots.summary([ln.lora for ln in lanes if ln.lora is not None], cfg.lora_adapters,
+                                             cfg.max_lora_rank, sm.lora.bytes_per_adapter)
         return out
 
     @property

@@ -155,7 +155,12 @@ _ACTION_VALUES: dict[str, tuple[Any, Any]] = {
     "set_spec_tokens": (2, ("config", "spec_tokens", 2)), "set_spec_accept": (0.5, ("config", "spec_accept", 0.5)),
     "set_trace_speed": (2.0, ("config", "trace_speed", 2.0)),
     "run_fleet": ({"replicas": 2, "router": "round-robin", "pd": "1:1"}, ("fleet", "replicas", 2)),
+    "set_ep": (2, ("config", "ep", 2)), "set_max_loras": (8, ("config", "max_loras", 8)),
+    "set_kv_disk_gb": (10.0, ("config", "kv_disk_gb", 10.0)),
 }
+# Actions that need a scene whose setup they fit (an MoE model; LoRA adapters to hold; a KV pool that spills);
+# every other action plays on compute-x2 with one user.
+_ACTION_SCENES = {"set_ep": "moe-hospital", "set_max_loras": "adapters", "set_kv_disk_gb": "deeper-kv"}
 
 
 @pytest.mark.parametrize("name", sorted(_ACTION_VALUES))
@@ -177,8 +182,9 @@ def test_every_action_of_the_table_is_checked_and_played(name: str) -> None:
         assert d.engine.tick == 0, "the fleet runs beside the floor's engine, which stays where it was"
         return
     assert checked == value
-    d = Director(_by_id("compute-x2"), "en")
-    d.apply(Action("set_users", 1))
+    d = Director(_by_id(_ACTION_SCENES.get(name, "compute-x2")), "en")
+    if name not in _ACTION_SCENES:
+        d.apply(Action("set_users", 1))
     before = (d.engine.tick, d.engine.snapshot().time_s)
     d.apply(Action(name, value))
     d._sync()
