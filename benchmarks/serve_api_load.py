@@ -94,9 +94,9 @@ async def _load(base: str, pid: int, streams: int, soak: float) -> dict[str, obj
         url = base + "/v1/completions"
         await asyncio.gather(_watch(base, pid, until, samples),
                              *(_keep(client, url, stats, until) for _ in range(streams)))
-    lags = [s[1] for s in samples]
-    return {"streams": streams, "soak_s": soak, **stats, "max_lag_s": max(lags),
-            "median_lag_s": sorted(lags)[len(lags) // 2],
+    lags = sorted(s[1] for s in samples)
+    return {"streams": streams, "soak_s": soak, **stats, "max_lag_s": lags[-1],
+            "median_lag_s": lags[len(lags) // 2], "p99_lag_s": lags[min(len(lags) - 1, int(0.99 * len(lags)))],
             "max_running": max(s[2] for s in samples), "rss_mb_first": samples[1][3] if len(samples) > 1 else None,
             "rss_mb_last": samples[-1][3]}
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.fleet.replica import Replica
+from engine.fleet.routers import RoutingSnapshot
 from engine.serving.prefix_cache import TAG_GROUP, TAG_PROMPT, stream_id
 from engine.serving.tables import Rows
 
@@ -62,11 +63,14 @@ def content_key(text: str) -> int:
 class LiveEngine:
     """An Engine fed one request at a time, stepped to a clock given from outside, reporting token events."""
 
-    def __init__(self, cfg: EngineConfig) -> None:
-        self._eng = Replica(cfg, 0)  # a replica: a lane with no users or arrivals of its own, fed from outside
+    def __init__(self, cfg: EngineConfig, index: int = 0, stride: int = 1) -> None:
+        """`index` and `stride`: replica `index` of a fleet of `stride` numbers its requests index, index +
+        stride, ... so ids are unique across the fleet (engine.fleet.live)."""
+        self._eng = Replica(cfg, index)  # a replica: a lane with no users or arrivals of its own, fed from outside
         self._eng.skip_quiet = False  # one step at a time: each step's tokens are sent at that step's end
         self._ln = self._eng.lane
-        self._next_id = 0
+        self._next_id = index
+        self._stride = stride
         self._done: list[Rows] = self._eng.finished_rows  # finished since pop_finished (the lane appends them);
         # the first _seen of them already emitted
         self._seen = 0
@@ -97,7 +101,7 @@ class LiveEngine:
             raise ValueError(f"request of {prompt} + {output} tokens does not fit {self.max_tokens_per_request}")
         r = Rows.new(1)
         rid = self._next_id
-        self._next_id += 1
+        self._next_id += self._stride
         r.id[0], r.user[0], r.prompt[0], r.total[0], r.target[0] = rid, -1, prompt, output, prompt
         r.arrival[0] = t
         if prompt_text:
@@ -178,6 +182,11 @@ class LiveEngine:
                 out.append(Finished(int(d.id[j]), float(d.arrival[j]), float(d.admit[j]), float(d.first[j]),
                                     float(d.done[j]), int(d.prompt[j]), int(d.gen[j]), int(d.hit[j])))
         return out
+
+    def routing(self, wanted: bool) -> RoutingSnapshot:
+        """What a fleet's router reads of this engine (requests sent but not yet reached count as queued)."""
+        snap = self._eng.routing(wanted, None)
+        return snap._replace(queued=snap.queued + len(self._pending))
 
     @property
     def busy(self) -> bool:

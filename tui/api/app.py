@@ -167,12 +167,13 @@ def _body(p: Parsed, rid: str, model: str, output: int) -> dict[str, Any]:
             "usage": _usage(p.prompt_tokens, output)}
 
 
-async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSpec) -> Response:
-    """Check a request, queue it in the engine, and answer it as a stream or whole (or refuse it)."""
+async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSpec, replica: int | None) -> Response:
+    """Check a request, queue it in the engine (on `replica`, or where the router sends it), and answer it as a
+    stream or whole (or refuse it)."""
     try:
         body = await _read_json(request, spec.max_body)
         p = parse_request(body, chat, spec.model, spec.max_model_len, spec.count, spec.draw_output)
-        s = driver.submit(p.prompt_tokens, p.output, p.prefix_text, p.prompt_text, p.prefix_tokens)
+        s = driver.submit(p.prompt_tokens, p.output, p.prefix_text, p.prompt_text, p.prefix_tokens, replica)
     except ApiError as e:
         return error(e.status, e.message, e.kind, e.param)
     except QueueFull:
@@ -186,14 +187,17 @@ async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSp
     return JSONResponse(_body(p, rid, spec.model, s.total))
 
 
-def build_app(driver: Driver, spec: ServerSpec) -> Starlette:
-    """The Starlette app serving `driver`'s engine; the driver's task runs for the app's lifetime."""
+def build_app(driver: Driver, spec: ServerSpec, replica: int | None = None) -> Starlette:
+    """The Starlette app serving `driver`'s engine: the whole fleet behind its router, the driver's task running
+    for the app's lifetime; or (`replica` i) replica i alone, with its own /metrics, while the fleet's app (which
+    must be served too) runs the driver."""
+    registry = driver.metrics if replica is None else driver.replica_metrics[replica]
 
     async def completions(request: Request) -> Response:
-        return await _generate(request, False, driver, spec)
+        return await _generate(request, False, driver, spec, replica)
 
     async def chat(request: Request) -> Response:
-        return await _generate(request, True, driver, spec)
+        return await _generate(request, True, driver, spec, replica)
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
@@ -201,28 +205,29 @@ def build_app(driver: Driver, spec: ServerSpec) -> Starlette:
              "max_model_len": spec.max_model_len}]})
 
     async def health(request: Request) -> Response:
-        return Response(status_code=200 if task is not None and not task.done() else 503)
+        alive = driver.task is not None and not driver.task.done()
+        return Response(status_code=200 if alive else 503)
 
     async def version(request: Request) -> Response:
         return JSONResponse({"version": spec.version})
 
     async def metrics(request: Request) -> Response:
-        return Response(driver.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(registry.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = {404: "NotFoundError", 405: "MethodNotAllowedError"}.get(exc.status_code, "BadRequestError")
         return error(exc.status_code, str(exc.detail), kind)
 
-    task: asyncio.Task[None] | None = None
-
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        nonlocal task
         # anyio (Starlette's async layer) loads its asyncio backend on first use, ~150 ms of imports: do it now,
         # or the first request's stream would stall the engine's clock by that much.
         await anyio.sleep(0)
-        task = asyncio.create_task(driver.run())
+        if replica is not None:  # the fleet's app runs the driver
+            yield
+            return
+        task = driver.task = asyncio.create_task(driver.run())
         task.add_done_callback(_report_crash)
         yield
         task.cancel()

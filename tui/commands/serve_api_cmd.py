@@ -8,6 +8,7 @@ has vLLM's metric names. Options are named as vLLM's `vllm serve` names them. Ne
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 from importlib import metadata
 
@@ -16,6 +17,7 @@ import numpy as np
 from engine import options as O
 from engine.config import MAX_BATCHED_TOKENS, SCHEDULERS, EngineConfig
 from engine.errors import InputError
+from engine.fleet.routers import ROUTERS
 from engine.traffic.workload import Sampler, parse_dist
 from tui.commands.options import add_model_options, nonneg_int, positive_float, positive_int, seed_int
 from tui.commands.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, check_port_free, port_number
@@ -43,6 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="reuse KV blocks of prompts that share a prefix (default on, as vLLM)")
     s.add_argument("--max-waiting", type=nonneg_int, default=None,
                    help="refuse requests with 503 while this many wait (default: no cap)")
+    f = p.add_argument_group("fleet")
+    f.add_argument("--replicas", type=positive_int, default=1,
+                   help="replicas of the engine behind this one address, each with its own KV pool (default 1)")
+    f.add_argument("--router", choices=tuple(ROUTERS), default="round-robin",
+                   help="how the address picks a replica for each request (default round-robin; prefix-aware"
+                        " reads no cache here and picks the least loaded)")
+    f.add_argument("--replica-ports", type=port_number, metavar="BASE", default=None,
+                   help="also serve replica i alone on 127.0.0.1:BASE+i (its own /metrics), for an external"
+                        " router to balance")
     w = p.add_argument_group("answers and clock")
     w.add_argument("--time-scale", type=positive_float, default=1.0,
                    help="engine seconds per wall second (default 1: real time; 10: ten times faster)")
@@ -73,15 +84,25 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 def build(args: argparse.Namespace):  # -> (Starlette, Driver); untyped here so the module imports without the extra
     """The app and its driver for these options (InputError for bad ones). Needs the `api` extra."""
+    app, driver, _ = build_all(args)
+    return app, driver
+
+
+def build_all(args: argparse.Namespace):  # -> (Starlette, Driver, [Starlette]): the door, the driver, each replica
+    """The fleet's app, its driver, and with --replica-ports one app per replica. Needs the `api` extra."""
     try:
         from tui.api import text
         from tui.api.app import ServerSpec, build_app
         from tui.api.driver import Driver
     except ImportError as e:
         raise InputError(f"serve-api needs the api extra: pip install -e \".[api]\" ({e.name} is missing)") from None
-    from engine.serving.live import LiveEngine
+    from engine.fleet.live import LiveFleet
 
-    live = LiveEngine(config_from_args(args))
+    if args.router != "round-robin" and args.replicas == 1:
+        raise InputError(f"--router {args.router} picks among replicas: give --replicas N (2 or more)")
+    if args.replica_ports is not None and args.replica_ports + args.replicas - 1 > 65535:
+        raise InputError(f"--replica-ports {args.replica_ports}: {args.replicas} ports from there pass 65535")
+    live = LiveFleet(config_from_args(args), args.replicas, args.router)
     rng = np.random.default_rng([args.seed, 0xA91])
     sampler = Sampler(parse_dist(args.output, "--output", 1), rng, True, 1, live.max_tokens_per_request)
     try:
@@ -92,16 +113,38 @@ def build(args: argparse.Namespace):  # -> (Starlette, Driver); untyped here so 
     spec = ServerSpec(model=name, version=metadata.version("tokensim"), max_model_len=live.max_tokens_per_request,
                       draw_output=lambda: int(sampler.take(1)[0]), count=count)
     driver = Driver(live, args.time_scale, name, args.max_waiting)
-    return build_app(driver, spec), driver
+    apps = [build_app(driver, spec, i) for i in range(args.replicas)] if args.replica_ports is not None else []
+    return build_app(driver, spec), driver, apps
+
+
+def ports(args: argparse.Namespace) -> list[int]:
+    """Every port this server listens on: the door's, then each replica's (--replica-ports)."""
+    base = args.replica_ports
+    return [args.port] + ([base + i for i in range(args.replicas)] if base is not None else [])
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted (a port in use or an address not of this machine: one line, exit 2)."""
-    app, _ = build(args)
-    check_port_free(args.host, args.port)
+    app, _, apps = build_all(args)
+    for port in ports(args):
+        check_port_free(args.host, port)
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, limit_concurrency=MAX_CONNECTIONS,
-                timeout_keep_alive=5)
+    servers = [uvicorn.Server(uvicorn.Config(a, host=args.host, port=port, log_level=args.log_level,
+                                             limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=5))
+               for a, port in zip([app, *apps], ports(args), strict=True)]
+    if len(servers) == 1:
+        servers[0].run()
+        return 0
+    asyncio.run(_serve_all(servers))
     return 0
+
+
+async def _serve_all(servers: list) -> None:  # list[uvicorn.Server]
+    """Several uvicorn servers on one event loop (and one driver): when the first stops (Ctrl-C), all stop."""
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for s in servers:
+        s.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
