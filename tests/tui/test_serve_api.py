@@ -133,6 +133,11 @@ def test_metrics_have_vllm_names_and_count_what_was_served(server):
     _, after = _get(base + "/metrics")
     assert _metric(after, "vllm:generation_tokens_total") - gen0 == 9
     assert _metric(after, "vllm:e2e_request_latency_seconds_count") - n0 == 1
+    # At --time-scale 10, vLLM's names are wall seconds (what the client saw), the engine's under tokensim:
+    wall = _metric(after, "vllm:e2e_request_latency_seconds_sum") - _metric(before, "vllm:e2e_request_latency_seconds_sum")
+    eng = (_metric(after, "tokensim:engine_e2e_request_latency_seconds_sum")
+           - _metric(before, "tokensim:engine_e2e_request_latency_seconds_sum"))
+    assert eng > 0 and eng / 10 * 0.98 <= wall <= eng / 10 + 0.5, (wall, eng)
     for name, kind in (("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
                        ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:time_to_first_token_seconds", "histogram"),
                        ("vllm:inter_token_latency_seconds", "histogram"),
