@@ -79,6 +79,11 @@ class LiveEngine:
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache (vLLM counts tokens)
         self.prefix_hits = 0  # of which found cached
 
+    @property
+    def engine(self) -> Replica:
+        """The engine it steps, for read-only views (serve-api --floor draws its snapshots); never step it."""
+        return self._eng
+
     # ---- what the door checks -----------------------------------------------------------------
     @property
     def max_tokens_per_request(self) -> int:

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 from importlib import metadata
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
     a.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
+    a.add_argument("--floor", action="store_true",
+                   help="show the factory floor serving the HTTP clients (the server runs inside the app)")
     a.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="server log detail (default info)")
 
@@ -98,6 +101,8 @@ def build_all(args: argparse.Namespace):  # -> (Starlette, Driver, [Starlette]):
         raise InputError(f"serve-api needs the api extra: pip install -e \".[api]\" ({e.name} is missing)") from None
     from engine.fleet.live import LiveFleet
 
+    if getattr(args, "floor", False) and (args.replicas > 1 or args.replica_ports is not None):
+        raise InputError("--floor shows one engine's floor: it takes no --replicas or --replica-ports")
     if args.router != "round-robin" and args.replicas == 1:
         raise InputError(f"--router {args.router} picks among replicas: give --replicas N (2 or more)")
     if args.replica_ports is not None and args.replica_ports + args.replicas - 1 > 65535:
@@ -125,11 +130,13 @@ def ports(args: argparse.Namespace) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted (a port in use or an address not of this machine: one line, exit 2)."""
-    app, _, apps = build_all(args)
+    app, driver, apps = build_all(args)
     for port in ports(args):
         check_port_free(args.host, port)
     import uvicorn
 
+    if args.floor:
+        return _run_floor(args, app, driver, uvicorn)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     servers = [uvicorn.Server(uvicorn.Config(a, host=args.host, port=port, log_level=args.log_level,
                                              limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=5))
@@ -139,6 +146,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     asyncio.run(_serve_all(servers))
     return 0
+
+
+def _run_floor(args: argparse.Namespace, app: Any, driver: Any, uvicorn: Any) -> int:
+    """The floor app with the server inside it, on its event loop; the server logs nothing to the terminal (the
+    floor owns it): /metrics has tokensim:engine_lag_seconds."""
+    from tui.api.floor import ServeFloorApp
+    from tui.commands.options import run_app
+
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,
+                                           limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=5))
+    return run_app(ServeFloorApp(server, driver.live.replicas[0].engine, config_from_args(args),
+                                 speed=args.time_scale))  # the header's "x real time" is the server's mapping
 
 
 async def _serve_all(servers: list) -> None:  # list[uvicorn.Server]
