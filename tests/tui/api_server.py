@@ -66,10 +66,10 @@ def serving(*argv: str) -> Iterator[tuple[str, object]]:
     words = ["serve-api", "--port", str(port), "--log-level", "warning", *argv]
     args = build_parser(words).parse_args(words)
     app, driver, apps = serve_api_cmd.build_all(args)
-    servers = [uvicorn.Server(uvicorn.Config(a, host="127.0.0.1", port=p, log_level="warning",
-                                             limit_concurrency=serve_api_cmd.MAX_CONNECTIONS))
-               for a, p in zip([app, *apps], serve_api_cmd.ports(args), strict=True)]
-    th = threading.Thread(target=lambda: asyncio.run(serve_api_cmd._serve_all(servers)), daemon=True)
+    socks = [serve_api_cmd.listen("127.0.0.1", p) for p in serve_api_cmd.ports(args)]
+    servers = [uvicorn.Server(uvicorn.Config(a, log_level="warning", limit_concurrency=serve_api_cmd.uvicorn_limit(args)))
+               for a in [app, *apps]]
+    th = threading.Thread(target=lambda: asyncio.run(serve_api_cmd.serve_all(servers, socks)), daemon=True)
     th.start()
     deadline = time.monotonic() + 20
     while not all(s.started for s in servers):

@@ -22,8 +22,9 @@ async def test_floor_shows_the_http_clients_requests() -> None:
     words = ["serve-api", "--port", str(port), "--floor", "--time-scale", "0.5"]
     args = build_parser(words).parse_args(words)
     app, driver, _ = serve_api_cmd.build_all(args)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
-    floor = ServeFloorApp(server, driver.live.replicas[0].engine, serve_api_cmd.config_from_args(args))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
+    floor = ServeFloorApp(server, serve_api_cmd.listen("127.0.0.1", port), driver.live.replicas[0].engine,
+                          serve_api_cmd.config_from_args(args))
     floor.animation_level = "none"
     async with floor.run_test(size=(120, 40)) as pilot:
         for _ in range(200):

@@ -22,6 +22,7 @@ import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -35,6 +36,9 @@ from tui.api.fields import ApiError, Parsed, parse_request
 log = logging.getLogger("tokensim.api")
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413) before it is parsed
 DISCONNECT_POLL_S = 0.5  # a non-streaming request checks this often whether its client is still there
+MAX_CONNECTIONS = 2048  # requests in flight at once (--max-connections); past it, OpenAI's 503 JSON
+SEND_TIMEOUT_S = 10.0  # a stream whose client has not read for this long is ended and its request aborted
+UNGUARDED = ("/metrics", "/health")  # answered even at the connection cap: a scrape must see the flood
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,8 @@ class ServerSpec:
     draw_output: Callable[[], int]
     count: Callable[[str], int]
     max_body: int = MAX_BODY_BYTES
+    max_connections: int = MAX_CONNECTIONS
+    send_timeout: float = SEND_TIMEOUT_S
 
 
 def error(status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> JSONResponse:
@@ -137,6 +143,36 @@ async def _sse(driver: Driver, s: Stream, p: Parsed, rid: str, model: str) -> As
             driver.abort(s)
 
 
+class SlowClient(Exception):
+    """A stream's client stopped reading: its socket's buffers stayed full past the send timeout."""
+
+
+class _Sse(StreamingResponse):
+    """A token stream whose writes wait at most `timeout` seconds for the client to make room. A client that
+    never reads fills the kernel's and uvicorn's buffers, then uvicorn's flow control holds each write: past the
+    timeout the stream ends (its generator is closed, so its request leaves the engine and frees its KV) and
+    uvicorn closes the connection. Other streams never wait on it: each has its own task and buffers."""
+
+    def __init__(self, content: AsyncIterator[str], timeout: float) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self.timeout = timeout
+
+    async def stream_response(self, send: Callable[[Any], Any]) -> None:
+        async def timed(message: Any) -> None:
+            try:
+                async with asyncio.timeout(self.timeout):  # (a timer handle, no task: 1,000 streams send a lot)
+                    await send(message)
+            except TimeoutError:
+                raise SlowClient from None
+
+        try:
+            await super().stream_response(timed)
+        except SlowClient:
+            log.warning("a client read nothing for %g s: its stream is ended and its request aborted", self.timeout)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]  # (our generator: runs _sse's finally)
+
+
 async def _whole(request: Request, driver: Driver, s: Stream) -> bool:
     """Wait for the whole answer; False (and the request aborted) if the client left first."""
     try:
@@ -181,7 +217,7 @@ async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSp
                      "ServiceUnavailableError")
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{s.rid}"
     if p.stream:
-        return StreamingResponse(_sse(driver, s, p, rid, spec.model), media_type="text/event-stream")
+        return _Sse(_sse(driver, s, p, rid, spec.model), spec.send_timeout)
     if not await _whole(request, driver, s):
         return Response(status_code=499)  # nobody is there to read it (nginx's "client closed request")
     return JSONResponse(_body(p, rid, spec.model, s.total))
@@ -238,7 +274,34 @@ def build_app(driver: Driver, spec: ServerSpec, replica: int | None = None) -> S
               Route("/v1/chat/completions", chat, methods=["POST"]),
               Route("/v1/models", models), Route("/health", health), Route("/version", version),
               Route("/metrics", metrics)]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error},
+                     middleware=[Middleware(Guard, limit=spec.max_connections, driver=driver)])
+
+
+class Guard:
+    """At most `limit` requests in flight (a stream counts until it ends); the next is answered at once with
+    OpenAI's 503 JSON. uvicorn's own cap (limit_concurrency, set above this one) would answer plain text, which
+    OpenAI clients cannot read. /metrics and /health are always answered."""
+
+    def __init__(self, app: Any, limit: int, driver: Driver) -> None:
+        self.app, self.limit, self.driver = app, limit, driver
+        self.active = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in UNGUARDED:
+            await self.app(scope, receive, send)
+            return
+        if self.active >= self.limit:
+            self.driver.rejected += 1
+            refusal = error(503, f"the server has {self.limit:,} requests in flight, its cap (--max-connections):"
+                                 " try again later", "ServiceUnavailableError")
+            await refusal(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:

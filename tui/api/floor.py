@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -45,22 +46,24 @@ class ServedPlayback(Playback):
 
 
 class ServeFloorApp(TokensimApp):
-    """The floor of the engine `server` serves (its app's driver runs that engine); the server runs with the app."""
+    """The floor of the engine `server` serves on `sock` (its app's driver runs that engine); the server runs
+    with the app."""
 
     CSS_PATH = str(Path(tui.app.__file__).with_name("app.tcss"))  # the floor's stylesheet (a relative path would
     # be read next to this module)
 
-    def __init__(self, server: uvicorn.Server, engine: Any, config: EngineConfig, **kw: Any) -> None:
+    def __init__(self, server: uvicorn.Server, sock: socket.socket, engine: Any, config: EngineConfig,
+                 **kw: Any) -> None:
         super().__init__(config, engine=engine, **kw)
         self.playback = ServedPlayback.start(engine)
         self.frame = self._build_frame()
-        self.server = server
+        self.server, self.sock = server, sock
         self.serving: asyncio.Task[None] | None = None
 
     def on_mount(self) -> None:
         """The floor as usual, then the HTTP server on this event loop."""
         super().on_mount()
-        self.serving = asyncio.create_task(self.server.serve())
+        self.serving = asyncio.create_task(self.server.serve(sockets=[self.sock]))
 
     async def on_unmount(self) -> None:
         """Stop the HTTP server (its lifespan stops the driver) before the loop ends."""
