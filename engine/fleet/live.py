@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 from engine.config import EngineConfig
 from engine.fleet.routers import make_router
 from engine.serving.live import Emission, Finished, LiveEngine
@@ -45,11 +47,11 @@ class LiveFleet:
         return self.router.pick([r.routing(self._wanted) for r in self.replicas]).index
 
     def submit(self, prompt: int, output: int, t: float, prefix_text: str = "", prompt_text: str = "",
-               prefix_tokens: int = 0, replica: int | None = None) -> int:
+               prefix_tokens: int = 0, replica: int | None = None, blocks: np.ndarray | None = None) -> int:
         """A request sent at sim time t to `replica` (None: the router's pick); returns its id."""
         i = self.pick() if replica is None else replica
         return self.replicas[i].submit(prompt, output, t, prefix_text=prefix_text, prompt_text=prompt_text,
-                                       prefix_tokens=prefix_tokens)
+                                       prefix_tokens=prefix_tokens, blocks=blocks)
 
     def abort(self, rid: int) -> bool:
         """The request's client went away: its replica drops it and frees its KV (False: already done)."""

@@ -119,6 +119,9 @@ class Lane:
         self.blocked_head: tuple[int, int, int, int] = (-1, -1, 0, 0)
         self.head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
         self.shared_content = False  # some request shares tokens with another (only then are blocks keyed as filled)
+        # Text streams' block streams (prefix_cache.text_streams): filled only by engine.serving.live, for the
+        # requests it holds; empty elsewhere, so no other run pays for it.
+        self.texts: dict[int, np.ndarray] = {}
 
     # ---- configuration ------------------------------------------------------------------------
     def set_scheduler(self, sched: Scheduler) -> None:

@@ -21,8 +21,8 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.fleet.replica import Replica
 from engine.fleet.routers import RoutingSnapshot
-from engine.serving.prefix_cache import TAG_GROUP, TAG_PROMPT, stream_id
-from engine.serving.tables import Rows
+from engine.serving.prefix_cache import TAG_GROUP, TAG_PROMPT, TAG_TEXT, TAG_TEXT_BLOCK, stream_id
+from engine.serving.tables import BLOCK, Rows
 
 _ID_BITS = (1 << 56) - 1  # stream ids keep their tag in the top byte (prefix_cache.stream_id)
 
@@ -96,12 +96,16 @@ class LiveEngine:
         return float(self._ln.clock)
 
     # ---- requests in and out ------------------------------------------------------------------
+    block_tokens = BLOCK  # tokens per KV block: what a caller's block hashes (submit's `blocks`) must cover
+
     def submit(self, prompt: int, output: int, t: float, prefix_text: str = "", prompt_text: str = "",
-               prefix_tokens: int = 0) -> int:
+               prefix_tokens: int = 0, blocks: np.ndarray | None = None) -> int:
         """A request sent at sim time t; returns its id. It joins the lane's queue when the lane's clock reaches
         t (advance), so it is admitted at the first step boundary after it arrives, as on a plain run.
-        `prompt_text` keys the whole prompt (identical prompts share every full block) and `prefix_text`, of
-        `prefix_tokens` tokens, a shared leading part (a chat's earlier messages)."""
+        Prefix-cache keys: `blocks`, one hash per full block of the prompt (block_tokens tokens), each covering
+        its parent's, as vLLM hashes them: a prompt then hits every leading block it shares with one seen
+        before (a chat whose history grows). Without them, `prompt_text` keys the whole prompt (identical
+        prompts share every full block) and `prefix_text`, of `prefix_tokens` tokens, a shared leading part."""
         if prompt < 1 or output < 1 or prompt + output > self.max_tokens_per_request:
             raise ValueError(f"request of {prompt} + {output} tokens does not fit {self.max_tokens_per_request}")
         r = Rows.new(1)
@@ -109,9 +113,14 @@ class LiveEngine:
         self._next_id += self._stride
         r.id[0], r.user[0], r.prompt[0], r.total[0], r.target[0] = rid, -1, prompt, output, prompt
         r.arrival[0] = t
-        if prompt_text:
+        if blocks is not None and blocks.size:
+            sid = int(stream_id(TAG_TEXT, rid))
+            r.body[0] = sid
+            n = min(int(blocks.size), prompt // BLOCK)
+            self._ln.texts[sid] = stream_id(TAG_TEXT_BLOCK, blocks[:n].astype(np.int64) & _ID_BITS)
+        elif prompt_text:
             r.body[0] = int(stream_id(TAG_PROMPT, content_key(prompt_text)))
-        if prefix_text and 0 < prefix_tokens < prompt:
+        if blocks is None and prefix_text and 0 < prefix_tokens < prompt:
             r.group[0] = int(stream_id(TAG_GROUP, content_key(prefix_text)))
             r.prefix[0] = prefix_tokens
         self._pending[rid] = r
@@ -120,8 +129,16 @@ class LiveEngine:
     def abort(self, rid: int) -> bool:
         """The request's client went away: drop it wherever it is and free its KV blocks (False: already done)."""
         if self._pending.pop(rid, None) is not None:
+            self._forget(rid)
             return True
-        return self._ln.abort(rid)
+        gone = self._ln.abort(rid)
+        self._forget(rid)
+        return gone
+
+    def _forget(self, rid: int) -> None:
+        """A request left the lane (its blocks are released): its block table is no longer read."""
+        if self._ln.texts:
+            self._ln.texts.pop(int(stream_id(TAG_TEXT, rid)), None)
 
     def _join(self, t: float) -> None:
         """Queue the sent requests the lane's clock has reached; an idle lane's clock jumps to the next one sent
@@ -174,6 +191,8 @@ class LiveEngine:
             d = Rows.join(fresh) if len(fresh) > 1 else fresh[0]
             done = d.id.copy()
             ids, gen = np.concatenate([ids, done]), np.concatenate([gen, d.gen])
+            for rid in done.tolist():
+                self._forget(rid)
         return Emission(float(self._ln.clock), ids, gen, done)
 
     def pop_finished(self) -> list[Finished]:

@@ -189,6 +189,35 @@ def test_prefix_cache_hits_for_a_shared_system_prompt(server):
     assert hits == head // 16 * 16 == 576  # the system message's 36 full blocks, read by the second request
 
 
+def test_a_growing_chat_hits_every_unchanged_leading_block(server):
+    """Three turns of one conversation, each sending the whole history back: each turn finds in the prefix cache
+    every full block of the previous turn's prompt up to where they part (the previous prompt ends with the
+    reply's opening, where this one has the reply), keyed block by block as vLLM hashes them."""
+    from tui.api import text
+
+    base, _ = server
+    tokens = text.Tokens(text.estimate, text.estimate_units)
+    msgs = [{"role": "system", "content": "You answer questions about the weather."}]
+    prompts: list[bytes] = []
+    hits: list[float] = []
+    for turn in range(3):
+        msgs.append({"role": "user", "content": f"Turn {turn}: " + "what about tomorrow and the day after? " * 12})
+        _, before = _get(base + "/metrics")
+        code, out = _post(base + "/v1/chat/completions", {"messages": msgs, "max_tokens": 40})
+        assert code == 200
+        _, after = _get(base + "/metrics")
+        hits.append(_metric(after, "vllm:prefix_cache_hits_total") - _metric(before, "vllm:prefix_cache_hits_total"))
+        prompts.append(text.chat_prompt(msgs, tokens)[1])
+        assert out["usage"]["prompt_tokens"] == len(prompts[-1]) // text.UNIT
+        msgs.append({"role": "assistant", "content": out["choices"][0]["message"]["content"]})
+    assert hits[0] == 0
+    for k in (1, 2):
+        a, b = prompts[k - 1], prompts[k]
+        same = next(i for i in range(len(a)) if a[i] != b[i]) // text.UNIT  # tokens the two prompts share
+        assert hits[k] == same // 16 * 16, (k, hits, same)
+        assert hits[k] >= len(a) // text.UNIT - 3 - 16  # all of the previous prompt but its reply opening
+
+
 def test_waiting_cap_answers_503():
     need("openai")
     with serving("--time-scale", "1", "--max-num-seqs", "1", "--max-waiting", "1") as (base, driver):

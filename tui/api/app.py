@@ -49,7 +49,7 @@ class ServerSpec:
     version: str
     max_model_len: int
     draw_output: Callable[[], int]
-    count: Callable[[str], int]
+    tokens: text.Tokens
     max_body: int = MAX_BODY_BYTES
     max_connections: int = MAX_CONNECTIONS
     send_timeout: float = SEND_TIMEOUT_S
@@ -208,8 +208,9 @@ async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSp
     stream or whole (or refuse it)."""
     try:
         body = await _read_json(request, spec.max_body)
-        p = parse_request(body, chat, spec.model, spec.max_model_len, spec.count, spec.draw_output)
-        s = driver.submit(p.prompt_tokens, p.output, p.prefix_text, p.prompt_text, p.prefix_tokens, replica)
+        p = parse_request(body, chat, spec.model, spec.max_model_len, spec.tokens, spec.draw_output)
+        blocks = text.block_hashes(p.units, driver.block_tokens)
+        s = driver.submit(p.prompt_tokens, p.output, blocks=blocks, replica=replica)
     except ApiError as e:
         return error(e.status, e.message, e.kind, e.param)
     except QueueFull:

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from engine.fleet.live import LiveFleet
 from engine.serving.live import Emission, LiveEngine
 from tui.api.metrics import Metrics
@@ -86,6 +88,7 @@ class Driver:
         self._last_lag_log = -LAG_LOG_EVERY_S
         self._start = time.monotonic()
         self._wake = asyncio.Event()
+        self.block_tokens = self.live.replicas[0].block_tokens  # tokens per KV block (the prefix cache's unit)
         self.task: asyncio.Task[None] | None = None  # run()'s task, while the fleet's app serves
         self.metrics = Metrics(self, model, time_scale != 1)
         n = len(self.live.replicas)
@@ -104,9 +107,10 @@ class Driver:
 
     # ---- handlers' side -----------------------------------------------------------------------
     def submit(self, prompt: int, output: int, prefix_text: str = "", prompt_text: str = "",
-               prefix_tokens: int = 0, replica: int | None = None) -> Stream:
+               prefix_tokens: int = 0, replica: int | None = None, blocks: np.ndarray | None = None) -> Stream:
         """A request arriving now, for `replica` (None: the fleet's router picks); QueueFull when the waiting
-        queue (of that replica, or of the fleet) is at its cap."""
+        queue (of that replica, or of the fleet) is at its cap. Prefix-cache keys: `blocks` (one hash per
+        full block, LiveEngine.submit), else the texts."""
         i = self.live.pick() if replica is None else replica
         if self.max_waiting is not None and self.live.replicas[i].waiting >= self.max_waiting:
             self.rejected += 1
@@ -114,7 +118,7 @@ class Driver:
             raise QueueFull
         t = self.sim_now()
         rid = self.live.submit(prompt, output, t, prefix_text=prefix_text, prompt_text=prompt_text,
-                               prefix_tokens=prefix_tokens, replica=i)
+                               prefix_tokens=prefix_tokens, replica=i, blocks=blocks)
         s = Stream(rid, prompt, output, t, i, wall0=time.monotonic())
         self.streams[rid] = s
         self._wake.set()

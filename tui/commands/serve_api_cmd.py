@@ -124,12 +124,12 @@ def build_all(args: argparse.Namespace):  # -> (Starlette, Driver, [Starlette]):
     rng = np.random.default_rng([args.seed, 0xA91])
     sampler = Sampler(parse_dist(args.output, "--output", 1), rng, True, 1, live.max_tokens_per_request)
     try:
-        count = text.load_counter(args.tokenizer)
+        tokens = text.load_tokens(args.tokenizer)
     except ValueError as e:
         raise InputError(str(e)) from None
     name = args.served_model_name or args.model
     spec = ServerSpec(model=name, version=metadata.version("tokensim"), max_model_len=live.max_tokens_per_request,
-                      draw_output=lambda: int(sampler.take(1)[0]), count=count,
+                      draw_output=lambda: int(sampler.take(1)[0]), tokens=tokens,
                       max_connections=args.max_connections, send_timeout=args.send_timeout)
     driver = Driver(live, args.time_scale, name, args.max_waiting)
     apps = [build_app(driver, spec, i) for i in range(args.replicas)] if args.replica_ports is not None else []
