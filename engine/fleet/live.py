@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.fleet.routers import make_router
-from engine.serving.live import Emission, Finished, LiveEngine
+from engine.serving.live import Emission, Finished, LiveEngine, text_keys
 
 
 class LiveFleet:
@@ -26,12 +26,13 @@ class LiveFleet:
         self.replicas = [LiveEngine(cfg, i, replicas) for i in range(replicas)]
         self.router = make_router(router)
         self._wanted = "wanted_blocks" in self.router.reads
+        self._cached = "cached_blocks" in self.router.reads and cfg.prefix_caching
 
     @classmethod
     def of(cls, engine: LiveEngine) -> LiveFleet:
         """A fleet of one existing engine."""
         f = cls.__new__(cls)
-        f.replicas, f.router, f._wanted = [engine], make_router("round-robin"), False
+        f.replicas, f.router, f._wanted, f._cached = [engine], make_router("round-robin"), False, False
         return f
 
     def replica_of(self, rid: int) -> int:
@@ -39,17 +40,18 @@ class LiveFleet:
         return rid % len(self.replicas)
 
     # ---- requests in and out ------------------------------------------------------------------
-    def pick(self) -> int:
-        """The replica the router picks for a request arriving now (prefix-aware reads no cache here, so it
-        falls back to the least loaded)."""
+    def pick(self, prompt: int = 0, blocks: np.ndarray | None = None) -> int:
+        """The replica the router picks for a request arriving now; a prefix-aware router reads how many of its
+        prompt's leading blocks (their hashes: `blocks`) each replica's cache holds."""
         if len(self.replicas) == 1:
             return 0
-        return self.router.pick([r.routing(self._wanted) for r in self.replicas]).index
+        keys = text_keys(blocks, prompt) if self._cached and blocks is not None else None
+        return self.router.pick([r.routing(self._wanted, keys) for r in self.replicas]).index
 
     def submit(self, prompt: int, output: int, t: float, prefix_text: str = "", prompt_text: str = "",
                prefix_tokens: int = 0, replica: int | None = None, blocks: np.ndarray | None = None) -> int:
         """A request sent at sim time t to `replica` (None: the router's pick); returns its id."""
-        i = self.pick() if replica is None else replica
+        i = self.pick(prompt, blocks) if replica is None else replica
         return self.replicas[i].submit(prompt, output, t, prefix_text=prefix_text, prompt_text=prompt_text,
                                        prefix_tokens=prefix_tokens, blocks=blocks)
 

@@ -21,7 +21,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.fleet.replica import Replica
 from engine.fleet.routers import RoutingSnapshot
-from engine.serving.prefix_cache import TAG_GROUP, TAG_PROMPT, TAG_TEXT, TAG_TEXT_BLOCK, stream_id
+from engine.serving.prefix_cache import TAG_GROUP, TAG_PROMPT, TAG_TEXT, TAG_TEXT_BLOCK, chain_keys, stream_id
 from engine.serving.tables import BLOCK, Rows
 
 _ID_BITS = (1 << 56) - 1  # stream ids keep their tag in the top byte (prefix_cache.stream_id)
@@ -58,6 +58,25 @@ def content_key(text: str) -> int:
     for b in text.encode("utf-8", "surrogatepass")[:1 << 20]:
         h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
     return int(h & _ID_BITS) or 1
+
+
+def block_streams(blocks: np.ndarray, prompt: int) -> np.ndarray:
+    """The prefix cache's streams of a prompt's full blocks from their hashes (LiveEngine.submit's `blocks`)."""
+    n = min(int(blocks.size), prompt // BLOCK)
+    return stream_id(TAG_TEXT_BLOCK, blocks[:n].astype(np.int64) & _ID_BITS)
+
+
+def text_keys(blocks: np.ndarray, prompt: int) -> np.ndarray:
+    """The cache keys of the leading blocks of a prompt keyed by `blocks` that a request could find cached (never
+    the block holding its last token, which is always computed): what a prefix-aware router looks up."""
+    streams = block_streams(blocks, prompt)[:max(0, (prompt - 1) // BLOCK)]
+    if not streams.size:
+        return np.zeros(0, dtype=np.uint64)
+    sid = int(stream_id(TAG_TEXT, 0))  # any text stream: its blocks' keys depend only on their block streams
+    one = np.ones(1, dtype=np.int64)
+    z = np.zeros(1, dtype=np.int64)
+    return chain_keys(z.astype(np.uint64), z, one * streams.size, z, z, one * sid, one * streams.size * BLOCK,
+                      one * sid, {sid: streams})
 
 
 class LiveEngine:
@@ -116,8 +135,7 @@ class LiveEngine:
         if blocks is not None and blocks.size:
             sid = int(stream_id(TAG_TEXT, rid))
             r.body[0] = sid
-            n = min(int(blocks.size), prompt // BLOCK)
-            self._ln.texts[sid] = stream_id(TAG_TEXT_BLOCK, blocks[:n].astype(np.int64) & _ID_BITS)
+            self._ln.texts[sid] = block_streams(blocks, prompt)
         elif prompt_text:
             r.body[0] = int(stream_id(TAG_PROMPT, content_key(prompt_text)))
         if blocks is None and prefix_text and 0 < prefix_tokens < prompt:
@@ -207,9 +225,10 @@ class LiveEngine:
                                     float(d.done[j]), int(d.prompt[j]), int(d.gen[j]), int(d.hit[j])))
         return out
 
-    def routing(self, wanted: bool) -> RoutingSnapshot:
-        """What a fleet's router reads of this engine (requests sent but not yet reached count as queued)."""
-        snap = self._eng.routing(wanted, None)
+    def routing(self, wanted: bool, keys: np.ndarray | None = None) -> RoutingSnapshot:
+        """What a fleet's router reads of this engine (requests sent but not yet reached count as queued), with
+        the run of a prompt's leading blocks its prefix cache holds if given their `keys` (text_keys)."""
+        snap = self._eng.routing(wanted, keys)
         return snap._replace(queued=snap.queued + len(self._pending))
 
     @property

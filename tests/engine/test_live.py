@@ -167,3 +167,29 @@ def test_abort_a_preempted_request_with_prefix_caching():
     le.check()
     assert gone is not None and le.preemptions >= 1 and le.aborted == 1 and le.kv_usage == 0.0
     assert sorted(f.rid for f in le.pop_finished()) == sorted(set(ids) - {gone})
+
+
+def test_a_prefix_aware_live_fleet_sends_a_chat_back_to_the_replica_holding_its_history():
+    """Two replicas: A's history lands on replica 0 and B's on 1 (least loaded while A runs); B's next turn
+    goes back to replica 1 though both are idle (where least-loaded's tie would pick 0), and reads its cache."""
+    from engine.fleet.live import LiveFleet
+
+    f = LiveFleet(EngineConfig(prefix_caching=True), 2, "prefix-aware")
+    x = np.arange(1, 63, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    y = x + np.uint64(7)
+    a = f.submit(1000, 50, 0.0, blocks=x)
+    b = f.submit(1000, 50, 0.0, blocks=y)
+    assert (f.replica_of(a), f.replica_of(b)) == (0, 1)
+    t = 0.0
+    while f.busy or t < 2.0:
+        t += 0.01
+        f.advance(t)
+    f.pop_finished()
+    c = f.submit(1000, 5, t, blocks=y)
+    d = f.submit(1000, 5, t, blocks=x)
+    assert (f.replica_of(c), f.replica_of(d)) == (1, 0)
+    while f.busy:
+        t += 0.01
+        f.advance(t)
+    assert {r.rid: r.hit for r in f.pop_finished()} == {c: 992, d: 992}
+    f.check()

@@ -111,7 +111,7 @@ class Driver:
         """A request arriving now, for `replica` (None: the fleet's router picks); QueueFull when the waiting
         queue (of that replica, or of the fleet) is at its cap. Prefix-cache keys: `blocks` (one hash per
         full block, LiveEngine.submit), else the texts."""
-        i = self.live.pick() if replica is None else replica
+        i = self.live.pick(prompt, blocks) if replica is None else replica
         if self.max_waiting is not None and self.live.replicas[i].waiting >= self.max_waiting:
             self.rejected += 1
             self.by_replica[i][2] += 1

@@ -58,8 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--replicas", type=positive_int, default=1,
                    help="replicas of the engine behind this one address, each with its own KV pool (default 1)")
     f.add_argument("--router", choices=tuple(ROUTERS), default="round-robin",
-                   help="how the address picks a replica for each request (default round-robin; prefix-aware"
-                        " reads no cache here and picks the least loaded)")
+                   help="how the address picks a replica for each request (default round-robin)")
     f.add_argument("--replica-ports", type=port_number, metavar="BASE", default=None,
                    help="also serve replica i alone on 127.0.0.1:BASE+i (its own /metrics), for an external"
                         " router to balance")
