@@ -53,6 +53,7 @@ async def _one(client: httpx.AsyncClient, url: str, stats: dict[str, int]) -> No
     async with client.stream("POST", url, json=body) as r:
         if r.status_code != 200:
             stats["errors"] += 1
+            stats[f"status_{r.status_code}"] = stats.get(f"status_{r.status_code}", 0) + 1
             return
         async for line in r.aiter_lines():
             if line.startswith("data: {"):
@@ -65,8 +66,10 @@ async def _keep(client: httpx.AsyncClient, url: str, stats: dict[str, int], unti
     while time.monotonic() < until:
         try:
             await _one(client, url, stats)
-        except httpx.HTTPError:
+        except httpx.HTTPError as e:
             stats["errors"] += 1
+            kind = "error_" + type(e).__name__
+            stats[kind] = stats.get(kind, 0) + 1
 
 
 async def _watch(base: str, pid: int, until: float, samples: list[tuple[float, float, float, float]]) -> None:
@@ -94,9 +97,9 @@ async def _load(base: str, pid: int, streams: int, soak: float) -> dict[str, obj
         url = base + "/v1/completions"
         await asyncio.gather(_watch(base, pid, until, samples),
                              *(_keep(client, url, stats, until) for _ in range(streams)))
-    lags = [s[1] for s in samples]
-    return {"streams": streams, "soak_s": soak, **stats, "max_lag_s": max(lags),
-            "median_lag_s": sorted(lags)[len(lags) // 2],
+    lags = sorted(s[1] for s in samples)
+    return {"streams": streams, "soak_s": soak, **stats, "max_lag_s": lags[-1],
+            "median_lag_s": lags[len(lags) // 2], "p99_lag_s": lags[min(len(lags) - 1, int(0.99 * len(lags)))],
             "max_running": max(s[2] for s in samples), "rss_mb_first": samples[1][3] if len(samples) > 1 else None,
             "rss_mb_last": samples[-1][3]}
 
@@ -125,6 +128,7 @@ def main() -> int:
         srv.terminate()
         _, err = srv.communicate(timeout=20)
     out["lag_log_lines"] = sum(1 for line in err.splitlines() if "behind the wall" in line)
+    out["slow_client_drops"] = sum(1 for line in err.splitlines() if "read nothing" in line)
     print(json.dumps(out, indent=1))
     return 0
 

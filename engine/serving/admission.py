@@ -239,7 +239,7 @@ def admit_cached(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefill
             keys = lane.head_keys[1]  # a waiting head is tried every tick: its keys do not change
         else:
             keys = keying.block_keys(cand.id[sl], cand.group[sl], cand.prefix[sl], cand.body[sl], cand.sess[sl],
-                                     cand.prompt[sl], np.zeros_like(mh), mh, np.zeros(len(mh), dtype=np.int64))
+                                     cand.prompt[sl], np.zeros_like(mh), mh, np.zeros_like(mh), lane.texts)
             if j == 0:
                 lane.head_keys = (memo[0], keys)
         ends = np.cumsum(mh)

@@ -25,13 +25,15 @@ _ALL = np.int64(1) << 40  # "every block" in shareable
 
 
 def block_keys(rid: np.ndarray, group: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray,
-               prompt: np.ndarray, first: np.ndarray, count: np.ndarray, parent: np.ndarray) -> np.ndarray:
+               prompt: np.ndarray, first: np.ndarray, count: np.ndarray, parent: np.ndarray,
+               texts: dict[int, np.ndarray] | None = None) -> np.ndarray:
     """Content keys of blocks first..first+count-1 of these requests (flattened): the group's prefix, then the
-    body (the request's own stream when it has none), then generated tokens (the body's stream in a session)."""
+    body (the request's own stream when it has none), then generated tokens (the body's stream in a session);
+    a text body's blocks by their content (`texts`: the lane's table, prefix_cache.text_streams)."""
     own = stream_id(TAG_REQUEST, rid)
     b = np.where(body != 0, body, own)
     gen = np.where(sess != 0, b, own)
-    return chain_keys(parent.astype(np.uint64), first, count, group, prefix, b, prompt, gen)
+    return chain_keys(parent.astype(np.uint64), first, count, group, prefix, b, prompt, gen, texts)
 
 
 def shareable(prompt: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray) -> np.ndarray:
@@ -56,7 +58,7 @@ def fill(lane: Lane, idx: np.ndarray, every: bool = False) -> None:
     if not idx.size:
         return
     keys = block_keys(c.id[idx], c.group[idx], c.prefix[idx], c.body[idx], c.sess[idx], c.prompt[idx], first,
-                      cnt, c.hkey[idx])
+                      cnt, c.hkey[idx], lane.texts)
     lane.pool.fill(keys)
     c.full[idx] += cnt
     c.hkey[idx] = keys[np.cumsum(cnt) - 1].astype(np.int64)
@@ -69,7 +71,7 @@ def release(lane: Lane, r: Rows) -> None:
         return
     private = int((r.blocks - r.full).sum())
     z = np.zeros(len(r), dtype=np.int64)
-    keys = block_keys(r.id, r.group, r.prefix, r.body, r.sess, r.prompt, z, r.full, z)
+    keys = block_keys(r.id, r.group, r.prefix, r.body, r.sess, r.prompt, z, r.full, z, lane.texts)
     lane.pool.release(keys, private)
 
 

@@ -126,6 +126,9 @@ class Lane:
         # Multi-LoRA: the adapter slots (engine.serving.lora_slots), None with LoRA off.
         self.lora = None if sm.lora is None else LoraSlots(sm.opts.max_loras, sm.lora.bytes_per_adapter,
                                                            sm.hw.host_link_gbps)
+        # Text streams' block streams (prefix_cache.text_streams): filled only by engine.serving.live, for the
+        # requests it holds; empty elsewhere, so no other run pays for it.
+        self.texts: dict[int, np.ndarray] = {}
 
     # ---- configuration ------------------------------------------------------------------------
     def set_scheduler(self, sched: Scheduler) -> None:

@@ -20,8 +20,9 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.fleet.replica import Replica
-from engine.serving.prefix_cache import TAG_GROUP, TAG_PROMPT, stream_id
-from engine.serving.tables import Rows
+from engine.fleet.routers import RoutingSnapshot
+from engine.serving.prefix_cache import TAG_GROUP, TAG_PROMPT, TAG_TEXT, TAG_TEXT_BLOCK, chain_keys, stream_id
+from engine.serving.tables import BLOCK, Rows
 
 _ID_BITS = (1 << 56) - 1  # stream ids keep their tag in the top byte (prefix_cache.stream_id)
 
@@ -59,14 +60,36 @@ def content_key(text: str) -> int:
     return int(h & _ID_BITS) or 1
 
 
+def block_streams(blocks: np.ndarray, prompt: int) -> np.ndarray:
+    """The prefix cache's streams of a prompt's full blocks from their hashes (LiveEngine.submit's `blocks`)."""
+    n = min(int(blocks.size), prompt // BLOCK)
+    return stream_id(TAG_TEXT_BLOCK, blocks[:n].astype(np.int64) & _ID_BITS)
+
+
+def text_keys(blocks: np.ndarray, prompt: int) -> np.ndarray:
+    """The cache keys of the leading blocks of a prompt keyed by `blocks` that a request could find cached (never
+    the block holding its last token, which is always computed): what a prefix-aware router looks up."""
+    streams = block_streams(blocks, prompt)[:max(0, (prompt - 1) // BLOCK)]
+    if not streams.size:
+        return np.zeros(0, dtype=np.uint64)
+    sid = int(stream_id(TAG_TEXT, 0))  # any text stream: its blocks' keys depend only on their block streams
+    one = np.ones(1, dtype=np.int64)
+    z = np.zeros(1, dtype=np.int64)
+    return chain_keys(z.astype(np.uint64), z, one * streams.size, z, z, one * sid, one * streams.size * BLOCK,
+                      one * sid, {sid: streams})
+
+
 class LiveEngine:
     """An Engine fed one request at a time, stepped to a clock given from outside, reporting token events."""
 
-    def __init__(self, cfg: EngineConfig) -> None:
-        self._eng = Replica(cfg, 0)  # a replica: a lane with no users or arrivals of its own, fed from outside
+    def __init__(self, cfg: EngineConfig, index: int = 0, stride: int = 1) -> None:
+        """`index` and `stride`: replica `index` of a fleet of `stride` numbers its requests index, index +
+        stride, ... so ids are unique across the fleet (engine.fleet.live)."""
+        self._eng = Replica(cfg, index)  # a replica: a lane with no users or arrivals of its own, fed from outside
         self._eng.skip_quiet = False  # one step at a time: each step's tokens are sent at that step's end
         self._ln = self._eng.lane
-        self._next_id = 0
+        self._next_id = index
+        self._stride = stride
         self._done: list[Rows] = self._eng.finished_rows  # finished since pop_finished (the lane appends them);
         # the first _seen of them already emitted
         self._seen = 0
@@ -74,6 +97,11 @@ class LiveEngine:
         self._lag = 0.0
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache (vLLM counts tokens)
         self.prefix_hits = 0  # of which found cached
+
+    @property
+    def engine(self) -> Replica:
+        """The engine it steps, for read-only views (serve-api --floor draws its snapshots); never step it."""
+        return self._eng
 
     # ---- what the door checks -----------------------------------------------------------------
     @property
@@ -87,22 +115,30 @@ class LiveEngine:
         return float(self._ln.clock)
 
     # ---- requests in and out ------------------------------------------------------------------
+    block_tokens = BLOCK  # tokens per KV block: what a caller's block hashes (submit's `blocks`) must cover
+
     def submit(self, prompt: int, output: int, t: float, prefix_text: str = "", prompt_text: str = "",
-               prefix_tokens: int = 0) -> int:
+               prefix_tokens: int = 0, blocks: np.ndarray | None = None) -> int:
         """A request sent at sim time t; returns its id. It joins the lane's queue when the lane's clock reaches
         t (advance), so it is admitted at the first step boundary after it arrives, as on a plain run.
-        `prompt_text` keys the whole prompt (identical prompts share every full block) and `prefix_text`, of
-        `prefix_tokens` tokens, a shared leading part (a chat's earlier messages)."""
+        Prefix-cache keys: `blocks`, one hash per full block of the prompt (block_tokens tokens), each covering
+        its parent's, as vLLM hashes them: a prompt then hits every leading block it shares with one seen
+        before (a chat whose history grows). Without them, `prompt_text` keys the whole prompt (identical
+        prompts share every full block) and `prefix_text`, of `prefix_tokens` tokens, a shared leading part."""
         if prompt < 1 or output < 1 or prompt + output > self.max_tokens_per_request:
             raise ValueError(f"request of {prompt} + {output} tokens does not fit {self.max_tokens_per_request}")
         r = Rows.new(1)
         rid = self._next_id
-        self._next_id += 1
+        self._next_id += self._stride
         r.id[0], r.user[0], r.prompt[0], r.total[0], r.target[0] = rid, -1, prompt, output, prompt
         r.arrival[0] = t
-        if prompt_text:
+        if blocks is not None and blocks.size:
+            sid = int(stream_id(TAG_TEXT, rid))
+            r.body[0] = sid
+            self._ln.texts[sid] = block_streams(blocks, prompt)
+        elif prompt_text:
             r.body[0] = int(stream_id(TAG_PROMPT, content_key(prompt_text)))
-        if prefix_text and 0 < prefix_tokens < prompt:
+        if blocks is None and prefix_text and 0 < prefix_tokens < prompt:
             r.group[0] = int(stream_id(TAG_GROUP, content_key(prefix_text)))
             r.prefix[0] = prefix_tokens
         self._pending[rid] = r
@@ -111,8 +147,16 @@ class LiveEngine:
     def abort(self, rid: int) -> bool:
         """The request's client went away: drop it wherever it is and free its KV blocks (False: already done)."""
         if self._pending.pop(rid, None) is not None:
+            self._forget(rid)
             return True
-        return self._ln.abort(rid)
+        gone = self._ln.abort(rid)
+        self._forget(rid)
+        return gone
+
+    def _forget(self, rid: int) -> None:
+        """A request left the lane (its blocks are released): its block table is no longer read."""
+        if self._ln.texts:
+            self._ln.texts.pop(int(stream_id(TAG_TEXT, rid)), None)
 
     def _join(self, t: float) -> None:
         """Queue the sent requests the lane's clock has reached; an idle lane's clock jumps to the next one sent
@@ -165,6 +209,8 @@ class LiveEngine:
             d = Rows.join(fresh) if len(fresh) > 1 else fresh[0]
             done = d.id.copy()
             ids, gen = np.concatenate([ids, done]), np.concatenate([gen, d.gen])
+            for rid in done.tolist():
+                self._forget(rid)
         return Emission(float(self._ln.clock), ids, gen, done)
 
     def pop_finished(self) -> list[Finished]:
@@ -178,6 +224,12 @@ class LiveEngine:
                 out.append(Finished(int(d.id[j]), float(d.arrival[j]), float(d.admit[j]), float(d.first[j]),
                                     float(d.done[j]), int(d.prompt[j]), int(d.gen[j]), int(d.hit[j])))
         return out
+
+    def routing(self, wanted: bool, keys: np.ndarray | None = None) -> RoutingSnapshot:
+        """What a fleet's router reads of this engine (requests sent but not yet reached count as queued), with
+        the run of a prompt's leading blocks its prefix cache holds if given their `keys` (text_keys)."""
+        snap = self._eng.routing(wanted, keys)
+        return snap._replace(queued=snap.queued + len(self._pending))
 
     @property
     def busy(self) -> bool:

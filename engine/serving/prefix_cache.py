@@ -6,7 +6,9 @@ equal token histories. We have no token ids: a request's content is modelled by 
 body stream (the prompt; equal prompt ids share it, a chat session keeps extending it) and generated
 positions from its generation stream (request-unique, or the session's own so the next turn reads them
 back). Block b's tokens are identified by (stream, b), so identical prompts share every full block and
-same-group prompts share the blocks wholly inside their prefix.
+same-group prompts share the blocks wholly inside their prefix. A request with real text (the simulated
+server's, engine.serving.live) has a text stream (TAG_TEXT) whose block b is its own content hash, kept in the
+lane's `texts` table: two prompts then share exactly the leading blocks whose tokens agree, as vLLM's do.
 
 Keys chain as a polynomial hash, key_b = key_(b-1) * M + h(stream, b) mod 2^64, which numpy computes for
 many blocks of many requests at once (a segment cumsum against powers of M^-1) instead of block by block.
@@ -30,6 +32,8 @@ BLOCK = KV_BLOCK_TOKENS
 # Stream namespaces (top bits of a stream id): a group's shared prefix, a prompt id, a chat session,
 # one request's own tokens. Ids of different kinds never collide.
 TAG_GROUP, TAG_PROMPT, TAG_SESSION, TAG_REQUEST = 1, 2, 3, 4
+TAG_TEXT = 5  # a request keyed block by block from its text (its blocks' streams are in a `texts` table)
+TAG_TEXT_BLOCK = 6  # the stream of one such block: a hash of its tokens and its parent's
 _TAG_SHIFT = 56
 NONE = 0  # no stream: a request without a shared prefix (its prefix_len is 0), or whose body is its own
 NO_GROUP = NONE
@@ -73,13 +77,33 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return got
 
 
+def text_streams(stream: np.ndarray, b: np.ndarray, texts: dict[int, np.ndarray]) -> np.ndarray:
+    """The streams of blocks (stream[k], block b[k]) with a text stream's blocks replaced by their content
+    streams from `texts` (text stream id -> one stream per full prompt block); blocks past its table (the
+    answer's) keep the text stream, which is the request's own."""
+    tagged = (stream >> _TAG_SHIFT) == TAG_TEXT
+    if not tagged.any():
+        return stream
+    out = stream.copy()
+    for sid in np.unique(stream[tagged]).tolist():
+        table = texts.get(sid)
+        if table is None:
+            continue
+        at = np.flatnonzero(stream == sid)
+        inside = b[at] < table.size
+        out[at[inside]] = table[b[at[inside]]]
+    return out
+
+
 def chain_keys(parent: np.ndarray, first: np.ndarray, count: np.ndarray, group: np.ndarray,
-               prefix_len: np.ndarray, body: np.ndarray, prompt_len: np.ndarray, gen: np.ndarray) -> np.ndarray:
+               prefix_len: np.ndarray, body: np.ndarray, prompt_len: np.ndarray, gen: np.ndarray,
+               texts: dict[int, np.ndarray] | None = None) -> np.ndarray:
     """Keys of blocks first[r] .. first[r]+count[r]-1 of each request r, flattened in request order.
 
     parent[r] is the key of block first[r]-1 (ignored where first is 0: the root). A block whose 16
     tokens all lie in the prefix belongs to the group stream, else to the body while it ends inside
-    the prompt, else to the generation stream.
+    the prompt, else to the generation stream. With `texts` (a lane's text table, non-empty only in the
+    simulated server), a text stream's blocks take their content streams from it (text_streams).
     """
     count = np.asarray(count, dtype=np.int64)
     total = int(count.sum())
@@ -92,6 +116,8 @@ def chain_keys(parent: np.ndarray, first: np.ndarray, count: np.ndarray, group: 
     end = (b + 1) * BLOCK
     stream = np.where(end <= np.asarray(prefix_len)[seg], np.asarray(group)[seg],
                       np.where(end <= np.asarray(prompt_len)[seg], np.asarray(body)[seg], np.asarray(gen)[seg]))
+    if texts:
+        stream = text_streams(stream, b, texts)
     with np.errstate(over="ignore"):
         h = _mix(stream.astype(np.uint64) * _U64(0xD6E8FEB86659FD93) ^ _mix(b.astype(np.uint64)))
         pw, pinv = _powers(int(count.max()) + 1)

@@ -115,6 +115,24 @@ def test_identical_prompts_and_shared_prefixes_hit_the_cache():
     assert le.prefix_hits == 992 + 320 and le.prefix_queries == 4000
 
 
+def test_block_hashes_hit_the_leading_blocks_that_agree_and_are_forgotten_after():
+    """Per-block keys: a prompt sharing its first 40 block hashes with one served before reads those 40 blocks
+    (640 tokens) from the cache, not one more; a prompt sharing none reads none. The lane's table of block
+    streams is empty again once they are done (the rest of the engine never pays for it)."""
+    le = LiveEngine(EngineConfig(prefix_caching=True))
+    first = np.arange(1, 63, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # 62 full blocks of a 1000-token prompt
+    le.submit(1000, 5, 0.0, blocks=first)
+    _drive(le, 0.5)
+    grown = first.copy()
+    grown[40:] += np.uint64(1)  # the same history up to block 40, then other tokens
+    le.submit(1000, 5, 0.5, blocks=grown)
+    le.submit(1000, 5, 0.5, blocks=first[::-1].copy())  # the same blocks in another order: no prefix in common
+    _drive(le, 1.0)
+    hits = {f.rid: f.hit for f in le.pop_finished()}
+    assert hits == {0: 0, 1: 40 * 16, 2: 0}
+    assert not le.engine.lane.texts
+
+
 def test_content_key_is_stable():
     assert content_key("abc") == content_key("abc") != content_key("abd")
     assert 0 < content_key("") < 1 << 56 and np.int64(content_key("x" * 100))
@@ -149,3 +167,29 @@ def test_abort_a_preempted_request_with_prefix_caching():
     le.check()
     assert gone is not None and le.preemptions >= 1 and le.aborted == 1 and le.kv_usage == 0.0
     assert sorted(f.rid for f in le.pop_finished()) == sorted(set(ids) - {gone})
+
+
+def test_a_prefix_aware_live_fleet_sends_a_chat_back_to_the_replica_holding_its_history():
+    """Two replicas: A's history lands on replica 0 and B's on 1 (least loaded while A runs); B's next turn
+    goes back to replica 1 though both are idle (where least-loaded's tie would pick 0), and reads its cache."""
+    from engine.fleet.live import LiveFleet
+
+    f = LiveFleet(EngineConfig(prefix_caching=True), 2, "prefix-aware")
+    x = np.arange(1, 63, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    y = x + np.uint64(7)
+    a = f.submit(1000, 50, 0.0, blocks=x)
+    b = f.submit(1000, 50, 0.0, blocks=y)
+    assert (f.replica_of(a), f.replica_of(b)) == (0, 1)
+    t = 0.0
+    while f.busy or t < 2.0:
+        t += 0.01
+        f.advance(t)
+    f.pop_finished()
+    c = f.submit(1000, 5, t, blocks=y)
+    d = f.submit(1000, 5, t, blocks=x)
+    assert (f.replica_of(c), f.replica_of(d)) == (1, 0)
+    while f.busy:
+        t += 0.01
+        f.advance(t)
+    assert {r.rid: r.hit for r in f.pop_finished()} == {c: 992, d: 992}
+    f.check()

@@ -33,30 +33,53 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> int:
+    """A base port with n consecutive ports free on 127.0.0.1 right now."""
+    for _ in range(50):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        try:
+            for i in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + i))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
 @contextmanager
 def serving(*argv: str) -> Iterator[tuple[str, object]]:
-    """`tokensim serve-api ARGV` on a free loopback port; yields (base URL, driver) and stops it after."""
+    """`tokensim serve-api ARGV` on a free loopback port; yields (base URL, driver) and stops it after. With
+    --replica-ports in ARGV (give it "auto") each replica is served too, on consecutive free ports."""
     need("uvicorn")
+    import asyncio
+
     import uvicorn
 
     from tui.cli import build_parser
     from tui.commands import serve_api_cmd
 
     port = free_port()
+    argv = tuple(str(free_ports(8)) if a == "auto" else a for a in argv)
     words = ["serve-api", "--port", str(port), "--log-level", "warning", *argv]
     args = build_parser(words).parse_args(words)
-    app, driver = serve_api_cmd.build(args)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           limit_concurrency=serve_api_cmd.MAX_CONNECTIONS))
-    th = threading.Thread(target=server.run, daemon=True)
+    app, driver, apps = serve_api_cmd.build_all(args)
+    socks = [serve_api_cmd.listen("127.0.0.1", p) for p in serve_api_cmd.ports(args)]
+    servers = [uvicorn.Server(uvicorn.Config(a, log_level="warning", limit_concurrency=serve_api_cmd.uvicorn_limit(args)))
+               for a in [app, *apps]]
+    th = threading.Thread(target=lambda: asyncio.run(serve_api_cmd.serve_all(servers, socks)), daemon=True)
     th.start()
     deadline = time.monotonic() + 20
-    while not server.started:
+    while not all(s.started for s in servers):
         if time.monotonic() > deadline or not th.is_alive():
             raise RuntimeError("serve-api did not start")
         time.sleep(0.02)
+    driver.urls = [f"http://127.0.0.1:{p}" for p in serve_api_cmd.ports(args)]  # the door's, then each replica's
     try:
         yield f"http://127.0.0.1:{port}", driver
     finally:
-        server.should_exit = True
+        for s in servers:
+            s.should_exit = True
         th.join(10)

@@ -133,6 +133,11 @@ def test_metrics_have_vllm_names_and_count_what_was_served(server):
     _, after = _get(base + "/metrics")
     assert _metric(after, "vllm:generation_tokens_total") - gen0 == 9
     assert _metric(after, "vllm:e2e_request_latency_seconds_count") - n0 == 1
+    # At --time-scale 10, vLLM's names are wall seconds (what the client saw), the engine's under tokensim:
+    wall = _metric(after, "vllm:e2e_request_latency_seconds_sum") - _metric(before, "vllm:e2e_request_latency_seconds_sum")
+    eng = (_metric(after, "tokensim:engine_e2e_request_latency_seconds_sum")
+           - _metric(before, "tokensim:engine_e2e_request_latency_seconds_sum"))
+    assert eng > 0 and eng / 10 * 0.98 <= wall <= eng / 10 + 0.5, (wall, eng)
     for name, kind in (("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
                        ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:time_to_first_token_seconds", "histogram"),
                        ("vllm:inter_token_latency_seconds", "histogram"),
@@ -182,6 +187,35 @@ def test_prefix_cache_hits_for_a_shared_system_prompt(server):
 
     head = text.estimate("system\n" + system["content"]) + text.CHAT_PER_MESSAGE  # 585 tokens
     assert hits == head // 16 * 16 == 576  # the system message's 36 full blocks, read by the second request
+
+
+def test_a_growing_chat_hits_every_unchanged_leading_block(server):
+    """Three turns of one conversation, each sending the whole history back: each turn finds in the prefix cache
+    every full block of the previous turn's prompt up to where they part (the previous prompt ends with the
+    reply's opening, where this one has the reply), keyed block by block as vLLM hashes them."""
+    from tui.api import text
+
+    base, _ = server
+    tokens = text.Tokens(text.estimate, text.estimate_units)
+    msgs = [{"role": "system", "content": "You answer questions about the weather."}]
+    prompts: list[bytes] = []
+    hits: list[float] = []
+    for turn in range(3):
+        msgs.append({"role": "user", "content": f"Turn {turn}: " + "what about tomorrow and the day after? " * 12})
+        _, before = _get(base + "/metrics")
+        code, out = _post(base + "/v1/chat/completions", {"messages": msgs, "max_tokens": 40})
+        assert code == 200
+        _, after = _get(base + "/metrics")
+        hits.append(_metric(after, "vllm:prefix_cache_hits_total") - _metric(before, "vllm:prefix_cache_hits_total"))
+        prompts.append(text.chat_prompt(msgs, tokens)[1])
+        assert out["usage"]["prompt_tokens"] == len(prompts[-1]) // text.UNIT
+        msgs.append({"role": "assistant", "content": out["choices"][0]["message"]["content"]})
+    assert hits[0] == 0
+    for k in (1, 2):
+        a, b = prompts[k - 1], prompts[k]
+        same = next(i for i in range(len(a)) if a[i] != b[i]) // text.UNIT  # tokens the two prompts share
+        assert hits[k] == same // 16 * 16, (k, hits, same)
+        assert hits[k] >= len(a) // text.UNIT - 3 - 16  # all of the previous prompt but its reply opening
 
 
 def test_waiting_cap_answers_503():

@@ -22,6 +22,7 @@ import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -35,6 +36,9 @@ from tui.api.fields import ApiError, Parsed, parse_request
 log = logging.getLogger("tokensim.api")
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413) before it is parsed
 DISCONNECT_POLL_S = 0.5  # a non-streaming request checks this often whether its client is still there
+MAX_CONNECTIONS = 2048  # requests in flight at once (--max-connections); past it, OpenAI's 503 JSON
+SEND_TIMEOUT_S = 10.0  # a stream whose client has not read for this long is ended and its request aborted
+UNGUARDED = ("/metrics", "/health")  # answered even at the connection cap: a scrape must see the flood
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +49,10 @@ class ServerSpec:
     version: str
     max_model_len: int
     draw_output: Callable[[], int]
-    count: Callable[[str], int]
+    tokens: text.Tokens
     max_body: int = MAX_BODY_BYTES
+    max_connections: int = MAX_CONNECTIONS
+    send_timeout: float = SEND_TIMEOUT_S
 
 
 def _utf8(s: str | None) -> str | None:
@@ -143,6 +149,36 @@ async def _sse(driver: Driver, s: Stream, p: Parsed, rid: str, model: str) -> As
             driver.abort(s)
 
 
+class SlowClient(Exception):
+    """A stream's client stopped reading: its socket's buffers stayed full past the send timeout."""
+
+
+class _Sse(StreamingResponse):
+    """A token stream whose writes wait at most `timeout` seconds for the client to make room. A client that
+    never reads fills the kernel's and uvicorn's buffers, then uvicorn's flow control holds each write: past the
+    timeout the stream ends (its generator is closed, so its request leaves the engine and frees its KV) and
+    uvicorn closes the connection. Other streams never wait on it: each has its own task and buffers."""
+
+    def __init__(self, content: AsyncIterator[str], timeout: float) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self.timeout = timeout
+
+    async def stream_response(self, send: Callable[[Any], Any]) -> None:
+        async def timed(message: Any) -> None:
+            try:
+                async with asyncio.timeout(self.timeout):  # (a timer handle, no task: 1,000 streams send a lot)
+                    await send(message)
+            except TimeoutError:
+                raise SlowClient from None
+
+        try:
+            await super().stream_response(timed)
+        except SlowClient:
+            log.warning("a client read nothing for %g s: its stream is ended and its request aborted", self.timeout)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]  # (our generator: runs _sse's finally)
+
+
 async def _whole(request: Request, driver: Driver, s: Stream) -> bool:
     """Wait for the whole answer; False (and the request aborted) if the client left first."""
     try:
@@ -173,12 +209,14 @@ def _body(p: Parsed, rid: str, model: str, output: int) -> dict[str, Any]:
             "usage": _usage(p.prompt_tokens, output)}
 
 
-async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSpec) -> Response:
-    """Check a request, queue it in the engine, and answer it as a stream or whole (or refuse it)."""
+async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSpec, replica: int | None) -> Response:
+    """Check a request, queue it in the engine (on `replica`, or where the router sends it), and answer it as a
+    stream or whole (or refuse it)."""
     try:
         body = await _read_json(request, spec.max_body)
-        p = parse_request(body, chat, spec.model, spec.max_model_len, spec.count, spec.draw_output)
-        s = driver.submit(p.prompt_tokens, p.output, p.prefix_text, p.prompt_text, p.prefix_tokens)
+        p = parse_request(body, chat, spec.model, spec.max_model_len, spec.tokens, spec.draw_output)
+        blocks = text.block_hashes(p.units, driver.block_tokens)
+        s = driver.submit(p.prompt_tokens, p.output, blocks=blocks, replica=replica)
     except ApiError as e:
         return error(e.status, e.message, e.kind, e.param)
     except QueueFull:
@@ -186,20 +224,23 @@ async def _generate(request: Request, chat: bool, driver: Driver, spec: ServerSp
                      "ServiceUnavailableError")
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{s.rid}"
     if p.stream:
-        return StreamingResponse(_sse(driver, s, p, rid, spec.model), media_type="text/event-stream")
+        return _Sse(_sse(driver, s, p, rid, spec.model), spec.send_timeout)
     if not await _whole(request, driver, s):
         return Response(status_code=499)  # nobody is there to read it (nginx's "client closed request")
     return JSONResponse(_body(p, rid, spec.model, s.total))
 
 
-def build_app(driver: Driver, spec: ServerSpec) -> Starlette:
-    """The Starlette app serving `driver`'s engine; the driver's task runs for the app's lifetime."""
+def build_app(driver: Driver, spec: ServerSpec, replica: int | None = None) -> Starlette:
+    """The Starlette app serving `driver`'s engine: the whole fleet behind its router, the driver's task running
+    for the app's lifetime; or (`replica` i) replica i alone, with its own /metrics, while the fleet's app (which
+    must be served too) runs the driver."""
+    registry = driver.metrics if replica is None else driver.replica_metrics[replica]
 
     async def completions(request: Request) -> Response:
-        return await _generate(request, False, driver, spec)
+        return await _generate(request, False, driver, spec, replica)
 
     async def chat(request: Request) -> Response:
-        return await _generate(request, True, driver, spec)
+        return await _generate(request, True, driver, spec, replica)
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
@@ -207,28 +248,29 @@ def build_app(driver: Driver, spec: ServerSpec) -> Starlette:
              "max_model_len": spec.max_model_len}]})
 
     async def health(request: Request) -> Response:
-        return Response(status_code=200 if task is not None and not task.done() else 503)
+        alive = driver.task is not None and not driver.task.done()
+        return Response(status_code=200 if alive else 503)
 
     async def version(request: Request) -> Response:
         return JSONResponse({"version": spec.version})
 
     async def metrics(request: Request) -> Response:
-        return Response(driver.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(registry.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = {404: "NotFoundError", 405: "MethodNotAllowedError"}.get(exc.status_code, "BadRequestError")
         return error(exc.status_code, str(exc.detail), kind)
 
-    task: asyncio.Task[None] | None = None
-
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        nonlocal task
         # anyio (Starlette's async layer) loads its asyncio backend on first use, ~150 ms of imports: do it now,
         # or the first request's stream would stall the engine's clock by that much.
         await anyio.sleep(0)
-        task = asyncio.create_task(driver.run())
+        if replica is not None:  # the fleet's app runs the driver
+            yield
+            return
+        task = driver.task = asyncio.create_task(driver.run())
         task.add_done_callback(_report_crash)
         yield
         task.cancel()
@@ -239,7 +281,34 @@ def build_app(driver: Driver, spec: ServerSpec) -> Starlette:
               Route("/v1/chat/completions", chat, methods=["POST"]),
               Route("/v1/models", models), Route("/health", health), Route("/version", version),
               Route("/metrics", metrics)]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error},
+                     middleware=[Middleware(Guard, limit=spec.max_connections, driver=driver)])
+
+
+class Guard:
+    """At most `limit` requests in flight (a stream counts until it ends); the next is answered at once with
+    OpenAI's 503 JSON. uvicorn's own cap (limit_concurrency, set above this one) would answer plain text, which
+    OpenAI clients cannot read. /metrics and /health are always answered."""
+
+    def __init__(self, app: Any, limit: int, driver: Driver) -> None:
+        self.app, self.limit, self.driver = app, limit, driver
+        self.active = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in UNGUARDED:
+            await self.app(scope, receive, send)
+            return
+        if self.active >= self.limit:
+            self.driver.rejected += 1
+            refusal = error(503, f"the server has {self.limit:,} requests in flight, its cap (--max-connections):"
+                                 " try again later", "ServiceUnavailableError")
+            await refusal(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:

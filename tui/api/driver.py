@@ -14,9 +14,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from engine.fleet.live import LiveFleet
 from engine.serving.live import Emission, LiveEngine
 from tui.api.metrics import Metrics
+
+if TYPE_CHECKING:
+    from prometheus_client import Histogram
 
 log = logging.getLogger("tokensim.api")
 LAG_WARN_S = 0.1  # wall seconds behind before the log says so
@@ -37,17 +44,40 @@ class Stream:
     prompt: int
     total: int
     arrival: float
+    replica: int = 0
     gen: int = 0
     done: bool = False
-    last_t: float = 0.0
+    last_t: float = 0.0  # engine time of the last token
+    wall0: float = 0.0  # monotonic wall time it was sent
+    last_wall: float = 0.0  # monotonic wall time its last token went out
     event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ReplicaView:
+    """One replica of the driver's fleet as its own /metrics reads it (serve-api --replica-ports)."""
+
+    def __init__(self, driver: Driver, i: int) -> None:
+        self.d, self.i, self.eng = driver, i, driver.live.replicas[i]
+
+    running = property(lambda self: self.eng.running)
+    waiting = property(lambda self: self.eng.waiting)
+    kv_usage = property(lambda self: self.eng.kv_usage)
+    preemptions = property(lambda self: self.eng.preemptions)
+    prefix_queries = property(lambda self: self.eng.prefix_queries)
+    prefix_hits = property(lambda self: self.eng.prefix_hits)
+    aborted = property(lambda self: self.eng.aborted)
+    prompt_tokens = property(lambda self: self.d.by_replica[self.i][0])
+    generation_tokens = property(lambda self: self.d.by_replica[self.i][1])
+    rejected = property(lambda self: self.d.by_replica[self.i][2])
+    lag_s = property(lambda self: self.d.lag_s)
 
 
 class Driver:
     """Owns the LiveEngine: handlers submit and abort through it, and read nothing else of the engine."""
 
-    def __init__(self, live: LiveEngine, time_scale: float, model: str, max_waiting: int | None = None) -> None:
-        self.live = live
+    def __init__(self, live: LiveEngine | LiveFleet, time_scale: float, model: str,
+                 max_waiting: int | None = None) -> None:
+        self.live = live if isinstance(live, LiveFleet) else LiveFleet.of(live)
         self.scale = time_scale
         self.max_waiting = max_waiting
         self.streams: dict[int, Stream] = {}
@@ -58,7 +88,13 @@ class Driver:
         self._last_lag_log = -LAG_LOG_EVERY_S
         self._start = time.monotonic()
         self._wake = asyncio.Event()
-        self.metrics = Metrics(self, model)
+        self.block_tokens = self.live.replicas[0].block_tokens  # tokens per KV block (the prefix cache's unit)
+        self.task: asyncio.Task[None] | None = None  # run()'s task, while the fleet's app serves
+        self.metrics = Metrics(self, model, time_scale != 1)
+        n = len(self.live.replicas)
+        self.by_replica = [[0, 0, 0] for _ in range(n)]  # prompt tokens, generation tokens, rejected
+        self.replica_metrics = [Metrics(ReplicaView(self, i), model, time_scale != 1) for i in range(n)] \
+            if n > 1 else []
 
     # ---- the clock ----------------------------------------------------------------------------
     def sim_now(self) -> float:
@@ -71,15 +107,19 @@ class Driver:
 
     # ---- handlers' side -----------------------------------------------------------------------
     def submit(self, prompt: int, output: int, prefix_text: str = "", prompt_text: str = "",
-               prefix_tokens: int = 0) -> Stream:
-        """A request arriving now; QueueFull when the waiting queue is at its cap."""
-        if self.max_waiting is not None and self.live.waiting >= self.max_waiting:
+               prefix_tokens: int = 0, replica: int | None = None, blocks: np.ndarray | None = None) -> Stream:
+        """A request arriving now, for `replica` (None: the fleet's router picks); QueueFull when the waiting
+        queue (of that replica, or of the fleet) is at its cap. Prefix-cache keys: `blocks` (one hash per
+        full block, LiveEngine.submit), else the texts."""
+        i = self.live.pick(prompt, blocks) if replica is None else replica
+        if self.max_waiting is not None and self.live.replicas[i].waiting >= self.max_waiting:
             self.rejected += 1
+            self.by_replica[i][2] += 1
             raise QueueFull
         t = self.sim_now()
         rid = self.live.submit(prompt, output, t, prefix_text=prefix_text, prompt_text=prompt_text,
-                               prefix_tokens=prefix_tokens)
-        s = Stream(rid, prompt, output, t)
+                               prefix_tokens=prefix_tokens, replica=i, blocks=blocks)
+        s = Stream(rid, prompt, output, t, i, wall0=time.monotonic())
         self.streams[rid] = s
         self._wake.set()
         return s
@@ -121,36 +161,51 @@ class Driver:
                 except TimeoutError:
                     pass
 
+    def _metrics_of(self, replica: int) -> tuple[Metrics, ...]:
+        """The registries a request on `replica` is counted in: the door's, and its replica's own if it has one."""
+        return (self.metrics, self.replica_metrics[replica]) if self.replica_metrics else (self.metrics,)
+
     def _publish(self, e: Emission) -> None:
-        """Wake every stream whose count grew in this step; inter-token gaps are observed here."""
-        streams, itl = self.streams, self.metrics.itl
+        """Wake every stream whose count grew in this step. The wall-clock latencies (vLLM's names) are stamped
+        here, as the tokens go out; the engine-clock ones from the step's time."""
+        streams, now = self.streams, time.monotonic()
         for rid, g in zip(e.ids.tolist(), e.gen.tolist(), strict=True):
             s = streams.get(rid)
             if s is None or g <= s.gen:
                 continue
             k = g - s.gen
-            if s.gen:
-                gap = (e.t - s.last_t) / k
-                for _ in range(k):
-                    itl.observe(gap)
-            else:
+            for m in self._metrics_of(s.replica):
+                if s.gen:
+                    _observe(m.wall.itl, (now - s.last_wall) / k, k)
+                    if m.engine is not None:
+                        _observe(m.engine.itl, (e.t - s.last_t) / k, k)
+                else:
+                    m.wall.ttft.observe(now - s.wall0)
+            if not s.gen:
                 self.prompt_tokens += s.prompt
+                self.by_replica[s.replica][0] += s.prompt
             self.generation_tokens += k
-            s.gen, s.last_t = g, e.t
+            self.by_replica[s.replica][1] += k
+            s.gen, s.last_t, s.last_wall = g, e.t, now
             s.event.set()
         for rid in e.done.tolist():
             s = streams.pop(rid, None)
             if s is not None:
+                for m in self._metrics_of(s.replica):
+                    m.wall.e2e.observe(now - s.wall0)
                 s.done = True
                 s.event.set()
 
     def _finish(self) -> None:
-        """Latency histograms of the requests that finished."""
-        m = self.metrics
+        """The engine-clock latencies of the requests that finished, and their queue time (the engine's admit
+        time mapped to the wall: no token marks it)."""
         for f in self.live.pop_finished():
-            m.ttft.observe(f.first - f.arrival)
-            m.e2e.observe(f.done - f.arrival)
-            m.queue.observe(f.admit - f.arrival)
+            for m in self._metrics_of(self.live.replica_of(f.rid)):
+                m.wall.queue.observe((f.admit - f.arrival) / self.scale)
+                if m.engine is not None:
+                    m.engine.ttft.observe(f.first - f.arrival)
+                    m.engine.e2e.observe(f.done - f.arrival)
+                    m.engine.queue.observe(f.admit - f.arrival)
 
     def _note_lag(self) -> None:
         """How far (wall seconds) the engine clock is behind, with a log line when it is more than LAG_WARN_S."""
@@ -161,3 +216,9 @@ class Driver:
             self._last_lag_log = now
             log.warning("engine clock %.3f s behind the wall (%d running, %d waiting): this host cannot keep up"
                         " at --time-scale %g", self.lag_s, self.running, self.waiting, self.scale)
+
+
+def _observe(h: Histogram, v: float, k: int) -> None:
+    """k observations of v (a stream that lagged gets several tokens in one step, evenly spaced)."""
+    for _ in range(k):
+        h.observe(v)

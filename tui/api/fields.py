@@ -47,9 +47,7 @@ class Parsed:
     stream: bool
     include_usage: bool
     finish: str  # "length" (max_tokens reached) or "stop" (a drawn length: the answer ended by itself)
-    prompt_text: str
-    prefix_text: str
-    prefix_tokens: int
+    units: bytes  # the prompt's token string (tui.api.text: UNIT bytes per token), for prefix-cache keys
 
 
 def _bad(param: str, message: str) -> ApiError:
@@ -83,8 +81,8 @@ def json_type(v: Any) -> str:
             type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def _prompt(body: dict[str, Any], chat: bool, count: Callable[[str], int]) -> tuple[int, str, int, str]:
-    """(prompt tokens, its text, shared leading tokens, their text) of a chat's messages or a completion's prompt."""
+def _prompt(body: dict[str, Any], chat: bool, tokens: text.Tokens) -> tuple[int, Callable[[], bytes]]:
+    """(prompt tokens, its token string when asked) of a chat's messages or a completion's prompt."""
     if chat:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
@@ -93,18 +91,21 @@ def _prompt(body: dict[str, Any], chat: bool, count: Callable[[str], int]) -> tu
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
                     or not isinstance(m.get("content", ""), (str, list, type(None))):
                 raise _bad("messages", "each message must be an object with a string role and string content")
-        return text.chat_prompt(msgs, count)
+        n, units = text.chat_prompt(msgs, tokens)
+        return n, lambda: units
     p = body.get("prompt")
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
         p = p[0]  # a batch of one prompt
     if isinstance(p, str) and p:
-        return count(p), p, 0, ""
+        units = tokens.units(p)
+        return len(units) // text.UNIT, lambda: units
     if isinstance(p, list) and p and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in p):
-        return len(p), ",".join(map(str, p)), 0, ""  # token ids: the exact count
+        ids = p  # token ids: the exact count, and (once the request is known to fit) the tokens themselves
+        return len(ids), lambda: b"".join((x & 0xFFFFFFFF).to_bytes(text.UNIT, "little") for x in ids)
     raise _bad("prompt", "prompt must be a non-empty string or array of token ids (one prompt per request)")
 
 
-def parse_request(body: Any, chat: bool, model: str, max_len: int, count: Callable[[str], int],
+def parse_request(body: Any, chat: bool, model: str, max_len: int, tokens: text.Tokens,
                   draw_output: Callable[[], int]) -> Parsed:
     """Check a request body against the API and the server's limits (ApiError), and say what it asks for."""
     if not isinstance(body, dict):
@@ -133,7 +134,7 @@ def parse_request(body: Any, chat: bool, model: str, max_len: int, count: Callab
     min_t = _int(body, "min_tokens", 0)
     if min_t is not None and mt is not None and min_t > mt:
         raise _bad("min_tokens", f"min_tokens ({min_t}) must not exceed max_tokens ({mt})")
-    prompt, prompt_text, head, head_text = _prompt(body, chat, count)
+    prompt, units = _prompt(body, chat, tokens)
     room = max_len - prompt
     if room < 1:
         raise _bad("messages" if chat else "prompt", f"the prompt is {prompt:,} tokens but this model's context is "
@@ -143,4 +144,4 @@ def parse_request(body: Any, chat: bool, model: str, max_len: int, count: Callab
                    f" context of {max_len:,} tokens: ask for at most {room:,}")
     output = mt if mt is not None else max(min(draw_output(), room), min(min_t or 1, room))
     return Parsed(chat, prompt, output, stream, bool(so and so.get("include_usage")),
-                  "length" if mt is not None else "stop", prompt_text, head_text, head)
+                  "length" if mt is not None else "stop", units())

@@ -1,15 +1,19 @@
 """GET /metrics: vLLM's metric names and types, from the simulated engine, through prometheus_client.
 
 Gauges and counters are read from the engine when scraped (a collector, so they can never drift from its
-state); latency histograms are observed as requests finish, in engine-clock seconds (wall seconds at
---time-scale 1). Names, types and the model_name label follow vLLM's V1 metrics (vllm/v1/metrics/loggers.py,
+state); latency histograms are observed as tokens go out. vLLM's histograms are in wall seconds, stamped when
+the driver hands a token to its stream: what a client measures, less the HTTP path (at --time-scale 10 a step
+of 20 ms engine time is 2 ms of wall). At a --time-scale other than 1 the engine-clock values are kept too,
+under tokensim:engine_time_to_first_token_seconds, tokensim:engine_inter_token_latency_seconds,
+tokensim:engine_e2e_request_latency_seconds and tokensim:engine_request_queue_time_seconds.
+Names, types and the model_name label follow vLLM's V1 metrics (vllm/v1/metrics/loggers.py,
 docs "Production Metrics"); tokensim's own are prefixed tokensim:.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -73,20 +77,35 @@ class _Collector(Collector):
                         s.lag_s)
 
 
-class Metrics:
-    """The registry /metrics exposes, and the histograms the driver observes into."""
+class Hists(NamedTuple):
+    """The four latency histograms of one clock: time to first token, between tokens, end to end, queued."""
 
-    def __init__(self, state: State, model: str) -> None:
+    ttft: Any
+    itl: Any
+    e2e: Any
+    queue: Any
+
+
+class Metrics:
+    """The registry /metrics exposes, and the histograms the driver observes into: vLLM's names in wall seconds
+    (what a client measures), and with `engine_time` (a --time-scale other than 1) the same four in engine
+    seconds under tokensim:engine_ names."""
+
+    def __init__(self, state: State, model: str, engine_time: bool = False) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_Collector(state, model))
+        self.wall = self._hists("vllm:", "", model)
+        self.engine = self._hists("tokensim:engine_", " (engine clock)", model) if engine_time else None
 
-        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry).labels(model)
+    def _hists(self, prefix: str, clock: str, model: str) -> Hists:
+        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Any:
+            return Histogram(prefix + name, doc + clock, ["model_name"], buckets=buckets,
+                             registry=self.registry).labels(model)
 
-        self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
-        self.itl = hist("vllm:inter_token_latency_seconds", "Time between consecutive tokens.", ITL_BUCKETS)
-        self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", REQUEST_BUCKETS)
-        self.queue = hist("vllm:request_queue_time_seconds", "Time waiting before first admitted.", REQUEST_BUCKETS)
+        return Hists(hist("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS),
+                     hist("inter_token_latency_seconds", "Time between consecutive tokens.", ITL_BUCKETS),
+                     hist("e2e_request_latency_seconds", "End-to-end request latency.", REQUEST_BUCKETS),
+                     hist("request_queue_time_seconds", "Time waiting before first admitted.", REQUEST_BUCKETS))
 
     def exposition(self) -> bytes:
         """The text exposition format, as prometheus_client writes it."""

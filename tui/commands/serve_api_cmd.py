@@ -8,20 +8,31 @@ has vLLM's metric names. Options are named as vLLM's `vllm serve` names them. Ne
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import socket
 from importlib import metadata
+from typing import Any
 
 import numpy as np
 
 from engine import options as O
 from engine.config import MAX_BATCHED_TOKENS, SCHEDULERS, EngineConfig
 from engine.errors import InputError
+from engine.fleet.routers import ROUTERS
 from engine.traffic.workload import Sampler, parse_dist
 from tui.commands.options import add_model_options, nonneg_int, positive_float, positive_int, seed_int
 from tui.commands.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, check_port_free, port_number
 
 DEFAULT_OUTPUT = "256"  # answer tokens when a request gives no max_tokens
-MAX_CONNECTIONS = 4096  # uvicorn answers 503 beyond this many open connections (a flood cannot exhaust the host)
+MAX_CONNECTIONS = 2048  # requests in flight before the app answers OpenAI's 503 (tui.api.app.Guard)
+# Each connection's kernel send buffer (SO_SNDBUF on the listening socket, inherited by every accepted one;
+# Linux doubles the figure given, and stops autotuning it). Autotuned, a loopback socket's buffer grows to
+# ~4 MB (net.ipv4.tcp_wmem's maximum): ~20,000 tokens a client that never reads would swallow before its writes
+# wait and --send-timeout can find it. At 128 KB it is ~700 tokens, and a stream of ~200 B events needs far
+# less than 128 KB in flight to keep up (loopback's round trip is microseconds).
+SEND_BUFFER_BYTES = 64 << 10
+UVICORN_SLACK = 256  # uvicorn's own cap (plain-text 503) sits this far above --max-connections: ours answers first
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="reuse KV blocks of prompts that share a prefix (default on, as vLLM)")
     s.add_argument("--max-waiting", type=nonneg_int, default=None,
                    help="refuse requests with 503 while this many wait (default: no cap)")
+    f = p.add_argument_group("fleet")
+    f.add_argument("--replicas", type=positive_int, default=1,
+                   help="replicas of the engine behind this one address, each with its own KV pool (default 1)")
+    f.add_argument("--router", choices=tuple(ROUTERS), default="round-robin",
+                   help="how the address picks a replica for each request (default round-robin)")
+    f.add_argument("--replica-ports", type=port_number, metavar="BASE", default=None,
+                   help="also serve replica i alone on 127.0.0.1:BASE+i (its own /metrics), for an external"
+                        " router to balance")
     w = p.add_argument_group("answers and clock")
     w.add_argument("--time-scale", type=positive_float, default=1.0,
                    help="engine seconds per wall second (default 1: real time; 10: ten times faster)")
@@ -57,6 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
     a.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
+    a.add_argument("--max-connections", type=positive_int, default=MAX_CONNECTIONS,
+                   help=f"requests in flight at once; more get OpenAI's 503 error JSON (default {MAX_CONNECTIONS})")
+    a.add_argument("--send-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+                   help="end a stream (and abort its request) when its client has read nothing this long"
+                        " (default 10)")
+    a.add_argument("--floor", action="store_true",
+                   help="show the factory floor serving the HTTP clients (the server runs inside the app)")
     a.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="server log detail (default info)")
 
@@ -73,35 +99,101 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 def build(args: argparse.Namespace):  # -> (Starlette, Driver); untyped here so the module imports without the extra
     """The app and its driver for these options (InputError for bad ones). Needs the `api` extra."""
+    app, driver, _ = build_all(args)
+    return app, driver
+
+
+def build_all(args: argparse.Namespace):  # -> (Starlette, Driver, [Starlette]): the door, the driver, each replica
+    """The fleet's app, its driver, and with --replica-ports one app per replica. Needs the `api` extra."""
     try:
         from tui.api import text
         from tui.api.app import ServerSpec, build_app
         from tui.api.driver import Driver
     except ImportError as e:
         raise InputError(f"serve-api needs the api extra: pip install -e \".[api]\" ({e.name} is missing)") from None
-    from engine.serving.live import LiveEngine
+    from engine.fleet.live import LiveFleet
 
-    live = LiveEngine(config_from_args(args))
+    if getattr(args, "floor", False) and (args.replicas > 1 or args.replica_ports is not None):
+        raise InputError("--floor shows one engine's floor: it takes no --replicas or --replica-ports")
+    if args.router != "round-robin" and args.replicas == 1:
+        raise InputError(f"--router {args.router} picks among replicas: give --replicas N (2 or more)")
+    if args.replica_ports is not None and args.replica_ports + args.replicas - 1 > 65535:
+        raise InputError(f"--replica-ports {args.replica_ports}: {args.replicas} ports from there pass 65535")
+    live = LiveFleet(config_from_args(args), args.replicas, args.router)
     rng = np.random.default_rng([args.seed, 0xA91])
     sampler = Sampler(parse_dist(args.output, "--output", 1), rng, True, 1, live.max_tokens_per_request)
     try:
-        count = text.load_counter(args.tokenizer)
+        tokens = text.load_tokens(args.tokenizer)
     except ValueError as e:
         raise InputError(str(e)) from None
     name = args.served_model_name or args.model
     spec = ServerSpec(model=name, version=metadata.version("tokensim"), max_model_len=live.max_tokens_per_request,
-                      draw_output=lambda: int(sampler.take(1)[0]), count=count)
+                      draw_output=lambda: int(sampler.take(1)[0]), tokens=tokens,
+                      max_connections=args.max_connections, send_timeout=args.send_timeout)
     driver = Driver(live, args.time_scale, name, args.max_waiting)
-    return build_app(driver, spec), driver
+    apps = [build_app(driver, spec, i) for i in range(args.replicas)] if args.replica_ports is not None else []
+    return build_app(driver, spec), driver, apps
+
+
+def uvicorn_limit(args: argparse.Namespace) -> int:
+    """uvicorn's limit_concurrency: above --max-connections (which the app enforces with an OpenAI 503), a last
+    bound on connections that never send a request."""
+    return args.max_connections + UVICORN_SLACK
+
+
+def ports(args: argparse.Namespace) -> list[int]:
+    """Every port this server listens on: the door's, then each replica's (--replica-ports)."""
+    base = args.replica_ports
+    return [args.port] + ([base + i for i in range(args.replicas)] if base is not None else [])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port whose connections have SEND_BUFFER_BYTES of send buffer (a port in use
+    or an address not of this machine: one line, exit 2)."""
+    check_port_free(host, port)
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                      flags=socket.AI_PASSIVE)[0]
+    s = socket.socket(family, kind, proto)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    s.bind(addr)
+    s.listen(2048)
+    s.setblocking(False)
+    return s
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted (a port in use or an address not of this machine: one line, exit 2)."""
-    app, _ = build(args)
-    check_port_free(args.host, args.port)
+    app, driver, apps = build_all(args)
+    socks = [listen(args.host, port) for port in ports(args)]
     import uvicorn
 
+    if args.floor:
+        return _run_floor(args, app, driver, uvicorn, socks[0])
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, limit_concurrency=MAX_CONNECTIONS,
-                timeout_keep_alive=5)
+    servers = [uvicorn.Server(uvicorn.Config(a, log_level=args.log_level, limit_concurrency=uvicorn_limit(args),
+                                             timeout_keep_alive=5)) for a in [app, *apps]]
+    asyncio.run(serve_all(servers, socks))
     return 0
+
+
+def _run_floor(args: argparse.Namespace, app: Any, driver: Any, uvicorn: Any, sock: socket.socket) -> int:
+    """The floor app with the server inside it, on its event loop; the server logs nothing to the terminal (the
+    floor owns it): /metrics has tokensim:engine_lag_seconds."""
+    from tui.api.floor import ServeFloorApp
+    from tui.commands.options import run_app
+
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,
+                                           limit_concurrency=uvicorn_limit(args), timeout_keep_alive=5))
+    return run_app(ServeFloorApp(server, sock, driver.live.replicas[0].engine, config_from_args(args),
+                                 speed=args.time_scale))  # the header's "x real time" is the server's mapping
+
+
+async def serve_all(servers: list, socks: list[socket.socket]) -> None:  # servers: list[uvicorn.Server]
+    """uvicorn servers on one event loop (and one driver), server i on socket i: when the first stops (Ctrl-C),
+    all stop."""
+    tasks = [asyncio.create_task(s.serve(sockets=[k])) for s, k in zip(servers, socks, strict=True)]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for s in servers:
+        s.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)

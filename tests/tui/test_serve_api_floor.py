@@ -1,0 +1,56 @@
+"""`serve-api --floor`: the factory floor draws the engine serving real HTTP clients (Textual's pilot, the server on
+the app's own event loop, httpx over loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.tui.api_server import free_port, need
+
+
+async def test_floor_shows_the_http_clients_requests() -> None:
+    need("uvicorn")
+    import httpx
+    import uvicorn
+
+    from tui.api.floor import ServeFloorApp
+    from tui.cli import build_parser
+    from tui.commands import serve_api_cmd
+    from tui.render import users
+
+    port = free_port()
+    words = ["serve-api", "--port", str(port), "--floor", "--time-scale", "0.5"]
+    args = build_parser(words).parse_args(words)
+    app, driver, _ = serve_api_cmd.build_all(args)
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
+    floor = ServeFloorApp(server, serve_api_cmd.listen("127.0.0.1", port), driver.live.replicas[0].engine,
+                          serve_api_cmd.config_from_args(args))
+    floor.animation_level = "none"
+    async with floor.run_test(size=(120, 40)) as pilot:
+        for _ in range(200):
+            if server.started:
+                break
+            await asyncio.sleep(0.02)
+        assert server.started
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        async with httpx.AsyncClient(timeout=20) as client:
+            # At half real time three 40-token answers take ~2 s: they are on the floor while we look.
+            sent = [asyncio.create_task(client.post(url, json={"prompt": "p" * 400 * (k + 1), "max_tokens": 40}))
+                    for k in range(3)]
+            seen = None
+            for _ in range(100):
+                await pilot.pause(0.05)
+                snap = floor.frame.snapshot
+                if snap.running == 3 and snap.last_step is not None:
+                    seen = floor.frame
+                    break
+            assert seen is not None, "the floor never showed three requests running"
+            rows = [" ".join(t for t, _ in users.row_pieces(seen, y, 100)) for y in range(seen.row_count)]
+            assert [r.split()[0] for r in rows] == ["#0", "#1", "#2"]
+            assert sorted(seen.snapshot.requests.prompt_len.tolist()) == [100, 200, 300]
+            assert "running 3" in users.title(seen)
+            done = await asyncio.gather(*sent)
+        assert [r.json()["usage"]["completion_tokens"] for r in done] == [40] * 3
+        await pilot.pause(0.2)
+        assert floor.frame.snapshot.running == 0 and floor.frame.snapshot.done == 3
+        assert floor.frame.snapshot.time_s > 0  # the floor's clock is the served engine's, moved by the driver
