@@ -504,7 +504,7 @@ class StepModel:
             return self._pipelined(T, lg, b)
         p = self._agg(self._c, T, lg, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode)
         if self.lora is not None and np.any(b.adapters):
-            return self._with_lora(p, T, b.adapters)
+            return _with_lora(self._c, self.lora, p, T, b.adapters)
         return p
 
     def _pipelined(self, T: Any, lg: Any, b: Batch) -> StepParts:
@@ -572,15 +572,6 @@ class StepModel:
             node = (hw.node_link_gbps or 0.0) * 1e9
             t = t + across * (msg / node + (0.0 if o.ideal else pipeline.NODE_HOP_S) * (msg > 0))
         return t
-
-    def _with_lora(self, p: StepParts, T: Any, adapters: Any) -> StepParts:
-        """Step parts `p` with the batched LoRA kernels of `adapters` distinct adapters over T tokens added: their
-        own roofline after the base GEMMs (vLLM adds the LoRA output after the base layer's; engine.physics.lora)."""
-        c = self._c
-        lb, lf = self.lora.parts(T, adapters)
-        t_mem, t_cmp = lb / c["bw"] * c["gemm_slow"], lf / c["peak"] * c["gemm_slow"]
-        t = _fmax(t_mem, t_cmp) if isinstance(t_mem, float) and isinstance(t_cmp, float) else np.maximum(t_mem, t_cmp)
-        return p._replace(time=p.time + t, lora_bytes=lb, fl_lora=lf, t_lora=t)
 
     def record(self, b: Batch, p: StepParts) -> StepCost:
         """The StepCost record (what the floor, the explain screen and --json show) of one step `b` priced as
@@ -773,6 +764,16 @@ def _check_nodes(o: StepOptions, hw: Hardware) -> None:
         raise InputError(f"--tp {o.tp} x --pipeline-parallel-size {o.pp} = {gpus} GPUs spans more than one node of"
                          f" {hw.fabric_gpus} {hw.name}, and its hardware file has no node_link_gbps (how nodes"
                          " connect)")
+
+
+def _with_lora(c: dict[str, float], lora_cost: LoraCost, p: StepParts, T: Any, adapters: Any) -> StepParts:
+    """Step parts `p` with the batched LoRA kernels of `adapters` distinct adapters over T tokens added: their own
+    roofline after the base GEMMs (vLLM adds the LoRA output after the base layer's; engine.physics.lora), at the
+    step model's constants `c`."""
+    lb, lf = lora_cost.parts(T, adapters)
+    t_mem, t_cmp = lb / c["bw"] * c["gemm_slow"], lf / c["peak"] * c["gemm_slow"]
+    t = _fmax(t_mem, t_cmp) if isinstance(t_mem, float) and isinstance(t_cmp, float) else np.maximum(t_mem, t_cmp)
+    return p._replace(time=p.time + t, lora_bytes=lb, fl_lora=lf, t_lora=t)
 
 
 def _slower(a: StepParts, b: StepParts) -> StepParts:
