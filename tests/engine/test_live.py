@@ -203,7 +203,7 @@ PD_OUTPUTS = [*OUTPUTS, 90, 7, 20]
 @pytest.mark.parametrize("gbps", [None, 5.0])
 def test_live_pd_matches_a_pd_trace_run(tmp_path, gbps):
     """P/D served live (a prefill replica, its KV copied to a decode replica) gives the TTFT and end a `run --pd
-    1:1 --trace` of the same arrivals gets; at 5 Gb/s the copies queue on the link (some take > 50 ms)."""
+    1:1 --trace` of the same arrivals gets; at 5 GB/s the copies queue on the link (some take > 50 ms)."""
     from engine.fleet.fleet import Fleet
     from engine.fleet.live import LiveFleet
     from engine.fleet.spec import FleetSpec
