@@ -174,7 +174,14 @@ class LiveFleet:
         return any(r.busy for r in self.replicas) or (self.copies is not None and not self.copies.idle)
 
     running = property(lambda self: sum(r.running for r in self.replicas), doc="Requests in the batches.")
-    waiting = property(lambda self: sum(r.waiting for r in self.replicas), doc="Requests waiting anywhere.")
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting anywhere: queued, preempted, or (P/D) their KV not yet landed on a decode replica (as
+        vLLM's decode instance counts a request waiting for remote KV)."""
+        moving = len(self.copies.landings) + len(self.copies.waiting) if self.copies is not None else 0
+        return sum(r.waiting for r in self.replicas) + moving
+
     preemptions = property(lambda self: sum(r.preemptions for r in self.replicas), doc="Evictions so far.")
     aborted = property(lambda self: sum(r.aborted for r in self.replicas), doc="Requests dropped by clients.")
     prefix_queries = property(lambda self: sum(r.prefix_queries for r in self.front),

@@ -248,6 +248,7 @@ def test_live_pd_abort_while_the_kv_is_on_the_wire_frees_it_on_both_sides():
     while not f.copies.landings:
         t += 0.001
         f.advance(t)
+    assert f.waiting == 1 and f.running == 0  # waiting for its KV, as on vLLM's decode instance
     assert f.abort(rid) and f.kv_usage > 0
     while f.busy:
         t += 0.01
