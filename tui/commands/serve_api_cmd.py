@@ -89,7 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="end a stream (and abort its request) when its client has read nothing this long"
                         " (default 10)")
     a.add_argument("--floor", action="store_true",
-                   help="show the factory floor serving the HTTP clients (the server runs inside the app)")
+                   help="show the factory floor serving the HTTP clients (the server runs inside the app; a fleet:"
+                        " its overview, a row per replica)")
     a.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="server log detail (default info)")
 
@@ -121,8 +122,8 @@ def build_all(args: argparse.Namespace):  # -> (Starlette, Driver, [Starlette]):
     from engine.fleet.live import LiveFleet
 
     pd = fleet_shape(args)
-    if getattr(args, "floor", False) and (args.replicas > 1 or args.replica_ports is not None):
-        raise InputError("--floor shows one engine's floor: it takes no --replicas, --pd or --replica-ports")
+    if getattr(args, "floor", False) and args.replica_ports is not None:
+        raise InputError("--floor serves the one address inside the app: it takes no --replica-ports")
     if args.replica_ports is not None and args.replica_ports + args.replicas - 1 > 65535:
         raise InputError(f"--replica-ports {args.replica_ports}: {args.replicas} ports from there pass 65535")
     live = LiveFleet(config_from_args(args), args.replicas, args.router, pd, args.kv_link_gbps)
@@ -207,8 +208,18 @@ def _run_floor(args: argparse.Namespace, app: Any, driver: Any, uvicorn: Any, so
 
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,
                                            limit_concurrency=uvicorn_limit(args), timeout_keep_alive=5))
-    return run_app(ServeFloorApp(server, sock, driver.live.replicas[0].engine, config_from_args(args),
+    return run_app(ServeFloorApp(server, sock, floor_subject(args, driver), config_from_args(args),
                                  speed=args.time_scale))  # the header's "x real time" is the server's mapping
+
+
+def floor_subject(args: argparse.Namespace, driver: Any) -> Any:
+    """What --floor draws: the served engine, or a fleet's (--replicas, --pd) overview of its replicas."""
+    from tui.api.floor import ServedFleet
+
+    live = driver.live
+    if len(live.replicas) == 1:
+        return live.replicas[0].engine
+    return ServedFleet(live, config_from_args(args), args.router, args.kv_link_gbps)
 
 
 async def serve_all(servers: list, socks: list[socket.socket]) -> None:  # servers: list[uvicorn.Server]
