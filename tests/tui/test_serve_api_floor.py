@@ -97,9 +97,14 @@ async def test_floor_of_a_pd_fleet_shows_its_replica_rows() -> None:
             assert running is not None and [r.role for r in running.replicas] == ["prefill", "decode"]
             assert running.replicas[0].done == 1 and running.replicas[0].batch == 0  # its prompt was read there
             await pilot.press("2")
-            assert floor.selected == 1 and floor.frame.snapshot.running == 1  # the decode replica's floor
+            decode = driver.live.replicas[1].engine
+            assert floor.selected == 1 and floor.playback.engine is decode  # the decode replica's floor
+            assert floor.frame.snapshot.tick >= 1 and floor.frame.snapshot.requests.prompt_len.tolist() in ([], [2000])
             done = await sent
         assert done.json()["usage"]["completion_tokens"] == 60
         await pilot.press("0")
-        await pilot.pause(0.2)
+        for _ in range(100):  # the next frame (a loaded host may take a while to draw it)
+            await pilot.pause(0.02)
+            if floor.frame.fleet.done == 1:
+                break
         assert floor.selected is None and floor.frame.fleet.done == 1 and not floor.frame.fleet.copies
