@@ -14,6 +14,7 @@ cache queries and hits).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,7 @@ class Emission:
     ids: np.ndarray
     gen: np.ndarray
     done: np.ndarray
+    replica: int = 0  # the replica that took the step (a fleet's index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,7 @@ class Finished:
     prompt: int
     output: int
     hit: int  # prompt tokens read from the prefix cache
+    replica: int = 0  # the replica that finished it (P/D: the decode replica)
 
 
 def content_key(text: str) -> int:
@@ -82,10 +85,14 @@ def text_keys(blocks: np.ndarray, prompt: int) -> np.ndarray:
 class LiveEngine:
     """An Engine fed one request at a time, stepped to a clock given from outside, reporting token events."""
 
-    def __init__(self, cfg: EngineConfig, index: int = 0, stride: int = 1) -> None:
+    def __init__(self, cfg: EngineConfig, index: int = 0, stride: int = 1, role: str = "both") -> None:
         """`index` and `stride`: replica `index` of a fleet of `stride` numbers its requests index, index +
-        stride, ... so ids are unique across the fleet (engine.fleet.live)."""
-        self._eng = Replica(cfg, index)  # a replica: a lane with no users or arrivals of its own, fed from outside
+        stride, ... so ids are unique across the fleet (engine.fleet.live). `role`: "prefill" or "decode" in a
+        disaggregated fleet (engine.fleet.live moves its requests between them)."""
+        self._eng = Replica(cfg, index, role)  # a lane with no users or arrivals of its own, fed from outside
+        self.role = role
+        self.index = index
+        self.on_submit: Callable[[Rows], None] | None = None  # sees each request's row as it is sent (P/D)
         self._eng.skip_quiet = False  # one step at a time: each step's tokens are sent at that step's end
         self._ln = self._eng.lane
         self._next_id = index
@@ -141,6 +148,8 @@ class LiveEngine:
         if blocks is None and prefix_text and 0 < prefix_tokens < prompt:
             r.group[0] = int(stream_id(TAG_GROUP, content_key(prefix_text)))
             r.prefix[0] = prefix_tokens
+        if self.on_submit is not None:
+            self.on_submit(r)
         self._pending[rid] = r
         return rid
 
@@ -182,16 +191,30 @@ class LiveEngine:
             self._join(t)
             if not (ln.has_work and ln.clock <= t):
                 break
-            hits = ln.stats.cached_in_tokens
-            reads = ln.stats.in_tokens
-            self._eng.step_before(math.inf, 1)
-            self.prefix_hits += ln.stats.cached_in_tokens - hits
-            self.prefix_queries += ln.stats.in_tokens - reads
-            out.append(self._emission())
+            out.append(self.step())
         if not ln.has_work and not self._pending and ln.clock < t:
             ln.clock = t
         self._lag = max(0.0, t - ln.clock) if ln.has_work else 0.0
         return out
+
+    def step(self) -> Emission:
+        """Take the lane's next step (it has work, at its clock): the tokens each request holds after it."""
+        ln = self._ln
+        hits = ln.stats.cached_in_tokens
+        reads = ln.stats.in_tokens
+        self._eng.step_before(math.inf, 1)
+        self.prefix_hits += ln.stats.cached_in_tokens - hits
+        self.prefix_queries += ln.stats.in_tokens - reads
+        return self._emission()
+
+    def join(self, t: float) -> None:
+        """Queue the requests sent by sim time t that the lane's clock has reached (advance does it itself)."""
+        self._join(t)
+
+    def handed_off(self) -> None:
+        """The lane's finished rows were taken by a fleet (P/D: prompts whose KV is copied on): none to report."""
+        self._eng.finished_rows.clear()
+        self._seen = 0
 
     @property
     def lag(self) -> float:
@@ -211,7 +234,7 @@ class LiveEngine:
             ids, gen = np.concatenate([ids, done]), np.concatenate([gen, d.gen])
             for rid in done.tolist():
                 self._forget(rid)
-        return Emission(float(self._ln.clock), ids, gen, done)
+        return Emission(float(self._ln.clock), ids, gen, done, self.index)
 
     def pop_finished(self) -> list[Finished]:
         """Requests finished since the last call, with their times (for latency histograms)."""
@@ -222,7 +245,7 @@ class LiveEngine:
         for d in rows:
             for j in range(len(d)):
                 out.append(Finished(int(d.id[j]), float(d.arrival[j]), float(d.admit[j]), float(d.first[j]),
-                                    float(d.done[j]), int(d.prompt[j]), int(d.gen[j]), int(d.hit[j])))
+                                    float(d.done[j]), int(d.prompt[j]), int(d.gen[j]), int(d.hit[j]), self.index))
         return out
 
     def routing(self, wanted: bool, keys: np.ndarray | None = None) -> RoutingSnapshot:

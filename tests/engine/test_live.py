@@ -193,3 +193,65 @@ def test_a_prefix_aware_live_fleet_sends_a_chat_back_to_the_replica_holding_its_
         f.advance(t)
     assert {r.rid: r.hit for r in f.pop_finished()} == {c: 992, d: 992}
     f.check()
+
+
+PD_ARRIVALS = [*ARRIVALS, 0.91, 0.95, 1.3]
+PD_PROMPTS = [*PROMPTS, 2000, 100, 4000]
+PD_OUTPUTS = [*OUTPUTS, 90, 7, 20]
+
+
+@pytest.mark.parametrize("gbps", [None, 5.0])
+def test_live_pd_matches_a_pd_trace_run(tmp_path, gbps):
+    """P/D served live (a prefill replica, its KV copied to a decode replica) gives the TTFT and end a `run --pd
+    1:1 --trace` of the same arrivals gets; at 5 GB/s the copies queue on the link (some take > 50 ms)."""
+    from engine.fleet.fleet import Fleet
+    from engine.fleet.live import LiveFleet
+    from engine.fleet.spec import FleetSpec
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{a},{p},{o}\n" for a, p, o in zip(PD_ARRIVALS, PD_PROMPTS, PD_OUTPUTS, strict=True)))
+    run = Fleet(FleetSpec(EngineConfig(users=0, trace=str(trace), prefix_caching=False), 2, pd=(1, 1),
+                          kv_link_gbps=gbps))
+    run.run()
+    lat = run.latencies()
+    path = run.reps[1].lane.stats.path_s
+    f = LiveFleet(EngineConfig(users=0, prefix_caching=False, debug=True), 2, pd=(1, 1), kv_link_gbps=gbps)
+    t = 0.0
+    for a, p, o in zip(PD_ARRIVALS, PD_PROMPTS, PD_OUTPUTS, strict=True):
+        while t < a:
+            t = min(a, t + 0.004)
+            assert all(e.replica == 1 for e in f.advance(t))  # only the decode replica's steps make tokens
+        f.submit(p, o, a)
+    while f.busy:
+        t += 0.004
+        f.advance(t)
+    fin = sorted(f.pop_finished(), key=lambda x: x.rid)
+    assert [x.output for x in fin] == PD_OUTPUTS and {x.replica for x in fin} == {1}
+    assert sorted(x.done - x.arrival for x in fin) == pytest.approx(sorted(lat[:, 3] - path), abs=1e-9)
+    assert sorted(x.first - x.arrival for x in fin) == pytest.approx(sorted(lat[:, 1] - path), abs=1e-9)
+    assert f.copies.transfer_s == pytest.approx(run.transfer_s, abs=1e-12)
+    if gbps:
+        assert max(f.copies.transfer_s) > 0.05
+    assert f.kv_usage == 0.0
+    f.check()
+
+
+def test_live_pd_abort_while_the_kv_is_on_the_wire_frees_it_on_both_sides():
+    """A client that leaves while its prompt's KV crosses the link: the copy lands and is dropped at once; the
+    prefill replica let go of its pinned blocks, the decode replica frees the landed ones."""
+    from engine.fleet.live import LiveFleet
+
+    f = LiveFleet(EngineConfig(prefix_caching=False, debug=True), 2, pd=(1, 1), kv_link_gbps=1.0)
+    rid = f.submit(4000, 50, 0.0)
+    t = 0.0
+    while not f.copies.landings:
+        t += 0.001
+        f.advance(t)
+    assert f.waiting == 1 and f.running == 0  # waiting for its KV, as on vLLM's decode instance
+    assert f.abort(rid) and f.kv_usage > 0
+    while f.busy:
+        t += 0.01
+        assert not f.advance(t)  # it never makes a token
+    assert f.kv_usage == 0.0 and f.aborted == 1 and not f.pop_finished()
+    f.check()

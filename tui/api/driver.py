@@ -111,7 +111,8 @@ class Driver:
         """A request arriving now, for `replica` (None: the fleet's router picks); QueueFull when the waiting
         queue (of that replica, or of the fleet) is at its cap. Prefix-cache keys: `blocks` (one hash per
         full block, LiveEngine.submit), else the texts."""
-        i = self.live.pick(prompt, blocks) if replica is None else replica
+        door = replica is None or self.live.replicas[replica].role == "decode"  # P/D: prompts go to prefill ones
+        i = self.live.pick(prompt, blocks) if door else replica
         if self.max_waiting is not None and self.live.replicas[i].waiting >= self.max_waiting:
             self.rejected += 1
             self.by_replica[i][2] += 1
@@ -167,14 +168,16 @@ class Driver:
 
     def _publish(self, e: Emission) -> None:
         """Wake every stream whose count grew in this step. The wall-clock latencies (vLLM's names) are stamped
-        here, as the tokens go out; the engine-clock ones from the step's time."""
+        here, as the tokens go out; the engine-clock ones from the step's time. A replica's own registry counts
+        the tokens it made, and the prompts sent to it (P/D: prompts on the prefill replica, tokens and
+        latencies on the decode one)."""
         streams, now = self.streams, time.monotonic()
         for rid, g in zip(e.ids.tolist(), e.gen.tolist(), strict=True):
             s = streams.get(rid)
             if s is None or g <= s.gen:
                 continue
             k = g - s.gen
-            for m in self._metrics_of(s.replica):
+            for m in self._metrics_of(e.replica):
                 if s.gen:
                     _observe(m.wall.itl, (now - s.last_wall) / k, k)
                     if m.engine is not None:
@@ -185,13 +188,13 @@ class Driver:
                 self.prompt_tokens += s.prompt
                 self.by_replica[s.replica][0] += s.prompt
             self.generation_tokens += k
-            self.by_replica[s.replica][1] += k
+            self.by_replica[e.replica][1] += k
             s.gen, s.last_t, s.last_wall = g, e.t, now
             s.event.set()
         for rid in e.done.tolist():
             s = streams.pop(rid, None)
             if s is not None:
-                for m in self._metrics_of(s.replica):
+                for m in self._metrics_of(e.replica):
                     m.wall.e2e.observe(now - s.wall0)
                 s.done = True
                 s.event.set()
@@ -200,7 +203,7 @@ class Driver:
         """The engine-clock latencies of the requests that finished, and their queue time (the engine's admit
         time mapped to the wall: no token marks it)."""
         for f in self.live.pop_finished():
-            for m in self._metrics_of(self.live.replica_of(f.rid)):
+            for m in self._metrics_of(f.replica):
                 m.wall.queue.observe((f.admit - f.arrival) / self.scale)
                 if m.engine is not None:
                     m.engine.ttft.observe(f.first - f.arrival)

@@ -20,6 +20,7 @@ from engine import options as O
 from engine.config import MAX_BATCHED_TOKENS, SCHEDULERS, EngineConfig
 from engine.errors import InputError
 from engine.fleet.routers import ROUTERS
+from engine.fleet.spec import parse_pd
 from engine.traffic.workload import Sampler, parse_dist
 from tui.commands.options import add_model_options, nonneg_int, positive_float, positive_int, seed_int
 from tui.commands.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, check_port_free, port_number
@@ -55,13 +56,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--max-waiting", type=nonneg_int, default=None,
                    help="refuse requests with 503 while this many wait (default: no cap)")
     f = p.add_argument_group("fleet")
-    f.add_argument("--replicas", type=positive_int, default=1,
-                   help="replicas of the engine behind this one address, each with its own KV pool (default 1)")
+    f.add_argument("--replicas", type=positive_int, default=None,
+                   help="replicas of the engine behind this one address, each with its own KV pool (default 1,"
+                        " or P + D with --pd)")
     f.add_argument("--router", choices=tuple(ROUTERS), default="round-robin",
                    help="how the address picks a replica for each request (default round-robin)")
     f.add_argument("--replica-ports", type=port_number, metavar="BASE", default=None,
                    help="also serve replica i alone on 127.0.0.1:BASE+i (its own /metrics), for an external"
                         " router to balance")
+    f.add_argument("--pd", metavar="P:D", default=None,
+                   help="prefill/decode disaggregation: the router sends each request to one of P prefill replicas;"
+                        " its prompt's KV is copied to one of D decode replicas, which streams the answer")
+    f.add_argument("--kv-link-gbps", type=O.BY_NAME["kv_link_gbps"].parse(), default=None,
+                   help=O.BY_NAME["kv_link_gbps"].en)
     w = p.add_argument_group("answers and clock")
     w.add_argument("--time-scale", type=positive_float, default=1.0,
                    help="engine seconds per wall second (default 1: real time; 10: ten times faster)")
@@ -82,7 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="end a stream (and abort its request) when its client has read nothing this long"
                         " (default 10)")
     a.add_argument("--floor", action="store_true",
-                   help="show the factory floor serving the HTTP clients (the server runs inside the app)")
+                   help="show the factory floor serving the HTTP clients (the server runs inside the app; a fleet:"
+                        " its overview, a row per replica)")
     a.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="server log detail (default info)")
 
@@ -113,13 +121,12 @@ def build_all(args: argparse.Namespace):  # -> (Starlette, Driver, [Starlette]):
         raise InputError(f"serve-api needs the api extra: pip install -e \".[api]\" ({e.name} is missing)") from None
     from engine.fleet.live import LiveFleet
 
-    if getattr(args, "floor", False) and (args.replicas > 1 or args.replica_ports is not None):
-        raise InputError("--floor shows one engine's floor: it takes no --replicas or --replica-ports")
-    if args.router != "round-robin" and args.replicas == 1:
-        raise InputError(f"--router {args.router} picks among replicas: give --replicas N (2 or more)")
+    pd = fleet_shape(args)
+    if getattr(args, "floor", False) and args.replica_ports is not None:
+        raise InputError("--floor serves the one address inside the app: it takes no --replica-ports")
     if args.replica_ports is not None and args.replica_ports + args.replicas - 1 > 65535:
         raise InputError(f"--replica-ports {args.replica_ports}: {args.replicas} ports from there pass 65535")
-    live = LiveFleet(config_from_args(args), args.replicas, args.router)
+    live = LiveFleet(config_from_args(args), args.replicas, args.router, pd, args.kv_link_gbps)
     rng = np.random.default_rng([args.seed, 0xA91])
     sampler = Sampler(parse_dist(args.output, "--output", 1), rng, True, 1, live.max_tokens_per_request)
     try:
@@ -133,6 +140,22 @@ def build_all(args: argparse.Namespace):  # -> (Starlette, Driver, [Starlette]):
     driver = Driver(live, args.time_scale, name, args.max_waiting)
     apps = [build_app(driver, spec, i) for i in range(args.replicas)] if args.replica_ports is not None else []
     return build_app(driver, spec), driver, apps
+
+
+def fleet_shape(args: argparse.Namespace) -> tuple[int, int] | None:
+    """The P/D split (None: none) with args.replicas set to the fleet's size; InputError for options that
+    contradict each other or would do nothing."""
+    pd = parse_pd(args.pd) if args.pd else None
+    if pd and args.replicas is not None and args.replicas != sum(pd):
+        raise InputError(f"--pd {args.pd} is {sum(pd)} replicas, but --replicas is {args.replicas}")
+    args.replicas = sum(pd) if pd else args.replicas or 1
+    if args.kv_link_gbps is not None and pd is None:
+        raise InputError("--kv-link-gbps sets the link P/D copies KV over: it does nothing without --pd P:D")
+    front = pd[0] if pd else args.replicas
+    if args.router != "round-robin" and front == 1:
+        raise InputError(f"--router {args.router} picks among replicas that read prompts: give --replicas N or"
+                         " --pd P:D with P of 2 or more")
+    return pd
 
 
 def uvicorn_limit(args: argparse.Namespace) -> int:
@@ -185,8 +208,18 @@ def _run_floor(args: argparse.Namespace, app: Any, driver: Any, uvicorn: Any, so
 
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,
                                            limit_concurrency=uvicorn_limit(args), timeout_keep_alive=5))
-    return run_app(ServeFloorApp(server, sock, driver.live.replicas[0].engine, config_from_args(args),
+    return run_app(ServeFloorApp(server, sock, floor_subject(args, driver), config_from_args(args),
                                  speed=args.time_scale))  # the header's "x real time" is the server's mapping
+
+
+def floor_subject(args: argparse.Namespace, driver: Any) -> Any:
+    """What --floor draws: the served engine, or a fleet's (--replicas, --pd) overview of its replicas."""
+    from tui.api.floor import ServedFleet
+
+    live = driver.live
+    if len(live.replicas) == 1:
+        return live.replicas[0].engine
+    return ServedFleet(live, config_from_args(args), args.router, args.kv_link_gbps)
 
 
 async def serve_all(servers: list, socks: list[socket.socket]) -> None:  # servers: list[uvicorn.Server]
