@@ -347,7 +347,7 @@ OPTIONS: tuple[Option, ...] = (
        "路由器后面的部署副本数，每个副本占一组 --tp 个 GPU（默认 {default}）", lo=1, field=None,
        axis="replica counts, e.g. 1-16 (default 1)"),
     _o("router", "--router", "choice", FL, "s_fleet", "how requests pick a replica", "请求怎样选择副本",
-       default="round-robin", choices="engine.fleet.fleet:ROUTERS", field=None,
+       default="round-robin", choices="engine.fleet.routers:ROUTERS", field=None,
        axis="routers ({choices}; 'all' for every one) (default round-robin)"),
     _o("pd", "--pd", "text", FL, "s_fleet",
        "prefill/decode disaggregation: P prefill and D decode replicas, KV copied between them",
@@ -509,7 +509,7 @@ def _check_sources(a: Any, scripted: bool) -> None:
 
 def setup_from(values: Any, cfg: EngineConfig) -> FleetSpec:
     """The fleet the options ask for around `cfg` (one replica, no P/D: a single engine's spec)."""
-    from engine.fleet.fleet import FleetSpec, parse_pd  # numpy: loaded only when a setup is built
+    from engine.fleet.spec import FleetSpec, parse_pd  # the spec alone: a plain run never loads the fleet
 
     pd = parse_pd(values.pd) if values.pd else None
     scale = _scale_from(values)

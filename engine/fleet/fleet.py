@@ -627,7 +627,7 @@ def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:
 
     `preroute=False` keeps a round-robin fleet on the event-ordered loop, which `advance_to` (the app) needs.
     """
-    if spec.replicas == 1 and spec.pd is None and spec.scale is None:
+    if spec.single:
         return Engine(spec.config)
     return Fleet(spec, preroute=preroute)
 

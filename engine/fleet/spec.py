@@ -63,3 +63,8 @@ class FleetSpec:
     pd: tuple[int, int] | None = None  # (prefill replicas, decode replicas); their sum is `replicas`
     kv_link_gbps: float | None = None  # P/D KV transfer link (default: the GPU's interconnect)
     scale: ScaleSpec | None = None  # autoscaling between its bounds (None: every replica serves throughout)
+
+    @property
+    def single(self) -> bool:
+        """One replica without P/D or autoscaling: an Engine alone serves it (engine.fleet.fleet.engine_for)."""
+        return self.replicas == 1 and self.pd is None and self.scale is None

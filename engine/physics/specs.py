@@ -640,20 +640,23 @@ def _preset_dir(kind: str) -> Any:
 
 
 @cache
-def _preset_tables(kind: str) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for entry in sorted(_preset_dir(kind).iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".toml"):
-            out[entry.name[:-5]] = tomllib.loads(entry.read_text(encoding="utf-8"))
-    return out
+def _preset_names(kind: str) -> tuple[str, ...]:
+    """The presets of one kind, by file name: listed without parsing them (start-up reads only the one used)."""
+    return tuple(sorted(e.name[:-5] for e in _preset_dir(kind).iterdir() if e.name.endswith(".toml")))
+
+
+@cache
+def _preset_table(kind: str, name: str) -> dict[str, Any]:
+    """One preset's TOML table (name: one of _preset_names(kind))."""
+    return tomllib.loads(_preset_dir(kind).joinpath(f"{name}.toml").read_text(encoding="utf-8"))
 
 
 def hardware_names() -> list[str]:
-    return list(_preset_tables("hardware"))
+    return list(_preset_names("hardware"))
 
 
 def model_names() -> list[str]:
-    return list(_preset_tables("models"))
+    return list(_preset_names("models"))
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -663,23 +666,23 @@ def _looks_like_path(spec: str) -> bool:
 @cache
 def load_hardware(spec: str) -> Hardware:
     """A preset name (e.g. 'h100-sxm') or the path of a TOML file."""
-    tables = _preset_tables("hardware")
-    if spec.lower() in tables:
-        return hardware_from_mapping(tables[spec.lower()], f"preset {spec}")
+    names = _preset_names("hardware")
+    if spec.lower() in names:
+        return hardware_from_mapping(_preset_table("hardware", spec.lower()), f"preset {spec}")
     if _looks_like_path(spec):
         p = Path(spec)
         if not p.exists():
             raise InputError(f"{spec}: no such hardware file")
         return hardware_from_mapping(read_toml(p, "hardware file"), str(p))
-    raise InputError(f"unknown hardware '{spec}'{suggest(spec, list(tables))}")
+    raise InputError(f"unknown hardware '{spec}'{suggest(spec, list(names))}")
 
 
 @cache
 def load_model(spec: str) -> Model:
     """A preset name (e.g. 'generic-14b'), a TOML file, or a Hugging Face config.json."""
-    tables = _preset_tables("models")
-    if spec.lower() in tables:
-        return model_from_mapping(tables[spec.lower()], f"preset {spec}", name=spec.lower())
+    names = _preset_names("models")
+    if spec.lower() in names:
+        return model_from_mapping(_preset_table("models", spec.lower()), f"preset {spec}", name=spec.lower())
     if _looks_like_path(spec):
         p = Path(spec)
         if not p.exists():
@@ -687,4 +690,4 @@ def load_model(spec: str) -> Model:
         data = _read_json(p) if p.suffix == ".json" else read_toml(p, "model file")
         name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
         return model_from_mapping(data, str(p), name=None if "name" in data else name)
-    raise InputError(f"unknown model '{spec}'{suggest(spec, list(tables))}")
+    raise InputError(f"unknown model '{spec}'{suggest(spec, list(names))}")

@@ -214,6 +214,22 @@ class Sampler:
             v = np.rint(v)
         return np.maximum(v, self.lo)
 
+    def take_scalar(self) -> tuple[float | int, bool]:
+        """take(1)[0] as a Python number, and whether it was pulled down to `hi`: the same value, stream position
+        and clip count as take(1), without its arrays (a lone arrival's lengths; last_clipped is not set)."""
+        if self.dist.is_fixed:
+            return self.take_same(1), bool(self.dist.a > self.hi)  # type: ignore[return-value]
+        if self._pos >= self._buf.size:  # take(1) on an empty buffer: a fresh block, nothing left to keep
+            self._buf = self._draw(_BLOCK)
+            self._pos = 0
+        x = float(self._buf[self._pos])
+        self._pos += 1
+        over = x > self.hi
+        if over:
+            self.clipped += 1
+            x = float(self.hi)  # np.minimum(out, hi) in take: the float64 of hi
+        return (int(x) if self.integer else x), over
+
     def take_one(self) -> float:
         """One value as a Python number."""
         return float(self.take(1)[0])

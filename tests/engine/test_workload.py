@@ -60,3 +60,42 @@ def test_bad_specs_are_one_line_input_errors(spec: str) -> None:
         parse_dist(spec, "--output", 1)
     msg = str(e.value)
     assert "--output" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("spec", ["uniform:100,300", "normal:200,80", "lognormal:200,1.5", "exp:200"])
+def test_a_block_of_draws_is_the_draws_one_at_a_time(spec: str) -> None:
+    """Sampler draws _BLOCK values per generator call: numpy's Generator gives the same stream in one call of
+    size n as in n calls of size 1 (normal's ziggurat and lognormal included), so block size never moves a length."""
+    d = parse_dist(spec, "--prompt", 1)
+    block = d.draw(np.random.default_rng(7), 500)
+    rng = np.random.default_rng(7)
+    one_by_one = np.concatenate([d.draw(rng, 1) for _ in range(500)])
+    assert np.array_equal(block, one_by_one)
+
+
+@pytest.mark.parametrize("prompt,output,think,cap", [("lognormal:900,1.2", "exp:300", "0", 2000),
+                                                     ("uniform:10,4000", "lognormal:200,1.0", "exp:50", 3000),
+                                                     ("300", "5000", "20", 4096), ("normal:500,400", "1", "0", 600)])
+def test_a_lone_request_is_drawn_as_the_arrays_draw_it(prompt: str, output: str, think: str, cap: int) -> None:
+    """RequestSource._create_one (one arrival, Python numbers) gives the rows, clip counts and stream positions of
+    the array path (draw_lengths + new_rows), clipped requests included (a small cap clips many)."""
+    from engine.traffic.arrivals import Budget
+    from engine.traffic.source import RequestSource, Workload, draw_lengths, new_rows
+
+    def source() -> RequestSource:
+        wl = Workload(parse_dist(prompt, "--prompt", 1), parse_dist(output, "--output", 1),
+                      parse_dist(think, "--think", 0), parse_dist("0", "--think-time", 0))
+        return RequestSource(wl, Budget(None, 0, None), seeded_rngs(3, 5), cap)
+
+    one, arrays = source(), source()
+    clipped = 0
+    for j in range(2_000):
+        t, u = np.array([0.25 * j]), np.array([j % 7 - 1])
+        r1 = one._create(t, u, None, None)
+        p, th, o, c = draw_lengths(arrays.s_prompt, arrays.s_think, arrays.s_output, 1)
+        r2, n = new_rows(arrays.budget, t, u, p, th, o, c, arrays.cap_tokens)
+        clipped += n
+        assert np.array_equal(r1.i, r2.i) and np.array_equal(r1.f, r2.f, equal_nan=True), j
+    assert one.clipped == clipped and clipped > 0
+    for a, b in ((one.s_prompt, arrays.s_prompt), (one.s_think, arrays.s_think), (one.s_output, arrays.s_output)):
+        assert a.clipped == b.clipped and a._pos == b._pos

@@ -7,26 +7,29 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from engine import options as O
 from engine import vllm_flags
 from engine.errors import InputError
 from engine.evidence import bands
-from engine.evidence.measured import bench_out
 from engine.files import atomic_output, check_target
-from engine.fleet.fleet import Fleet, engine_for
 from engine.numbers import fixed, json_safe
 from engine.physics import energy
-from engine.serving import lora_slots, trace_out
+from engine.serving import lora_slots
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
 from engine.validation import printable_line
-from tui.commands import progress, run_plot
+from tui.commands import progress
 from tui.commands.options import add_options, console, positive_int, print_json, versioned
+
+if TYPE_CHECKING:
+    from engine.fleet.fleet import Fleet
+    from tui.commands.run_plot import Series
+
+# A plain run loads only what it uses (issue 26: start-up no slower than before): the fleet when --replicas, --pd
+# or --autoscale ask for one, rich.progress only for a terminal, rich.table only for the printed report, the trace
+# and bench-result writers and the plots only when asked for.
 
 _PROGRESS_EVERY = 512  # ticks between progress-bar updates
 # The options -> EngineConfig (one engine) and FleetSpec (the fleet around it), from the one option table.
@@ -76,8 +79,8 @@ def build(args: argparse.Namespace) -> Engine | Fleet:
     spec = fleet_spec(args, cfg)
     O.check_fleet_options(args, spec)
     replicas = spec.replicas
-    engine = engine_for(spec)
-    gpus = engine.gpus if isinstance(engine, Fleet) else cfg.group_gpus
+    engine = _simulator(spec)
+    gpus = engine.gpus if _is_fleet(engine) else cfg.group_gpus
     if args.budget_per_hour is not None:
         price = cfg.price_per_hour if cfg.price_per_hour is not None else engine.step_model.hw.price_per_hour
         if price * gpus > args.budget_per_hour + 1e-9:
@@ -88,8 +91,22 @@ def build(args: argparse.Namespace) -> Engine | Fleet:
     return engine
 
 
+def _simulator(spec: Any) -> Engine | Fleet:
+    """The spec's simulator (engine.fleet.fleet.engine_for), importing the fleet only when it is one."""
+    if spec.single:
+        return Engine(spec.config)
+    from engine.fleet.fleet import engine_for
+
+    return engine_for(spec)
+
+
+def _is_fleet(engine: Engine | Fleet) -> bool:
+    """A fleet (engine.fleet.fleet.Fleet), told without importing it: anything _simulator builds but an Engine."""
+    return not isinstance(engine, Engine)
+
+
 def run_engine(engine: Engine | Fleet, show_progress: bool, log_progress: bool = False, command: str = "run",
-               series: run_plot.Series | None = None) -> int:
+               series: Series | None = None) -> int:
     """Run to the config's bound, with a progress bar on stderr when it is a terminal (show_progress), or a plain
     line every few seconds for logs (log_progress: tui.commands.progress); returns ticks run. With a `series`, the
     run goes in chunks and the KV pool and queue are read after each (run_plot)."""
@@ -97,11 +114,17 @@ def run_engine(engine: Engine | Fleet, show_progress: bool, log_progress: bool =
         with progress.heartbeat(command, lambda: _where(engine), log_progress):
             if series is None:
                 return engine.run()
+            from tui.commands import run_plot
+
             ticks = 0
             while not engine.finished:
                 ticks += engine.run(max_ticks=run_plot.chunk(engine))
                 run_plot.sample(engine, series)
             return ticks
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tui.commands import run_plot
+
     cfg = engine.config
     limit, duration = getattr(engine, "bounds", (cfg.requests, cfg.duration))  # a fleet runs its config's bounds
     by_time = duration is not None
@@ -190,7 +213,7 @@ def offered_rate(cfg: Any, m: dict[str, Any]) -> float:
 def energy_of(engine: Engine | Fleet, m: dict[str, Any]) -> dict[str, Any]:
     """The run's energy (engine.physics.energy) from its metrics: every GPU of every lane or replica."""
     cfg = engine.config
-    gpus = m["gpus"] if isinstance(engine, Fleet) else m["lanes"] * cfg.group_gpus
+    gpus = m["gpus"] if _is_fleet(engine) else m["lanes"] * cfg.group_gpus
     scaled = m.get("autoscale")
     on = scaled["gpu_hours"] * 3600.0 if scaled else None  # an autoscaler switched some GPUs off for a while
     return energy.run_energy(m, engine.step_model, gpus, cfg.group_gpus, cfg.price_per_kwh, m["price_per_hour"], on)
@@ -199,7 +222,7 @@ def energy_of(engine: Engine | Fleet, m: dict[str, Any]) -> dict[str, Any]:
 def lora_of(engine: Engine | Fleet) -> dict[str, Any]:
     """The run's multi-LoRA totals (engine.serving.lora_slots.summary) over every lane of every replica."""
     cfg, sm = engine.config, engine.step_model
-    lanes = [ln for r in engine.reps for ln in r.lanes] if isinstance(engine, Fleet) else list(engine.lanes)
+    lanes = [ln for r in engine.reps for ln in r.lanes] if _is_fleet(engine) else list(engine.lanes)
     assert sm.lora is not None
     return lora_slots.summary([ln.lora for ln in lanes if ln.lora is not None], cfg.lora_adapters,
                               cfg.max_lora_rank, sm.lora.bytes_per_adapter)
@@ -227,14 +250,22 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args)
     plot_kind = check_plot(args)
     engine = build(args)
-    if isinstance(engine, Fleet) and not args.trace_out:  # a trace records each replica's steps in this process
+    if _is_fleet(engine) and not args.trace_out:  # a trace records each replica's steps in this process
         engine.workers = args.workers or os.cpu_count() or 1
     check_pool(engine, args.kv_blocks, args.force)
     with contextlib.ExitStack() as stack:  # the trace is renamed into place only if the run ends well
         f = stack.enter_context(atomic_output(args.trace_out, "--trace-out", run_inputs(args))) \
             if args.trace_out else None
-        rec = trace_out.record(engine) if f is not None else None
-        series = run_plot.Series() if args.plot or args.plot_file else None
+        rec = None
+        if f is not None:
+            from engine.serving import trace_out
+
+            rec = trace_out.record(engine)
+        series = None
+        if args.plot or args.plot_file:
+            from tui.commands import run_plot
+
+            series = run_plot.Series()
         run_engine(engine, show_progress=sys.stderr.isatty() and not args.quiet,
                    log_progress=progress.wanted(args.quiet), series=series)
         out = report(engine)
@@ -242,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
             with atomic_output(args.plot_file, "--plot-file", run_inputs(args)) as pf:
                 pf.write(run_plot.file_text(plot_kind, out, engine.latencies(), series))
         if args.bench_json:
+            from engine.evidence.measured import bench_out
+
             bench_out.write(args.bench_json, bench_out.from_sim(engine), run_inputs(args))
         if args.explain:
             out["explain"] = json_safe(engine.explain())
@@ -263,7 +296,9 @@ def check_plot(args: argparse.Namespace) -> str:
     if args.plot and args.json:
         raise InputError("--plot draws in the terminal and --json prints JSON there; with --json write the figures"
                          " with --plot-file FILE.svg or FILE.html")
-    if args.plot_file and not run_plot.svg.write_kind(args.plot_file):
+    from tui.render.svg import write_kind
+
+    if args.plot_file and not write_kind(args.plot_file):
         raise InputError(f"--plot-file {args.plot_file}: name a .svg or .html file")
     if args.plot_file:
         check_target(args.plot_file, "--plot-file", run_inputs(args))  # refused now, not after a long run
@@ -272,6 +307,8 @@ def check_plot(args: argparse.Namespace) -> str:
 
 def _print(r: dict[str, Any]) -> None:
     """The Rich report: workload, throughput, latency percentiles, KV pool, utilisation and cost."""
+    from rich.table import Table
+
     con = console()
     loop = f"{r['users']} users (closed loop)" if r["users"] else f"{r['rate']:g} req/s (open loop)"
     lengths = f" · prompt {r['prompt']} · output {r['output']}"
@@ -368,6 +405,8 @@ def _print(r: dict[str, Any]) -> None:
 
 def _print_explain(con: Any, x: dict[str, Any]) -> None:
     """Where TTFT and end-to-end latency went: one row per part, for the mean and the p50/p90/p99 requests."""
+    from rich.table import Table
+
     for key, label, scale, digits, unit in (("ttft_s", "TTFT", 1e3, 1, " ms"), ("e2e_s", "end to end", 1.0, 2, " s")):
         s = x[key]
         if s["mean"] is None:
@@ -385,6 +424,8 @@ def _print_explain(con: Any, x: dict[str, Any]) -> None:
 
 def _print_slowest(con: Any, pr: dict[str, Any] | None, n: int = 5) -> None:
     """The `n` slowest requests end to end, each with its own parts (explain's per_request rows)."""
+    from rich.table import Table
+
     if not pr or not pr["rows"]:
         return
     cols = pr["columns"]
@@ -399,6 +440,8 @@ def _print_slowest(con: Any, pr: dict[str, Any] | None, n: int = 5) -> None:
 
 def _print_fleet(con: Any, r: dict[str, Any]) -> None:
     """One row per replica: role, answers, KV peak, busy share, queue peak; the P/D copies' cost."""
+    from rich.table import Table
+
     t = Table(header_style="bold", show_edge=False, title=f"{len(r['replicas'])} replicas · router {r['router']}"
               f" · {r['gpus']} GPUs at ${r['cost_per_hour']:,.2f}/h", title_justify="left")
     for c in ("replica", "role", "requests", "KV peak GB", "busy", "queue peak"):
