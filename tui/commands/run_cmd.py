@@ -296,13 +296,14 @@ def check_plot(args: argparse.Namespace) -> str:
     if args.plot and args.json:
         raise InputError("--plot draws in the terminal and --json prints JSON there; with --json write the figures"
                          " with --plot-file FILE.svg or FILE.html")
+    if not args.plot_file:
+        return ""
     from tui.render.svg import write_kind
 
-    if args.plot_file and not write_kind(args.plot_file):
+    if not write_kind(args.plot_file):
         raise InputError(f"--plot-file {args.plot_file}: name a .svg or .html file")
-    if args.plot_file:
-        check_target(args.plot_file, "--plot-file", run_inputs(args))  # refused now, not after a long run
-    return args.plot_file or ""
+    check_target(args.plot_file, "--plot-file", run_inputs(args))  # refused now, not after a long run
+    return str(args.plot_file)
 
 
 def _print(r: dict[str, Any]) -> None:
