@@ -35,23 +35,28 @@ _ENGINE_ACTIONS = frozenset({"more_users", "fewer_users", "compute", "bandwidth"
                              "settings", "reset", "step_once"})
 
 
-class ServedPlayback(Playback):
-    """A playback that only watches: every move shows the engine's state as the server's driver left it."""
+class _Watching:
+    """A playback that only watches (mixed into Playback and FleetPlayback): every move shows the engine or fleet as
+    the server's driver left it, which moves it on the wall clock; the view never steps it."""
 
     def advance(self, sim_dt: float, budget_s: float | None = None, speed: float | None = None) -> None:
-        """Show the engine as it is now (the driver moves it on the wall clock; the view never steps it)."""
-        tick = self.snap.tick
-        self.resync(last_step=True)
-        self.steps_in_frame = max(0, self.snap.tick - tick)
+        """Show the served engine or fleet as it is now."""
+        tick = self.snap.tick  # type: ignore[attr-defined]
+        self.resync(last_step=True)  # type: ignore[attr-defined]
+        self.steps_in_frame = max(0, self.snap.tick - tick)  # type: ignore[attr-defined]
 
     def ticks(self, n: int) -> None:
-        """Stepping is the driver's: show the engine as it is."""
+        """Stepping is the driver's: show it as it is."""
         self.advance(0.0)
 
     def part(self, fraction: float) -> bool:
-        """Stepping is the driver's: show the engine as it is (never moved by the view)."""
+        """Stepping is the driver's: show it as it is (never moved by the view)."""
         self.advance(0.0)
         return False
+
+
+class ServedPlayback(_Watching, Playback):
+    """A playback that only watches the served engine (see _Watching)."""
 
 
 class ServedFleet:
@@ -111,23 +116,8 @@ class ServedFleet:
         return Fleet.rolling_metrics(self)  # type: ignore[arg-type]
 
 
-class ServedFleetPlayback(FleetPlayback):
-    """A fleet playback that only watches: every move shows the live fleet as the server's driver left it."""
-
-    def advance(self, sim_dt: float, budget_s: float | None = None, speed: float | None = None) -> None:
-        """Show the fleet as it is now (the driver moves it on the wall clock; the view never steps it)."""
-        tick = self.snap.tick
-        self.resync(last_step=True)
-        self.steps_in_frame = max(0, self.snap.tick - tick)
-
-    def ticks(self, n: int) -> None:
-        """Stepping is the driver's: show the fleet as it is."""
-        self.advance(0.0)
-
-    def part(self, fraction: float) -> bool:
-        """Stepping is the driver's: show the fleet as it is (never moved by the view)."""
-        self.advance(0.0)
-        return False
+class ServedFleetPlayback(_Watching, FleetPlayback):
+    """A fleet playback that only watches the live fleet (see _Watching)."""
 
 
 class ServeFloorApp(TokensimApp):
