@@ -131,7 +131,7 @@ class TokensimApp(App[None]):
         # The one handle on the simulator: the view clock over it (playback.sim: one Engine or a Fleet).
         self.playback: Playback = playback_for(engine if engine is not None else engine_for(spec, preroute=False))
         self.welcome = welcome and narration is None
-        self.set_reactive(TokensimApp.narration, (t(self.lang, "welcome"),) if self.welcome else narration)
+        self.set_reactive(TokensimApp.narration, (_welcome(self.lang),) if self.welcome else narration)
         self.set_reactive(TokensimApp.highlight, highlight)
         self._timer: Timer | None = None
         self._last_wall: float | None = None
@@ -381,7 +381,7 @@ class TokensimApp(App[None]):
             raise ValueError(f"lang must be one of {LANGS}")
         self.lang = lang
         if self.welcome:
-            self.narration = (t(lang, "welcome"),)
+            self.narration = (_welcome(lang),)
         self._fit_to(self.size.width, self.size.height)
         self._publish()
 
@@ -614,3 +614,10 @@ class TokensimApp(App[None]):
             run = partial(self.run_action, k.action)
             yield SystemCommand(t(lang, k.palette), f"{k.shown} · {t(lang, k.help)}", run)
         yield from super().get_system_commands(screen)
+
+
+def _welcome(lang: str) -> str:
+    """The first frame's offer of the tour, with the number of scenes it plays (one per file in scenes/data)."""
+    from scenes.schema import shipped_files
+
+    return t(lang, "welcome", scenes=len(shipped_files()))

@@ -52,8 +52,8 @@ EN: dict[str, str] = {
     # l2
     "l2": "L2 shelf {mb} MB",
     "refill": "refill",
-    "welcome": "New here? Quit (q) and run `tokensim tour`: 22 short guided scenes on this floor, each asking you to"
-               " predict before the engine shows it. ? lists the keys; e explains any figure.",
+    "welcome": "New here? Quit (q) and run `tokensim tour`: {scenes} short guided scenes on this floor, each asking you"
+               " to predict before the engine shows it. ? lists the keys; e explains any figure.",
     "xray_total": "= step",
     "refills_total": "a step's {gb} pass this {mb} MB shelf: {n} refills",
     # sm grid
@@ -302,7 +302,7 @@ ZH: dict[str, str] = {
     "floor_only": "{t}，正是地板",
     "l2": "L2 货架 {mb} MB",
     "refill": "补货",
-    "welcome": "第一次来？按 q 退出，运行 `tokensim tour`：22 个简短的导览场景，都在这个车间里演示，"
+    "welcome": "第一次来？按 q 退出，运行 `tokensim tour`：{scenes} 个简短的导览场景，都在这个车间里演示，"
                "每一步先让你猜，再由引擎揭晓。按 ? 看所有按键；按 e 解释任何一个数字。",
     "xray_total": "= 一步",
     "refills_total": "一步的 {gb} 都要经过这 {mb} MB 货架：补货 {n} 次",

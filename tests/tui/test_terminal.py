@@ -68,3 +68,13 @@ async def test_the_welcome_is_only_the_free_floors_and_goes_away() -> None:
         app.set_lang("zh")
         assert app.narration is None  # once gone, a language switch does not bring it back
     assert TokensimApp(lang="en", autoplay=False, welcome=True, narration=("a scene",)).narration == ("a scene",)
+
+
+def test_the_welcome_counts_the_scenes_the_tour_plays() -> None:
+    """The offer names as many scenes as scenes/data ships (it said 22 after scenes 23 and 24 were added)."""
+    from scenes.schema import shipped_files
+    from tui.app import _welcome
+
+    n = len(shipped_files())
+    assert f": {n} short guided scenes" in _welcome("en") and f"：{n} 个简短的导览场景" in _welcome("zh")
+    assert "{" not in _welcome("en") + _welcome("zh")
