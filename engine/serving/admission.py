@@ -127,7 +127,7 @@ def admit(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool, t: 
         bl = blocks_for(chunk)
         took = bl.cumsum()  # blocks the first j + 1 candidates take
         ok &= took <= free
-        k = len(ok) if ok.all() else int(ok.argmin())
+        k = len(ok) if np.count_nonzero(ok) == len(ok) else int(ok.argmin())  # (.all() costs 4x on a few rows)
         whole = lane.sched.whole_prompts or bool((chunk[:k] == target[:k]).all())
         assert not (lane.spec.debug and lane.sched.whole_prompts) or (chunk[:k] == target[:k]).all(), \
             f"scheduler {lane.sched.name!r} says whole_prompts but split a prompt"

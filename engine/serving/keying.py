@@ -66,7 +66,7 @@ def fill(lane: Lane, idx: np.ndarray, every: bool = False) -> None:
 
 def release(lane: Lane, r: Rows) -> None:
     """Rows leaving the batch give back every block: keyed ones go to the cache when no one else holds them."""
-    if not lane.caching or not r.full.any():  # (no keyed blocks without caching: check() holds it)
+    if not lane.caching or not np.count_nonzero(r.full):  # (no keyed blocks without caching: check() holds it)
         lane.pool.give(int(r.blocks.sum()))
         return
     private = int((r.blocks - r.full).sum())

@@ -218,7 +218,8 @@ class Lane:
             st = self.stats
             st.clipped += src.clipped - before
             st.accepted += len(r)
-            self.note_content(r)
+            if src.script is not None:  # only a script's requests carry content (group, body) that can be shared
+                self.note_content(r)
 
     def note_content(self, r: Rows) -> None:
         """Requests joining this lane: once any shares content with another (a group prefix or a body), blocks

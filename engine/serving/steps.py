@@ -201,7 +201,7 @@ def finish(lane: Lane, s: StepPlan, p: StepParts, tokens: int, n_emit: int, vis_
     n = s.n
     gen = lane.R.cols.gen[:n]
     done = gen >= lane.R.cols.total[:n]
-    completed = lane.complete(done, t1) if done.any() else _EMPTY
+    completed = lane.complete(done, t1) if np.count_nonzero(done) else _EMPTY  # (cheaper than .any() on a few rows)
     in_new, recomputed, share_in, share_cached = inputs
     lane.account(p, tokens, n, n_emit, vis_tokens, in_new, recomputed, share_in, t1, dt, share_cached)
     return lane.result(s.tick, dt, ids, counts, s.admitted, s.pre, completed) if s.want else None

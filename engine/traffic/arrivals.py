@@ -16,6 +16,10 @@ from engine.traffic.trace import Trace
 from engine.traffic.workload import Sampler
 from engine.traffic.workload_file import Plan, Requests
 
+# Up to this many users, think() checks their bounds on a Python list: measured on numpy 2 (CPython 3.11), the list's
+# min and max beat two array reductions below ~40 rows (0.3 vs 2.1 us at 3, 1.1 vs 2.2 us at 30).
+_FEW_USERS = 32
+
 
 class Budget:
     """What the lanes of one engine share: request ids, the request budget, the closed-loop user count."""
@@ -170,7 +174,7 @@ class Arrivals:
         tt = np.concatenate(times) if len(times) > 1 else times[0]
         uu = np.concatenate(users) if len(users) > 1 else users[0]
         gg = (np.concatenate(tags) if len(tags) > 1 else tags[0]) if scripted else None
-        if len(tt) > 1 and (len(times) > 1 or (tt[1:] < tt[:-1]).any()):
+        if len(tt) > 1 and (len(times) > 1 or np.count_nonzero(tt[1:] < tt[:-1])):
             # One source is in time order already unless its sends are (users' think times end in any order).
             order = np.argsort(tt, kind="stable")
             tt, uu = tt[order], uu[order]
@@ -202,8 +206,13 @@ class Arrivals:
         """Closed-loop users whose answer finished at t think, then send again (if still active)."""
         if not users.size:
             return
-        us = users  # most often every one is a closed-loop user still active: two reductions, no masks
-        if int(users.min()) < 0 or int(users.max()) >= self.budget.users:
+        us = users  # most often every one is a closed-loop user still active: the bounds checked, no masks
+        if users.size <= _FEW_USERS:  # a tick's few finishers: min and max of a list (0.3 us vs 2.1 us at 3 rows)
+            u = users.tolist()
+            lo, hi = min(u), max(u)
+        else:
+            lo, hi = int(users.min()), int(users.max())
+        if lo < 0 or hi >= self.budget.users:
             us = users[(users >= 0) & (users < self.budget.users)]
         if us.size:
             v = self.think_time.take_same(us.size)

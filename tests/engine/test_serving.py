@@ -226,6 +226,27 @@ def test_poisson_times_computed_ahead_are_those_of_one_at_a_time_drawing(limit: 
         assert got == want[:len(got)] and a.next_poisson == want[len(got)], f"after {before} arrivals"
 
 
+@pytest.mark.parametrize("k", [3, 32, 33, 200])
+def test_think_wakes_only_active_closed_loop_users(k: int) -> None:
+    """think() checks the finishers' bounds on a list (a few) or by array reductions (many): either way an
+    open-loop request (user -1) and a user past the active count never get a send time, and the rest do."""
+    from engine.traffic.arrivals import Arrivals, Budget
+    from engine.traffic.workload import Dist, Sampler
+
+    budget = Budget(None, 50, None)
+    a = Arrivals(budget, False, 0.0, 0.0, Sampler(Dist("fixed", 2.0), np.random.default_rng(1), False),
+                 Sampler(Dist("exp", 1.0), np.random.default_rng(2), False, 0.0))
+    a.u_next = np.full(60, np.inf)
+    a.u_pending = np.zeros(60, dtype=bool)
+    users = np.random.default_rng(k).integers(-1, 60, k)
+    users[0], users[-1] = -1, 55  # an open-loop request and a user no longer active, at every size
+    a.think(users, 10.0)
+    woken = np.unique(users[(users >= 0) & (users < 50)])
+    assert np.flatnonzero(a.u_pending).tolist() == woken.tolist()
+    assert (a.u_next[woken] == 12.0).all() and np.isinf(np.delete(a.u_next, woken)).all()
+    assert a.next_user == (12.0 if woken.size else math.inf)
+
+
 def test_fast_lane_is_faster_per_user_and_dearer_per_token() -> None:
     e = Engine(cfg(users=40, fast_share=0.1, fast_max_batch=2, prompt="500", output="200", max_batch=256,
                    requests=None, debug=False))
