@@ -74,6 +74,9 @@ class Snapshot:
     metrics: dict[str, float]  # rolling: see Engine.metrics() for keys
     # bounded time series for sparklines, oldest first: {"time_s", "kv_util", "queue", "tok_s_out", ...}
     history: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # A pool held smaller (or larger) than memory allows (--kv-blocks): its bytes per GPU; None: the pool is what
+    # memory leaves (kv_capacity_bytes). The warehouse draws the pool the engine runs, not the one memory could hold.
+    kv_pool_bytes: float | None = None
     # KV tiers below the GPU (engine.serving.kv_tiers): the share of looked-up blocks each tier supplied so far
     # ("gpu", "host", "disk", "remote"), None without tiers
     kv_tiers: dict[str, float] | None = None

@@ -102,6 +102,18 @@ def test_full_kv_pool_fills_the_kv_share() -> None:
     assert "░" not in warehouse.capacity_bar(frame, 60).plain
 
 
+def test_a_pool_held_small_with_kv_blocks_is_drawn_as_held() -> None:
+    """--kv-blocks 3000 on qwen2.5-7b holds a 2.8 GB pool in 57 GB of room: the warehouse drew used blocks as a
+    share of the whole room (KV 28.5/56.8 GB at half full); it draws the pool the engine runs."""
+    s = make_snapshot(6)
+    held = dataclasses.replace(s, kv_pool_bytes=4e9, kv_blocks_used=s.kv_blocks_total // 2)
+    frame = build_frame(held)
+    w, used, free, res = warehouse.capacity_split(frame)
+    assert used == pytest.approx(2e9, rel=1e-3) and w + used + free + res == pytest.approx(s.hardware.memory_bytes)
+    assert "KV 2.0/4.0" in warehouse.legend(frame, 80).plain
+    assert warehouse.kv_pool(build_frame(s)) == s.kv_capacity_bytes  # no --kv-blocks: what memory leaves
+
+
 def test_layer_follows_progress() -> None:
     snap = make_snapshot(4)
     assert build_frame(snap, progress=0.0).layer == 1

@@ -24,8 +24,16 @@ def capacity_split(frame: Frame) -> tuple[float, float, float, float]:
     """(weights, KV used, KV free, reserve) in bytes per GPU; they add up to the GPU's memory."""
     s = frame.snapshot
     kv_cap = max(0.0, s.kv_capacity_bytes)
-    used = kv_cap * s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0
+    used = kv_pool(frame) * s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0
     return s.weights_bytes, used, kv_cap - used, s.reserve_bytes
+
+
+def kv_pool(frame: Frame) -> float:
+    """Bytes per GPU of the KV pool the engine runs: what memory leaves, or a pool held smaller with --kv-blocks
+    (drawn within memory: a what-if pool larger than memory fills the KV share)."""
+    s = frame.snapshot
+    kv_cap = max(0.0, s.kv_capacity_bytes)
+    return kv_cap if s.kv_pool_bytes is None else min(kv_cap, s.kv_pool_bytes)
 
 
 def capacity_bar(frame: Frame, width: int) -> Text:
@@ -78,7 +86,7 @@ def legend(frame: Frame, width: int) -> Text:
     out = Text()
     for glyph, style, text in (
         ("█", pal.WEIGHTS, f"{t(lang, 'weights')} {gb(w)}"),
-        ("█", pal.KV_USED, f"{t(lang, 'kv')} {gb(used)}/{gb(used + free)}"),
+        ("█", pal.KV_USED, f"{t(lang, 'kv')} {gb(used)}/{gb(kv_pool(frame))}"),
         ("▒", pal.RESERVE, f"{t(lang, 'reserve')} {gb(res)}"),
         ("░", pal.KV_FREE, f"{t(lang, 'free')} {gb(free)} GB"),
     ):
