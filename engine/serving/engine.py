@@ -445,13 +445,12 @@ class Engine:
         sm = self._sm
         hbm = main.stats.bytes
         tiers = [ln.pool.tiers for ln in self._lanes if ln.pool.tiers is not None]
+        held = None if self._cfg.kv_pool_blocks is None else main.pool.total * BLOCK * sm.kv_bytes_per_token
         return Snapshot(
             tick=self._tick, time_s=self._clock, hardware=sm.hw, model=sm.model, opts=sm.opts, roof=sm.roof,
             scheduler=self._cfg.scheduler, users=self._budget.users, requests=view, last_step=main.last_cost,
             batch_size=main.stats.last_batch, kv_blocks_used=main.pool.used, kv_blocks_total=main.pool.total,
-            weights_bytes=sm.weight_bytes_per_gpu, kv_capacity_bytes=sm.kv_capacity_bytes,
-            kv_pool_bytes=None if self._cfg.kv_pool_blocks is None
-            else main.pool.total * BLOCK * sm.kv_bytes_per_token,
+            weights_bytes=sm.weight_bytes_per_gpu, kv_capacity_bytes=sm.kv_capacity_bytes, kv_pool_bytes=held,
             reserve_bytes=sm.reserve_bytes, queued=queued, running=running, preempted=preempted, done=done,
             preemptions_total=pre_total,
             # Every HBM byte passes through L2 and into an SM's tray once (no on-chip reuse is modelled).
