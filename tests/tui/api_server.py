@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -83,3 +84,17 @@ def serving(*argv: str) -> Iterator[tuple[str, object]]:
         for s in servers:
             s.should_exit = True
         th.join(10)
+
+
+def metric(text: str, name: str) -> float:
+    """The value of `name` (its first labelled sample) in a Prometheus exposition text."""
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def metric_at(url: str, name: str) -> float:
+    """metric() of the server at `url`'s /metrics, read now."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        return metric(r.read().decode(), name)

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tests.tui.api_server import need, serving
+from tests.tui.api_server import metric, need, serving
 
 # A small, fast engine: the default H100 / generic-14b, 10x faster than real time.
 ARGS = ("--time-scale", "10")
@@ -33,13 +33,6 @@ def _post(url: str, body: bytes | dict, timeout: float = 20.0) -> tuple[int, dic
 def _get(url: str) -> tuple[int, str]:
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.status, r.read().decode()
-
-
-def _metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in /metrics")
 
 
 @pytest.fixture(scope="module")
@@ -126,17 +119,17 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server):
 def test_metrics_have_vllm_names_and_count_what_was_served(server):
     base, driver = server
     _, before = _get(base + "/metrics")
-    gen0 = _metric(before, "vllm:generation_tokens_total")
-    n0 = _metric(before, "vllm:e2e_request_latency_seconds_count")
+    gen0 = metric(before, "vllm:generation_tokens_total")
+    n0 = metric(before, "vllm:e2e_request_latency_seconds_count")
     code, out = _post(base + "/v1/completions", {"prompt": "metrics please", "max_tokens": 9})
     assert code == 200
     _, after = _get(base + "/metrics")
-    assert _metric(after, "vllm:generation_tokens_total") - gen0 == 9
-    assert _metric(after, "vllm:e2e_request_latency_seconds_count") - n0 == 1
+    assert metric(after, "vllm:generation_tokens_total") - gen0 == 9
+    assert metric(after, "vllm:e2e_request_latency_seconds_count") - n0 == 1
     # At --time-scale 10, vLLM's names are wall seconds (what the client saw), the engine's under tokensim:
-    wall = _metric(after, "vllm:e2e_request_latency_seconds_sum") - _metric(before, "vllm:e2e_request_latency_seconds_sum")
-    eng = (_metric(after, "tokensim:engine_e2e_request_latency_seconds_sum")
-           - _metric(before, "tokensim:engine_e2e_request_latency_seconds_sum"))
+    wall = metric(after, "vllm:e2e_request_latency_seconds_sum") - metric(before, "vllm:e2e_request_latency_seconds_sum")
+    eng = (metric(after, "tokensim:engine_e2e_request_latency_seconds_sum")
+           - metric(before, "tokensim:engine_e2e_request_latency_seconds_sum"))
     assert eng > 0 and eng / 10 * 0.98 <= wall <= eng / 10 + 0.5, (wall, eng)
     for name, kind in (("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
                        ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:time_to_first_token_seconds", "histogram"),
@@ -182,7 +175,7 @@ def test_prefix_cache_hits_for_a_shared_system_prompt(server):
                         {"messages": [system, {"role": "user", "content": q}], "max_tokens": 2})
         assert code == 200
     _, after = _get(base + "/metrics")
-    hits = _metric(after, "vllm:prefix_cache_hits_total") - _metric(before, "vllm:prefix_cache_hits_total")
+    hits = metric(after, "vllm:prefix_cache_hits_total") - metric(before, "vllm:prefix_cache_hits_total")
     from tui.api import text
 
     head = text.estimate("system\n" + system["content"]) + text.CHAT_PER_MESSAGE  # 585 tokens
@@ -206,7 +199,7 @@ def test_a_growing_chat_hits_every_unchanged_leading_block(server):
         code, out = _post(base + "/v1/chat/completions", {"messages": msgs, "max_tokens": 40})
         assert code == 200
         _, after = _get(base + "/metrics")
-        hits.append(_metric(after, "vllm:prefix_cache_hits_total") - _metric(before, "vllm:prefix_cache_hits_total"))
+        hits.append(metric(after, "vllm:prefix_cache_hits_total") - metric(before, "vllm:prefix_cache_hits_total"))
         prompts.append(text.chat_prompt(msgs, tokens)[1])
         assert out["usage"]["prompt_tokens"] == len(prompts[-1]) // text.UNIT
         msgs.append({"role": "assistant", "content": out["choices"][0]["message"]["content"]})
@@ -234,7 +227,7 @@ def test_waiting_cap_answers_503():
             t.join(30)
         assert sorted(codes) == [200, 200, 503, 503], codes
         _, m = _get(base + "/metrics")
-        assert _metric(m, "tokensim:requests_rejected_total") == 2
+        assert metric(m, "tokensim:requests_rejected_total") == 2
 
 
 async def test_driver_memory_is_flat_over_waves_of_requests():

@@ -8,14 +8,7 @@ import json
 import socket
 import time
 
-from tests.tui.api_server import need, serving
-
-
-def _metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in /metrics")
+from tests.tui.api_server import metric, need, serving
 
 
 def _stream_request(max_tokens: int, prompt: str) -> bytes:
@@ -55,8 +48,8 @@ def test_a_client_that_never_reads_stalls_no_one_and_is_aborted():
         assert len(stamps) == 1500
         gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
         itl = "tokensim:engine_inter_token_latency_seconds"
-        engine_itl = ((_metric(m1, itl + "_sum") - _metric(m0, itl + "_sum"))
-                      / (_metric(m1, itl + "_count") - _metric(m0, itl + "_count")))
+        engine_itl = ((metric(m1, itl + "_sum") - metric(m0, itl + "_sum"))
+                      / (metric(m1, itl + "_count") - metric(m0, itl + "_count")))
         mean_gap = sum(gaps) / len(gaps)
         assert mean_gap <= engine_itl / 10 * 1.5 + 0.002, (mean_gap, engine_itl / 10)
         assert max(gaps) < 0.3, max(gaps)
@@ -95,5 +88,5 @@ def test_a_flood_gets_answers_or_openai_503s_and_the_server_serves_on():
             r = c.post(base + "/v1/completions", json={"prompt": "after", "max_tokens": 3})
             assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
             m = c.get(base + "/metrics").text
-        assert _metric(m, "tokensim:requests_rejected_total") == len(refused)
-        assert _metric(m, "vllm:num_requests_running") == 0 and not driver.streams
+        assert metric(m, "tokensim:requests_rejected_total") == len(refused)
+        assert metric(m, "vllm:num_requests_running") == 0 and not driver.streams

@@ -4,20 +4,11 @@ loopback; its times are the engine's (a LiveFleet with the same split, alone), i
 from __future__ import annotations
 
 import time
-import urllib.request
 
-from tests.tui.api_server import need, serving
+from tests.tui.api_server import metric_at, need, serving
 
 SCALE = 2.0  # engine seconds per wall second
 LINK = "2"  # GB/s per GPU: a 1,000-token prompt's KV (~200 kB a token) takes tens of ms to cross
-
-
-def _metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in {url}/metrics")
 
 
 def _alone(pd: bool, output: int) -> list[float]:
@@ -60,11 +51,11 @@ def test_openai_client_streams_through_prefill_then_decode():
         assert want * 0.95 <= span < want + 0.5, (span, want)
         prefill, decode = driver.urls[1:]
         gen, prompt = "vllm:generation_tokens_total", "vllm:prompt_tokens_total"
-        assert (_metric(base, prompt), _metric(base, gen)) == (1000, n)
-        assert (_metric(prefill, prompt), _metric(prefill, gen)) == (1000, 0)  # the prompt was read there
-        assert (_metric(decode, prompt), _metric(decode, gen)) == (0, n)  # the answer was written there
-        assert _metric(decode, "vllm:e2e_request_latency_seconds_count") == 1
-        assert _metric(base, "vllm:kv_cache_usage_perc") == 0
+        assert (metric_at(base, prompt), metric_at(base, gen)) == (1000, n)
+        assert (metric_at(prefill, prompt), metric_at(prefill, gen)) == (1000, 0)  # the prompt was read there
+        assert (metric_at(decode, prompt), metric_at(decode, gen)) == (0, n)  # the answer was written there
+        assert metric_at(decode, "vllm:e2e_request_latency_seconds_count") == 1
+        assert metric_at(base, "vllm:kv_cache_usage_perc") == 0
         driver.live.check()
 
 
