@@ -4,35 +4,49 @@ the app's own event loop, httpx over loopback)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from tests.tui.api_server import free_port, need
 
 
-async def test_floor_shows_the_http_clients_requests() -> None:
-    need("uvicorn")
-    import httpx
+def _floor(*flags: str) -> tuple[Any, Any, Any, str]:
+    """A `serve-api --floor` app as the command builds it (at half real time, plus `flags`): the app, its uvicorn
+    server, the driver, and the completions URL on a free loopback port."""
     import uvicorn
 
     from tui.api.floor import ServeFloorApp
     from tui.cli import build_parser
     from tui.commands import serve_api_cmd
-    from tui.render import users
 
     port = free_port()
-    words = ["serve-api", "--port", str(port), "--floor", "--time-scale", "0.5"]
+    words = ["serve-api", "--port", str(port), "--floor", "--time-scale", "0.5", *flags]
     args = build_parser(words).parse_args(words)
     app, driver, _ = serve_api_cmd.build_all(args)
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
-    floor = ServeFloorApp(server, serve_api_cmd.listen("127.0.0.1", port), driver.live.replicas[0].engine,
+    floor = ServeFloorApp(server, serve_api_cmd.listen("127.0.0.1", port), serve_api_cmd.floor_subject(args, driver),
                           serve_api_cmd.config_from_args(args))
     floor.animation_level = "none"
+    return floor, server, driver, f"http://127.0.0.1:{port}/v1/completions"
+
+
+async def _started(server: Any) -> bool:
+    """Whether the server (on the app's event loop) comes up within 4 s."""
+    for _ in range(200):
+        if server.started:
+            return True
+        await asyncio.sleep(0.02)
+    return bool(server.started)
+
+
+async def test_floor_shows_the_http_clients_requests() -> None:
+    need("uvicorn")
+    import httpx
+
+    from tui.render import users
+
+    floor, server, _, url = _floor()
     async with floor.run_test(size=(120, 40)) as pilot:
-        for _ in range(200):
-            if server.started:
-                break
-            await asyncio.sleep(0.02)
-        assert server.started
-        url = f"http://127.0.0.1:{port}/v1/completions"
+        assert await _started(server)
         async with httpx.AsyncClient(timeout=20) as client:
             # At half real time three 40-token answers take ~2 s: they are on the floor while we look.
             sent = [asyncio.create_task(client.post(url, json={"prompt": "p" * 400 * (k + 1), "max_tokens": 40}))
@@ -61,28 +75,10 @@ async def test_floor_of_a_pd_fleet_shows_its_replica_rows() -> None:
     between them), read as the driver moves it; 2 shows the decode replica's floor."""
     need("uvicorn")
     import httpx
-    import uvicorn
 
-    from tui.api.floor import ServeFloorApp
-    from tui.cli import build_parser
-    from tui.commands import serve_api_cmd
-
-    port = free_port()
-    words = ["serve-api", "--port", str(port), "--floor", "--time-scale", "0.5", "--pd", "1:1",
-             "--kv-link-gbps", "1"]
-    args = build_parser(words).parse_args(words)
-    app, driver, _ = serve_api_cmd.build_all(args)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
-    floor = ServeFloorApp(server, serve_api_cmd.listen("127.0.0.1", port), serve_api_cmd.floor_subject(args, driver),
-                          serve_api_cmd.config_from_args(args))
-    floor.animation_level = "none"
+    floor, server, driver, url = _floor("--pd", "1:1", "--kv-link-gbps", "1")
     async with floor.run_test(size=(120, 40)) as pilot:
-        for _ in range(200):
-            if server.started:
-                break
-            await asyncio.sleep(0.02)
-        assert server.started and floor.selected is None and floor.frame.fleet.pd == (1, 1)
-        url = f"http://127.0.0.1:{port}/v1/completions"
+        assert await _started(server) and floor.selected is None and floor.frame.fleet.pd == (1, 1)
         async with httpx.AsyncClient(timeout=20) as client:
             sent = asyncio.create_task(client.post(url, json={"prompt": "p" * 8000, "max_tokens": 60}))
             moving = running = None
