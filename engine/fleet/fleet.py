@@ -41,6 +41,7 @@ from engine.fleet.spec import FleetSpec, parse_pd
 from engine.physics.batch import Batch
 from engine.physics.energy import recent_power
 from engine.physics.step import StepModel
+from engine.serving import lora_slots
 from engine.serving.accounting import H, T, check_conserved, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
 from engine.serving.kv_tiers import REMOTE, TIER_POLICIES, tier_report
@@ -577,10 +578,7 @@ class Fleet:
         m["router"] = self.spec.router
         m["replicas"] = [r.summary(m["sim_time_s"]) for r in self.reps]
         m["kv_peak_bytes"] = max(s["kv_peak_bytes"] for s in m["replicas"])
-        tiers = tier_report([r.lane.pool.tiers for r in self.reps if r.lane.pool.tiers is not None],
-                            self.step_model.kv_bytes_per_token)
-        if tiers is not None:
-            m["kv_tiers"] = tiers
+        m.update(_optional_blocks(self.reps, self.spec.config, self.step_model))
         if self.scaler is not None:
             times = np.concatenate([r.lane.stats.times.last() for r in self.back])
             cfg = self.spec.config
@@ -683,3 +681,16 @@ def _validate(spec: FleetSpec) -> None:
                          f" {spec.scale.hi}: give MAX = --replicas, without --pd")
     if spec.config.fast_share > 0 and spec.replicas > 1:
         raise InputError("--fast-share is a second GPU group of one engine; with --replicas use one or the other")
+
+
+def _optional_blocks(reps: list[Replica], cfg: EngineConfig, sm: StepModel) -> dict[str, Any]:
+    """The fleet's `kv_tiers` and `lora` blocks (as an engine's metrics have them), over every replica; each only
+    when the run has KV tiers or LoRA adapters."""
+    out: dict[str, Any] = {}
+    tiers = tier_report([r.lane.pool.tiers for r in reps if r.lane.pool.tiers is not None], sm.kv_bytes_per_token)
+    if tiers is not None:
+        out["kv_tiers"] = tiers
+    lora = lora_slots.lanes_summary([ln for r in reps for ln in r.lanes], cfg, sm)
+    if lora is not None:
+        out["lora"] = lora
+    return out

@@ -504,9 +504,9 @@ class Engine:
         tiers = tier_report([ln.pool.tiers for ln in lanes if ln.pool.tiers is not None], sm.kv_bytes_per_token)
         if tiers is not None:
             out["kv_tiers"] = tiers
-        if sm.lora is not None:  # multi-LoRA's slots, loads and waits over these lanes (scenes read it here)
-            out["lora"] = lora_slots.summary([ln.lora for ln in lanes if ln.lora is not None], cfg.lora_adapters,
-                                             cfg.max_lora_rank, sm.lora.bytes_per_adapter)
+        lora = lora_slots.lanes_summary(lanes, cfg, sm)  # multi-LoRA's slots, loads and waits over these lanes
+        if lora is not None:
+            out["lora"] = lora
         return out
 
     @property

@@ -15,6 +15,9 @@ the time they were first passed over for lack of a slot in SLOT.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 
 from engine.serving.tables import FloatCol, Rows
@@ -106,6 +109,14 @@ class LoraSlots:
         """Seconds of adapter loads the step about to run waits for (then none are pending)."""
         s, self.pending_s = self.pending_s, 0.0
         return s
+
+
+def lanes_summary(lanes: Iterable[Any], cfg: Any, sm: Any) -> dict[str, float] | None:
+    """The `lora` block over these lanes (an engine's, or every replica's of a fleet): None with LoRA off."""
+    slots = [ln.lora for ln in lanes if ln.lora is not None]
+    if sm.lora is None or not slots:
+        return None
+    return summary(slots, cfg.lora_adapters, cfg.max_lora_rank, sm.lora.bytes_per_adapter)
 
 
 def summary(slots: list[LoraSlots], adapters: int, rank: int, adapter_bytes_per_gpu: float) -> dict[str, float]:

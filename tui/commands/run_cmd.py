@@ -16,7 +16,6 @@ from engine.evidence import bands
 from engine.files import atomic_output, check_target
 from engine.numbers import fixed, json_safe
 from engine.physics import energy
-from engine.serving import lora_slots
 from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
 from engine.validation import printable_line
@@ -184,8 +183,6 @@ def report(engine: Engine | Fleet) -> dict[str, Any]:
     out["percentiles_cover"] = "finished requests only"
     if cfg.energy:
         out["energy"] = energy_of(engine, m)
-    if cfg.lora_adapters:
-        out["lora"] = lora_of(engine)
     if cfg.fast_share > 0:
         out["fast_lane"] = {k: m2 for k, m2 in engine.metrics(fast=True).items() if k != "rolling"}
         out["normal_lane"] = {k: m2 for k, m2 in engine.metrics(fast=False).items() if k != "rolling"}
@@ -217,15 +214,6 @@ def energy_of(engine: Engine | Fleet, m: dict[str, Any]) -> dict[str, Any]:
     scaled = m.get("autoscale")
     on = scaled["gpu_hours"] * 3600.0 if scaled else None  # an autoscaler switched some GPUs off for a while
     return energy.run_energy(m, engine.step_model, gpus, cfg.group_gpus, cfg.price_per_kwh, m["price_per_hour"], on)
-
-
-def lora_of(engine: Engine | Fleet) -> dict[str, Any]:
-    """The run's multi-LoRA totals (engine.serving.lora_slots.summary) over every lane of every replica."""
-    cfg, sm = engine.config, engine.step_model
-    lanes = [ln for r in engine.reps for ln in r.lanes] if _is_fleet(engine) else list(engine.lanes)
-    assert sm.lora is not None
-    return lora_slots.summary([ln.lora for ln in lanes if ln.lora is not None], cfg.lora_adapters,
-                              cfg.max_lora_rank, sm.lora.bytes_per_adapter)
 
 
 def run_inputs(args: argparse.Namespace) -> list[str | None]:
