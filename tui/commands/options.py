@@ -154,3 +154,16 @@ def require_terminal(headless_hint: str) -> None:
         return
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise InputError(f"the simulator needs a terminal (stdin and stdout are not one); {headless_hint}")
+
+
+def check_plot_file(path: str | None, inputs: Iterable[str | None]) -> None:
+    """A --plot-file (run, plan) names an .svg or .html file that is not one of the command's `inputs`: refused in
+    one line before the work starts, not after it."""
+    if not path:
+        return
+    from engine.files import check_target
+    from tui.render.svg import write_kind
+
+    if not write_kind(path):
+        raise InputError(f"--plot-file {path}: name a .svg or .html file")
+    check_target(path, "--plot-file", inputs)

@@ -24,7 +24,7 @@ from engine import budget, vllm_flags
 from engine import options as O
 from engine.errors import InputError
 from engine.evidence import bands
-from engine.files import atomic_output, check_target
+from engine.files import atomic_output
 from engine.fleet import plan as pl
 from engine.numbers import fixed
 from engine.physics.specs import load_hardware, load_model
@@ -33,6 +33,7 @@ from engine.validation import printable_line
 from tui.commands import plan_plot, progress
 from tui.commands.options import (
     add_options,
+    check_plot_file,
     console,
     nonneg_float,
     positive_float,
@@ -40,7 +41,6 @@ from tui.commands.options import (
     print_json,
     versioned,
 )
-from tui.render import svg
 from tui.render.scatter import scatter
 
 
@@ -172,11 +172,8 @@ def mapper_for(args: argparse.Namespace) -> tuple[Any, str]:
 def run(args: argparse.Namespace) -> int:
     """Prune, simulate every remaining point, and report the best one, the front and what was infeasible."""
     t0 = time.perf_counter()
-    if args.plot_file:  # refused now, not after the grid ran
-        if not svg.write_kind(args.plot_file):
-            raise InputError(f"--plot-file {args.plot_file}: name a .svg or .html file")
-        check_target(args.plot_file, "--plot-file", [args.model, args.hardware, getattr(args, "workload", None),
-                                                      getattr(args, "trace", None)])
+    check_plot_file(args.plot_file, [args.model, args.hardware, getattr(args, "workload", None),
+                                     getattr(args, "trace", None)])  # refused now, not after the grid ran
     space = space_from_args(args)
     base = base_from_args(args, space)
     slo = pl.Slo(ttft=args.slo_ttft, tpot=args.slo_tpot, percentile=args.slo_percentile)

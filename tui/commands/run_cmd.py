@@ -20,7 +20,7 @@ from engine.serving.engine import Engine
 from engine.serving.snapshot import KV_BLOCK_TOKENS
 from engine.validation import printable_line
 from tui.commands import progress
-from tui.commands.options import add_options, console, positive_int, print_json, versioned
+from tui.commands.options import add_options, check_plot_file, console, positive_int, print_json, versioned
 
 if TYPE_CHECKING:
     from engine.fleet.fleet import Fleet
@@ -236,7 +236,7 @@ def check_outputs(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build the engine, run it to its bound, print JSON or the Rich report (and the trace, when asked)."""
     check_outputs(args)
-    plot_kind = check_plot(args)
+    check_plot(args)
     engine = build(args)
     if _is_fleet(engine) and not args.trace_out:  # a trace records each replica's steps in this process
         engine.workers = args.workers or os.cpu_count() or 1
@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
         out = report(engine)
         if series is not None and args.plot_file:
             with atomic_output(args.plot_file, "--plot-file", run_inputs(args)) as pf:
-                pf.write(run_plot.file_text(plot_kind, out, engine.latencies(), series))
+                pf.write(run_plot.file_text(args.plot_file, out, engine.latencies(), series))
         if args.bench_json:
             from engine.evidence.measured import bench_out
 
@@ -278,20 +278,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_plot(args: argparse.Namespace) -> str:
-    """--plot draws in the terminal, so it cannot share stdout with --json; --plot-file names .svg or .html. Returns
-    the file's name (or "")."""
+def check_plot(args: argparse.Namespace) -> None:
+    """--plot draws in the terminal, so it cannot share stdout with --json; --plot-file names .svg or .html and is
+    not one of the run's inputs (refused now, not after a long run)."""
     if args.plot and args.json:
         raise InputError("--plot draws in the terminal and --json prints JSON there; with --json write the figures"
                          " with --plot-file FILE.svg or FILE.html")
-    if not args.plot_file:
-        return ""
-    from tui.render.svg import write_kind
-
-    if not write_kind(args.plot_file):
-        raise InputError(f"--plot-file {args.plot_file}: name a .svg or .html file")
-    check_target(args.plot_file, "--plot-file", run_inputs(args))  # refused now, not after a long run
-    return str(args.plot_file)
+    check_plot_file(args.plot_file, run_inputs(args))
 
 
 def _print(r: dict[str, Any]) -> None:
