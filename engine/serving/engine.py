@@ -433,15 +433,7 @@ class Engine:
             prefilled=np.minimum(c["cached"], prompt), think_len=c["think"], output_len=c["total"] - c["think"],
             generated=c["gen"], kv_blocks=c["blocks"], fast=c["fast"].astype(bool), arrival_s=c["arrival"],
         )
-        h = main.stats.hist.last()
-        dt = h[:, H.DT]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tok_s = np.where(dt > 0, h[:, H.OUT] / dt, 0.0)
-        history = {
-            "time_s": tuple(h[:, H.TIME].tolist()), "kv_util": tuple(h[:, H.KV].tolist()),
-            "queue": tuple(h[:, H.QUEUE].tolist()), "tok_s_out": tuple(tok_s.tolist()),
-            "step_ms": tuple((dt * 1e3).tolist()), "batch": tuple(h[:, H.BATCH].tolist()),
-        }
+        history = self.history()
         sm = self._sm
         hbm = main.stats.bytes
         tiers = [ln.pool.tiers for ln in self._lanes if ln.pool.tiers is not None]
@@ -468,6 +460,19 @@ class Engine:
             solo_cost_per_mtok_out(self._sm, float(rows["cached"][decoding].mean()), self.rates().dollars_per_s)
             if decoding.any() else math.nan)
         return m
+
+    def history(self) -> dict[str, tuple[float, ...]]:
+        """The main lane's last HISTORY_POINTS ticks, oldest first: clock, KV fill, queue, output tok/s, step ms and
+        batch per tick (Snapshot.history; `run --plot` reads it every few hundred ticks without a whole snapshot)."""
+        h = self._lanes[0].stats.hist.last()
+        dt = h[:, H.DT]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tok_s = np.where(dt > 0, h[:, H.OUT] / dt, 0.0)
+        return {
+            "time_s": tuple(h[:, H.TIME].tolist()), "kv_util": tuple(h[:, H.KV].tolist()),
+            "queue": tuple(h[:, H.QUEUE].tolist()), "tok_s_out": tuple(tok_s.tolist()),
+            "step_ms": tuple((dt * 1e3).tolist()), "batch": tuple(h[:, H.BATCH].tolist()),
+        }
 
     @property
     def lanes(self) -> tuple[Lane, ...]:

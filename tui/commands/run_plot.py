@@ -59,7 +59,7 @@ def sample(engine: Engine | Fleet, series: Series) -> None:
         kv = 100.0 * float(np.mean([s.kv_used / s.kv_total if s.kv_total else 0.0 for s in st]))
         series.add(engine.clock, kv, sum(s.queued for s in st), sum(s.batch for s in st))
         return
-    h = engine.snapshot().history
+    h = engine.history()
     t = np.asarray(h["time_s"])
     new = t > (series.t[-1] if series.t else -1.0)
     series.add(t[new], 100.0 * np.asarray(h["kv_util"])[new], np.asarray(h["queue"])[new],
