@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,18 +112,8 @@ def run_engine(engine: Engine | Fleet, show_progress: bool, log_progress: bool =
     run goes in chunks and the KV pool and queue are read after each (run_plot)."""
     if not show_progress:
         with progress.heartbeat(command, lambda: _where(engine), log_progress):
-            if series is None:
-                return engine.run()
-            from tui.commands import run_plot
-
-            ticks = 0
-            while not engine.finished:
-                ticks += engine.run(max_ticks=run_plot.chunk(engine))
-                run_plot.sample(engine, series)
-            return ticks
+            return engine.run() if series is None else _chunks(engine, series, lambda: None)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from tui.commands import run_plot
 
     cfg = engine.config
     limit, duration = getattr(engine, "bounds", (cfg.requests, cfg.duration))  # a fleet runs its config's bounds
@@ -131,16 +122,29 @@ def run_engine(engine: Engine | Fleet, show_progress: bool, log_progress: bool =
     with Progress(TextColumn("[bold]serving"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console(stderr=True), transient=True) as bar:
         task = bar.add_task("", total=total)
-        ticks = 0
-        every = _PROGRESS_EVERY if series is None else run_plot.chunk(engine)
-        while not engine.finished:
-            ticks += engine.run(max_ticks=every)
-            if series is not None:
-                run_plot.sample(engine, series)
+
+        def show() -> None:
             done = engine.clock if by_time else float(engine.requests_completed)
             bar.update(task, completed=min(done, total),
                        description=f"sim {engine.clock:,.1f} s · tick {engine.tick:,}")
-        return ticks
+        return _chunks(engine, series, show)
+
+
+def _chunks(engine: Engine | Fleet, series: Series | None, after: Callable[[], None]) -> int:
+    """Run to the bound in chunks (a plot's sampling interval with a `series`, else the progress bar's), reading
+    the series and calling `after` between them; returns ticks run."""
+    every = _PROGRESS_EVERY
+    if series is not None:
+        from tui.commands import run_plot
+
+        every = run_plot.chunk(engine)
+    ticks = 0
+    while not engine.finished:
+        ticks += engine.run(max_ticks=every)
+        if series is not None:
+            run_plot.sample(engine, series)
+        after()
+    return ticks
 
 
 def _where(engine: Engine | Fleet) -> str:
