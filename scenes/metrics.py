@@ -132,6 +132,12 @@ def _load_trace(name: str, speed: float) -> Any:
     return load_trace(name, speed)
 
 
+def _distinct_prompts_kv_gb(prompt: Any, kv_bytes_per_token: float) -> float:
+    """GB of KV cache the distinct prompts of a workload stage's prompt spec hold: groups x users per group x mean
+    prompt x bytes per token (the spec read once: each read of it parses the workload file)."""
+    return prompt.groups * max(1, prompt.users_per_group or 1) * prompt.tokens.mean * kv_bytes_per_token / 1e9
+
+
 def _run_block(s: Stage, path: str) -> float:
     """A figure of one of the run's optional blocks (`lora`, `kv_tiers`): NaN when the run has no such block."""
     v = dig(s.engine_metrics(), path, lenient=True)
@@ -610,8 +616,7 @@ FORMULAS: tuple[tuple[str, str, str, Fn], ...] = (
      lambda s: float(_workload_prompt(s).shared_prefix)),
     ("workload_kv_gb", "GB", "KV cache of every distinct prompt the workload's first stage sends (groups x users per"
      " group x mean prompt x bytes per token): what a cache must hold for every repeat to hit",
-     lambda s: _workload_prompt(s).groups * max(1, _workload_prompt(s).users_per_group or 1)
-     * _workload_prompt(s).tokens.mean * _sm(s).kv_bytes_per_token / 1e9),
+     lambda s: _distinct_prompts_kv_gb(_workload_prompt(s), _sm(s).kv_bytes_per_token)),
     # multi-LoRA (engine.physics.lora, engine.serving.lora_slots) and KV tiers (engine.serving.kv_tiers): the
     # run's `lora` and `kv_tiers` blocks, NaN (not yet measured) while the engine runs without them
     ("lora_adapters", "adapters", "LoRA adapters the requests choose from", lambda s: _run_block(s, "lora.adapters")),
