@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from engine.physics.step import StepCost
+from engine.serving.history import N_COLS, History
 from engine.serving.prefix_cache import BlockPool
 from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, Ring, Rows, done_rows
 
@@ -41,6 +42,9 @@ class H(IntEnum):
     COUT = 8  # seconds charged to output tokens
     FLOPS = 9  # useful FLOPs (recompute excluded)
     BYTES = 10  # HBM bytes
+
+
+assert len(H) == N_COLS  # engine.serving.history builds rows in this order
 
 
 class L(IntEnum):
@@ -227,7 +231,7 @@ class LaneStats:
     slo_ttft: float | None = None  # an answer meets the SLO with TTFT <= slo_ttft and TPOT <= slo_tpot (None: any)
     slo_tpot: float | None = None
     batch_hist: np.ndarray = field(init=False)  # ticks per batch size (sizes above the cap count at the cap)
-    hist: Ring = field(init=False)
+    hist: History = field(init=False)
     itl: Itl = field(init=False)
     stage_done: np.ndarray = field(init=False)  # requests completed per stage (exact; the ring is bounded)
     # Finished requests' records, derived in batches (see finish): read them through lat, times, recent, slo_ok.
@@ -241,7 +245,7 @@ class LaneStats:
 
     def __post_init__(self) -> None:
         self.batch_hist = np.zeros(max(self.max_batch, 1) + 1, dtype=np.int64)
-        self.hist = Ring(HISTORY_POINTS, len(H))
+        self.hist = History(HISTORY_POINTS)
         self._lat = Ring(LATENCY_SAMPLES, len(L))
         self._times = Ring(LATENCY_SAMPLES, len(T))
         self._recent = Ring(RECENT_DONE, DONE_COLS)

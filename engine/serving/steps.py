@@ -24,16 +24,12 @@ from engine.physics.specs import Model
 from engine.physics.speculative import sample_accepted
 from engine.physics.step import StepCost, StepModel, StepParts
 from engine.serving import admission, keying
-from engine.serving.accounting import H
+from engine.serving.history import Run
 from engine.serving.lora_slots import LoraSlots
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, blocks_for
 
 if TYPE_CHECKING:
     from engine.serving.lane import Lane, TickResult
-
-# History columns as plain ints (indexing numpy with an IntEnum member goes through __index__ each time).
-_TIME, _DT, _KV, _QUEUE, _BATCH, _OUT, _IN, _CIN, _COUT, _FLOPS, _BYTES = (int(x) for x in H)
-_NH = len(H)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
@@ -607,30 +603,10 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
 
 def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
                  used: np.ndarray, queue: tuple[int, int]) -> None:
-    """The run's k rows (steps of n rows) of the per-tick history, written in place in the ring where they fit
-    (as account's push_row would have written them one by one)."""
-    hist = lane.stats.hist
-    h = hist.claim(k)
-    whole = h is None
-    if whole:
-        h = np.empty((k, _NH))
-    cols = h.T  # one column a row: each assignment is one strided write
-    cols[_TIME] = ends
-    cols[_DT] = dts
-    cols[_COUT] = dts
-    cols[_KV] = used
-    cols[_KV] /= lane.pool.total
-    h[-1, _KV] = lane.pool.util  # the history row is taken after the last step's completions free blocks
-    cols[_QUEUE] = lane.waiting
-    cols[_QUEUE, :queue[0]] = queue[1]
-    cols[_BATCH] = n  # the steps' batch (the rows that finished in the last step included)
-    cols[_OUT] = n
-    cols[_IN] = 0.0
-    cols[_CIN] = 0.0
-    cols[_FLOPS] = flops
-    cols[_BYTES] = byts
-    if whole:
-        hist.push(h)
+    """The run's k rows (steps of n rows) of the per-tick history, noted as the arrays they come from and built
+    when read (engine.serving.history): as account's push_row would have written them one by one."""
+    pool = lane.pool
+    lane.stats.hist.push_run(Run(ends, dts, flops, byts, used, pool.total, pool.util, lane.waiting, queue, n))
 
 
 # ---- the registry -------------------------------------------------------------------------------------------

@@ -1,0 +1,127 @@
+"""The per-tick history ring, written when read: a lane notes each tick (or quiet run) as it happens, and the rows
+are built only when someone reads them.
+
+A headless run reads the history once at the end (the rolling rates of `run --json`), the app a few times a second;
+a busy lane adds thousands of ticks in between, almost all of which the ring would overwrite before anyone looked.
+Building a quiet run's rows (eleven column writes, the KV fill divided out) cost more than pricing its steps, so a
+run is kept as the arrays it was priced with and a single tick as its tuple; pending entries the ring would
+overwrite anyway are dropped as new ones come, and the rest are written into the ring on the next read. Every value
+is the one the eager ring held (the same floats, computed from the same operands), so readers see no difference.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+
+from engine.serving.tables import Ring
+
+# History columns (engine.serving.accounting.H, whose order this module shares; kept as ints here because
+# accounting imports this module).
+_TIME, _DT, _KV, _QUEUE, _BATCH, _OUT, _IN, _CIN, _COUT, _FLOPS, _BYTES = range(11)
+N_COLS = 11
+
+
+class Run(NamedTuple):
+    """A quiet run of k decode steps of `n` rows, noted as the arrays it was priced with (see Lane's jump)."""
+
+    ends: np.ndarray  # each step's end (the clock after it)
+    dts: np.ndarray  # each step's time
+    flops: np.ndarray
+    byts: np.ndarray
+    used: np.ndarray  # the pool's used blocks after each step
+    total: int  # the pool's blocks (KV fill = used / total)
+    last_kv: float  # the fill after the last step's completions freed their blocks (the last row's KV)
+    waiting: int  # requests waiting after the run
+    queue: tuple[int, int]  # (j, w): the steps before step j saw w waiting (an arrival drawn at step j's start)
+    n: int
+
+
+def run_rows(r: Run) -> np.ndarray:
+    """A run's k history rows, as the eager ring wrote them."""
+    k = len(r.ends)
+    h = np.empty((k, N_COLS))
+    cols = h.T  # one column a row: each assignment is one strided write
+    cols[_TIME] = r.ends
+    cols[_DT] = r.dts
+    cols[_COUT] = r.dts
+    cols[_KV] = r.used
+    cols[_KV] /= r.total
+    h[-1, _KV] = r.last_kv
+    cols[_QUEUE] = r.waiting
+    cols[_QUEUE, :r.queue[0]] = r.queue[1]
+    cols[_BATCH] = r.n  # the steps' batch (the rows that finished in the last step included)
+    cols[_OUT] = r.n
+    cols[_IN] = 0.0
+    cols[_CIN] = 0.0
+    cols[_FLOPS] = r.flops
+    cols[_BYTES] = r.byts
+    return h
+
+
+class History:
+    """The last `cap` ticks of a lane (Ring rows of the H columns), with pushes kept pending until a read."""
+
+    __slots__ = ("ring", "cap", "_pend", "_pend_rows", "_rows")
+
+    def __init__(self, cap: int) -> None:
+        self.ring = Ring(cap, N_COLS)
+        self.cap = cap
+        self._pend: deque[tuple[float, ...] | Run] = deque()
+        self._pend_rows = 0  # rows pending
+        self._rows: deque[int] = deque()  # rows of each pending entry (1 for a tick)
+
+    def push_row(self, row: tuple[float, ...]) -> None:
+        """One tick's row (a tuple of the H columns)."""
+        self._pend.append(row)
+        self._rows.append(1)
+        self._pend_rows += 1
+        if self._pend_rows - self._rows[0] >= self.cap:
+            self._drop()
+
+    def push_run(self, run: Run) -> None:
+        """A quiet run's rows (built when read)."""
+        k = len(run.ends)
+        self._pend.append(run)
+        self._rows.append(k)
+        self._pend_rows += k
+        if self._pend_rows - self._rows[0] >= self.cap:
+            self._drop()
+
+    def _drop(self) -> None:
+        """Forget the oldest pending entries whose rows the newer ones would overwrite in the ring anyway."""
+        pend, rows, cap = self._pend, self._rows, self.cap
+        while self._pend_rows - rows[0] >= cap:
+            self._pend_rows -= rows.popleft()
+            pend.popleft()
+
+    def _flush(self) -> None:
+        """Write the pending entries into the ring, oldest first (consecutive ticks in one push)."""
+        ring = self.ring
+        ticks: list[tuple[float, ...]] = []
+        for e in self._pend:
+            if isinstance(e, Run):
+                if ticks:
+                    ring.push(np.array(ticks, dtype=np.float64))
+                    ticks = []
+                ring.push(run_rows(e))
+            else:
+                ticks.append(e)
+        if ticks:
+            ring.push(np.array(ticks, dtype=np.float64))
+        self._pend.clear()
+        self._rows.clear()
+        self._pend_rows = 0
+
+    @property
+    def count(self) -> int:
+        """Rows held (at most cap)."""
+        return min(self.ring.count + self._pend_rows, self.cap)
+
+    def last(self, k: int | None = None) -> np.ndarray:
+        """The last k rows (all held rows if None), oldest first; a copy."""
+        if self._pend_rows:
+            self._flush()
+        return self.ring.last(k)

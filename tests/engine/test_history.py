@@ -1,0 +1,50 @@
+"""The per-tick history written when read (engine.serving.history) holds exactly what an eager ring held."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.serving.history import N_COLS, History, Run, run_rows
+from engine.serving.tables import Ring
+
+
+def _random_run(rng: np.random.Generator, t: float) -> Run:
+    k = int(rng.integers(2, 300))
+    dts = rng.uniform(0.005, 0.05, k)
+    ends = t + np.add.accumulate(dts)
+    used = np.sort(rng.integers(0, 900, k)).astype(np.float64)
+    j = int(rng.integers(0, k + 1))
+    return Run(ends, dts, rng.uniform(1e9, 1e12, k), rng.uniform(1e9, 1e11, k), used, 1000, float(rng.uniform()),
+               int(rng.integers(0, 5)), (j, int(rng.integers(0, 5))), int(rng.integers(1, 64)))
+
+
+def test_lazy_history_matches_an_eager_ring_at_every_read() -> None:
+    rng = np.random.default_rng(7)
+    for cap in (1, 7, 512):
+        lazy, eager = History(cap), Ring(cap, N_COLS)
+        t = 0.0
+        for i in range(400):
+            if rng.uniform() < 0.5:
+                r = _random_run(rng, t)
+                lazy.push_run(r)
+                eager.push(run_rows(r))
+                t = float(r.ends[-1])
+            else:
+                row = (t, float(rng.uniform()), float(rng.uniform()), int(rng.integers(0, 9)), 3, 3, 5, 0.1, 0.2,
+                       1e9, 2e9)
+                lazy.push_row(row)
+                eager.push_row(row)
+            if i % 37 == 0 or i == 399:  # reads at odd moments flush what is pending
+                assert lazy.count == eager.count
+                for k in (None, 1, 5, cap):
+                    assert np.array_equal(lazy.last(k), eager.last(k))
+
+
+def test_run_rows_follow_the_columns() -> None:
+    r = _random_run(np.random.default_rng(1), 0.0)
+    h = run_rows(r)
+    j, w = r.queue
+    assert np.array_equal(h[:, 0], r.ends) and np.array_equal(h[:, 1], r.dts) and np.array_equal(h[:, 8], r.dts)
+    assert np.array_equal(h[:-1, 2], r.used[:-1] / r.total) and h[-1, 2] == r.last_kv
+    assert (h[:j, 3] == w).all() and (h[j:, 3] == r.waiting).all()
+    assert (h[:, 4] == r.n).all() and (h[:, 5] == r.n).all() and not h[:, 6:8].any()
