@@ -181,9 +181,18 @@ class Itl:
                 self.sum[s] += m * v
                 self.n[s] += m * k
             return
-        b = np.minimum(np.maximum(np.searchsorted(ITL_EDGES, dts) - 1, 0), _TOP)  # np.clip, 2 calls
+        e = np.searchsorted(ITL_EDGES, dts)  # each step's bin is e - 1 (clipped to the histogram)
+        lo, hi = int(e.min()), int(e.max())
+        if lo >= 1 and hi <= _TOP + 1:  # no clipping: the run's steps fall in bins lo - 1 .. hi - 1
+            cnt = np.bincount(e - lo)  # a few bins of a long histogram: counted over their span only
+            for s, m in per:
+                self.counts[s, lo - 1:hi] += cnt * m if m != 1 else cnt
+                self.sum[s] += m * v
+                self.n[s] += m * k
+            return
+        b = np.minimum(np.maximum(e - 1, 0), _TOP)  # np.clip, 2 calls
         for s, m in per:
-            np.add.at(self.counts[s], b, m)  # a few bins of a long histogram: add in place, no bincount of it all
+            np.add.at(self.counts[s], b, m)
             self.sum[s] += m * v
             self.n[s] += m * k
 

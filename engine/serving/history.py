@@ -31,7 +31,8 @@ class Run(NamedTuple):
     dts: np.ndarray  # each step's time
     flops: np.ndarray
     byts: np.ndarray
-    used: np.ndarray  # the pool's used blocks after each step
+    used0: int  # the pool's used blocks before the run
+    grown: np.ndarray  # blocks the run has taken after each step (used = used0 + grown)
     total: int  # the pool's blocks (KV fill = used / total)
     last_kv: float  # the fill after the last step's completions freed their blocks (the last row's KV)
     waiting: int  # requests waiting after the run
@@ -47,7 +48,8 @@ def run_rows(r: Run) -> np.ndarray:
     cols[_TIME] = r.ends
     cols[_DT] = r.dts
     cols[_COUT] = r.dts
-    cols[_KV] = r.used
+    cols[_KV] = r.grown
+    cols[_KV] += r.used0  # whole numbers: exact, as the int sum used0 + grown was
     cols[_KV] /= r.total
     h[-1, _KV] = r.last_kv
     cols[_QUEUE] = r.waiting

@@ -13,6 +13,7 @@ The quiet-run jump (many decode steps priced in one call) is not a kind: it runs
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
+_FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 
@@ -137,8 +139,8 @@ def run_batch(model: Model, cached: np.ndarray, k: int) -> Batch:
     """k decode steps in a row, as arrays: step j has every row j tokens further on and adds one each. Tokens
     and logits stay one float (every step has the same batch): the step model prices their terms once."""
     n = cached.size
-    j = np.arange(k)
-    sum_ctx = (int(cached.sum()) + j * n).astype(np.float64)
+    s0 = int(cached.sum())
+    sum_ctx = np.arange(s0, s0 + k * n, n).astype(np.float64)  # s0 + j n for j < k (n > 0: a run has rows)
     attn = sum_ctx + 0.5 * n
     if model.sliding_layers > 0:
         sum_win = window_sums(cached, k, int(model.sliding_window), model.chunked)
@@ -457,7 +459,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
         return 0
     if lane.waiting and not admission.blocked(lane, lane.pool.available - n, n, False):
         return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
-    k, used, grown = _quiet_blocks(lane, max_steps)
+    k, grown = _quiet_blocks(lane, max_steps)
     if k < 2:
         return 0
     c = lane.R.cols
@@ -466,19 +468,23 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
         b = b._replace(adapters=int(LoraSlots.in_batch(c.adapter[:n]).size))
     p = lane.sm.price(b)
     dts, flops, byts = p.time, p.flops_total, p.bytes_total
-    clock = np.add.accumulate(np.concatenate(([t0], dts)))  # step j runs clock[j] -> clock[j + 1]
+    clock = np.empty(len(dts) + 1)  # step j runs clock[j] -> clock[j + 1]
+    clock[0] = t0
+    clock[1:] = dts
+    np.add.accumulate(clock, out=clock)  # a left fold, as the clock moves step by step
     k, k_arr = _cut_at_arrival(lane, clock, k, stop)
     if k < 2:
         return 0
-    dts, flops, byts, used, grown, ends = dts[:k], flops[:k], byts[:k], used[:k], grown[:k], clock[1:k + 1]
+    dts, flops, byts, grown, ends = dts[:k], flops[:k], byts[:k], grown[:k], clock[1:k + 1]
     gen = c.gen[:n]
+    used0 = lane.pool.used
     _apply_run(lane, k, ends, int(grown[-1]), c.cached[:n], gen)
     if lane.async_sched:
         lane.chosen_at = float(clock[k - 1])  # the last jumped step's start
     queue = lane.waiting
     if k_arr < k:  # the run's last step starts after the arrival: it joins the queue then, as step() draws it
         _arrive_in_run(lane, float(clock[k_arr]), c.cached[:n])
-    _account_run(lane, k, ends, dts, flops, byts, used, gen >= c.total[:n], (k_arr, queue))
+    _account_run(lane, k, ends, dts, flops, byts, (used0, grown), gen >= c.total[:n], (k_arr, queue))
     if lane.lora is not None:
         lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
         lane.lora.step(b.adapters, k, float(lb.sum()), float(byts.sum()))
@@ -524,15 +530,17 @@ def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
                          attn_win=win[1], logits=n, attn_decode=at, adapters=b.adapters))
 
 
-def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarray]:
+def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray]:
     """How many decode steps may run before a completion, an admission or a preemption could happen (< 2: not
-    worth a jump), with the pool's used blocks after each and the blocks the run has grown by then."""
-    none = (0, _EMPTY, _EMPTY)
+    worth a jump), with the blocks the run has grown by the end of each."""
+    none = (0, _EMPTY)
     n = lane.R.n
     c = lane.R.cols
     cached = c.cached[:n]
-    # The first step finishing a request ends the run.
-    k = min(max_steps, int((c.total[:n] - c.gen[:n]).min()))
+    # The first step finishing a request ends the run. (A few rows: in Python, cheaper than two numpy calls.)
+    left = min(map(operator.sub, c.total[:n].tolist(), c.gen[:n].tolist())) if n <= _FEW_ROWS \
+        else int((c.total[:n] - c.gen[:n]).min())
+    k = min(max_steps, left)
     model = lane.sm.model
     if model.sliding_layers and model.chunked:
         k = min(k, int(model.sliding_window))  # window_sums' closed form holds for k <= the chunk
@@ -544,11 +552,11 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray, np.ndarr
         return none
     opens = np.bincount(lag, minlength=BLOCK)
     grown = opens[:k].cumsum() if k <= BLOCK else np.cumsum(opens[np.arange(k) & (BLOCK - 1)])
-    over = grown > lane.pool.available  # cached blocks are reclaimed before anyone is preempted
-    if over.any():
-        k = int(np.argmax(over))  # the step that would preempt is taken by step()
+    avail = lane.pool.available
+    if grown[-1] > avail:  # (grown never shrinks) cached blocks are reclaimed before anyone is preempted
+        k = int(np.argmax(grown > avail))  # the step that would preempt is taken by step()
         grown = grown[:k]
-    return k, lane.pool.used + grown, grown
+    return k, grown
 
 
 def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
@@ -573,7 +581,7 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
 
 
 def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: np.ndarray, done: np.ndarray, queue: tuple[int, int]) -> None:
+                 used: tuple[int, np.ndarray], done: np.ndarray, queue: tuple[int, int]) -> None:
     """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave.
     `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
     n = lane.R.n
@@ -602,11 +610,13 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
 
 
 def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: np.ndarray, queue: tuple[int, int]) -> None:
+                 used: tuple[int, np.ndarray], queue: tuple[int, int]) -> None:
     """The run's k rows (steps of n rows) of the per-tick history, noted as the arrays they come from and built
-    when read (engine.serving.history): as account's push_row would have written them one by one."""
+    when read (engine.serving.history): as account's push_row would have written them one by one. `used`: the
+    pool's used blocks before the run and the blocks it had taken after each step."""
     pool = lane.pool
-    lane.stats.hist.push_run(Run(ends, dts, flops, byts, used, pool.total, pool.util, lane.waiting, queue, n))
+    lane.stats.hist.push_run(Run(ends, dts, flops, byts, used[0], used[1], pool.total, pool.util, lane.waiting, queue,
+                                 n))
 
 
 # ---- the registry -------------------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ def _random_run(rng: np.random.Generator, t: float) -> Run:
     k = int(rng.integers(2, 300))
     dts = rng.uniform(0.005, 0.05, k)
     ends = t + np.add.accumulate(dts)
-    used = np.sort(rng.integers(0, 900, k)).astype(np.float64)
+    grown = np.sort(rng.integers(0, 900, k))
     j = int(rng.integers(0, k + 1))
-    return Run(ends, dts, rng.uniform(1e9, 1e12, k), rng.uniform(1e9, 1e11, k), used, 1000, float(rng.uniform()),
+    return Run(ends, dts, rng.uniform(1e9, 1e12, k), rng.uniform(1e9, 1e11, k), int(rng.integers(0, 99)), grown,
+               1000, float(rng.uniform()),
                int(rng.integers(0, 5)), (j, int(rng.integers(0, 5))), int(rng.integers(1, 64)))
 
 
@@ -45,6 +46,6 @@ def test_run_rows_follow_the_columns() -> None:
     h = run_rows(r)
     j, w = r.queue
     assert np.array_equal(h[:, 0], r.ends) and np.array_equal(h[:, 1], r.dts) and np.array_equal(h[:, 8], r.dts)
-    assert np.array_equal(h[:-1, 2], r.used[:-1] / r.total) and h[-1, 2] == r.last_kv
+    assert np.array_equal(h[:-1, 2], (r.used0 + r.grown[:-1]) / r.total) and h[-1, 2] == r.last_kv
     assert (h[:j, 3] == w).all() and (h[j:, 3] == r.waiting).all()
     assert (h[:, 4] == r.n).all() and (h[:, 5] == r.n).all() and not h[:, 6:8].any()
