@@ -39,6 +39,12 @@ _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts
 _ONES[0].flags.writeable = False
 
 
+def isum(a: np.ndarray) -> int:
+    """The sum of an int array (exact either way): a Python sum for a few rows, where numpy's call costs more
+    than the work."""
+    return sum(a.tolist()) if a.size <= _FEW_ROWS else int(a.sum())
+
+
 def ones(n: int) -> np.ndarray:
     """n read-only int64 ones (a view of a shared array that doubles when a batch outgrows it)."""
     a = _ONES[0]
@@ -90,7 +96,7 @@ def window(model: Model, cached: np.ndarray, new: np.ndarray | None = None) -> t
 def decode_batch(model: Model, cached: np.ndarray) -> Batch:
     """Every row decodes one token on top of its cache (the attention sums are whole and half tokens)."""
     n = cached.size
-    sum_ctx = float(cached.sum())
+    sum_ctx = float(isum(cached))
     attn = sum_ctx + 0.5 * n
     sum_win, attn_win = window(model, cached)
     return Batch(tokens=n, seqs=n, sum_ctx=sum_ctx, sum_win=sum_win, attn_full=attn, attn_win=attn_win, logits=n,
@@ -102,15 +108,22 @@ def join_batch(model: Model, dec: np.ndarray, chunks: np.ndarray) -> tuple[Batch
     an empty cache: every row emits, so every row needs logits. Also the prefill rows' attention pairs (the
     step's cost rule charges them to input)."""
     n_run = dec.size
-    s_dec = float(dec.sum())
-    nf = chunks.astype(np.float64)
-    attn_pf = float((nf * (nf / 2)).sum())
+    s_dec = float(isum(dec))
+    if chunks.size <= _FEW_ROWS:  # the usual one or two admitted rows: Python floats, the same products
+        cl = chunks.tolist()
+        attn_pf = float(sum([x * (x / 2) for x in cl]))  # whole and half tokens: exact, in any order
+        t_pf = sum(cl)
+    else:
+        nf = chunks.astype(np.float64)
+        attn_pf = float((nf * (nf / 2)).sum())
+        t_pf = int(chunks.sum())
     attn_dec = s_dec + 0.5 * n_run
     sum_win, attn_win = window(model, dec)
     if model.sliding_layers > 0:
+        nf = chunks.astype(np.float64)
         attn_win += float(model.local_pairs(np.zeros(nf.size), nf).sum())
-    b = Batch(tokens=n_run + int(chunks.sum()), seqs=n_run + chunks.size, sum_ctx=s_dec, sum_win=sum_win,
-              attn_full=attn_dec + attn_pf, attn_win=attn_win, logits=n_run + chunks.size, attn_decode=attn_dec)
+    b = Batch(t_pf + n_run, n_run + chunks.size, s_dec, sum_win, attn_dec + attn_pf, attn_win, n_run + chunks.size,
+              attn_dec)
     return b, attn_pf
 
 
@@ -275,9 +288,16 @@ def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float
     c = lane.R.cols
     # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
     inp = c.input[n_run:n]
-    gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
-    in_new = int(gained.sum())
-    inp += gained
+    if n - n_run <= _FEW_ROWS:  # the usual one or two admitted rows: Python ints (numpy's calls cost more)
+        was = inp.tolist()
+        now = [max(min(x, p), i) for x, p, i in zip(chunks.tolist(), c.prompt[n_run:n].tolist(), was)]
+        in_new = sum(now) - sum(was)
+        if in_new:
+            inp[:] = now
+    else:
+        gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
+        in_new = int(gained.sum())
+        inp += gained
     t_pf = b.tokens - n_run
     # mixed_step's cost rule: prefill's share of the step's FLOPs is charged to input tokens.
     ftot = p.flops_total
