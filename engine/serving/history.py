@@ -24,6 +24,24 @@ _TIME, _DT, _KV, _QUEUE, _BATCH, _OUT, _IN, _CIN, _COUT, _FLOPS, _BYTES = range(
 N_COLS = 11
 
 
+class Growth(NamedTuple):
+    """The blocks a quiet run of `n` decoding rows takes: a row opens one at each step whose cache is a multiple of
+    the block size (16), so the pattern repeats every 16 steps. `prefix[r]`: rows opening one in the first r steps
+    of each 16 (17 entries, prefix[16] = n)."""
+
+    n: int
+    prefix: tuple[int, ...]
+
+    def after(self, m: int) -> int:
+        """Blocks taken by the end of step m (m >= 0 steps run)."""
+        return (m >> 4) * self.n + self.prefix[m & 15]
+
+    def array(self, k: int) -> np.ndarray:
+        """Blocks taken by the end of each of the first k steps (after(1) .. after(k)), int64."""
+        m = np.arange(1, k + 1)
+        return (m >> 4) * self.n + np.asarray(self.prefix)[m & 15]
+
+
 class Run(NamedTuple):
     """A quiet run of k decode steps of `n` rows, noted as the arrays it was priced with (see Lane's jump)."""
 
@@ -32,7 +50,7 @@ class Run(NamedTuple):
     flops: np.ndarray
     byts: np.ndarray
     used0: int  # the pool's used blocks before the run
-    grown: np.ndarray  # blocks the run has taken after each step (used = used0 + grown)
+    grown: Growth  # blocks the run has taken after each step (used = used0 + grown)
     total: int  # the pool's blocks (KV fill = used / total)
     last_kv: float  # the fill after the last step's completions freed their blocks (the last row's KV)
     waiting: int  # requests waiting after the run
@@ -48,7 +66,7 @@ def run_rows(r: Run) -> np.ndarray:
     cols[_TIME] = r.ends
     cols[_DT] = r.dts
     cols[_COUT] = r.dts
-    cols[_KV] = r.grown
+    cols[_KV] = r.grown.array(k)
     cols[_KV] += r.used0  # whole numbers: exact, as the int sum used0 + grown was
     cols[_KV] /= r.total
     h[-1, _KV] = r.last_kv

@@ -13,6 +13,7 @@ The quiet-run jump (many decode steps priced in one call) is not a kind: it runs
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable
 from functools import partial
@@ -25,7 +26,7 @@ from engine.physics.specs import Model
 from engine.physics.speculative import sample_accepted
 from engine.physics.step import StepCost, StepModel, StepParts
 from engine.serving import admission, keying
-from engine.serving.history import Run
+from engine.serving.history import Growth, Run
 from engine.serving.lora_slots import LoraSlots
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, blocks_for
 
@@ -480,7 +481,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     if lane.waiting and not admission.blocked(lane, lane.pool.available - n, n, False):
         return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
     k, grown = _quiet_blocks(lane, max_steps)
-    if k < 2:
+    if k < 2 or grown is None:
         return 0
     c = lane.R.cols
     b = run_batch(lane.sm.model, c.cached[:n], k)
@@ -495,10 +496,10 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     k, k_arr = _cut_at_arrival(lane, clock, k, stop)
     if k < 2:
         return 0
-    dts, flops, byts, grown, ends = dts[:k], flops[:k], byts[:k], grown[:k], clock[1:k + 1]
+    dts, flops, byts, ends = dts[:k], flops[:k], byts[:k], clock[1:k + 1]
     gen = c.gen[:n]
     used0 = lane.pool.used
-    _apply_run(lane, k, ends, int(grown[-1]), c.cached[:n], gen)
+    _apply_run(lane, k, ends, grown.after(k), c.cached[:n], gen)
     if lane.async_sched:
         lane.chosen_at = float(clock[k - 1])  # the last jumped step's start
     queue = lane.waiting
@@ -550,15 +551,16 @@ def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
                          attn_win=win[1], logits=n, attn_decode=at, adapters=b.adapters))
 
 
-def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray]:
+def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None]:
     """How many decode steps may run before a completion, an admission or a preemption could happen (< 2: not
-    worth a jump), with the blocks the run has grown by the end of each."""
-    none = (0, _EMPTY)
+    worth a jump), and the blocks the run takes step by step."""
+    none = (0, None)
     n = lane.R.n
     c = lane.R.cols
     cached = c.cached[:n]
-    # The first step finishing a request ends the run. (A few rows: in Python, cheaper than two numpy calls.)
-    left = min(map(operator.sub, c.total[:n].tolist(), c.gen[:n].tolist())) if n <= _FEW_ROWS \
+    few = n <= _FEW_ROWS  # a few rows: Python ints, cheaper than numpy's calls
+    # The first step finishing a request ends the run.
+    left = min(map(operator.sub, c.total[:n].tolist(), c.gen[:n].tolist())) if few \
         else int((c.total[:n] - c.gen[:n]).min())
     k = min(max_steps, left)
     model = lane.sm.model
@@ -566,17 +568,21 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, np.ndarray]:
         k = min(k, int(model.sliding_window))  # window_sums' closed form holds for k <= the chunk
     if k < 2:
         return none
-    # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16.
-    lag = (-cached) & (BLOCK - 1)
-    if not admission.blocked(lane, lane.pool.available - int(np.count_nonzero(lag == 0)), n, False):
+    # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16, i.e. at the steps
+    # j = lag (mod 16) with lag = -cached mod 16.
+    if few:
+        opens = [0] * BLOCK
+        for x in cached.tolist():
+            opens[(-x) & (BLOCK - 1)] += 1
+    else:
+        opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK).tolist()
+    if not admission.blocked(lane, lane.pool.available - opens[0], n, False):
         return none
-    opens = np.bincount(lag, minlength=BLOCK)
-    grown = opens[:k].cumsum() if k <= BLOCK else np.cumsum(opens[np.arange(k) & (BLOCK - 1)])
+    growth = Growth(n, tuple(itertools.accumulate(opens, initial=0)))
     avail = lane.pool.available
-    if grown[-1] > avail:  # (grown never shrinks) cached blocks are reclaimed before anyone is preempted
-        k = int(np.argmax(grown > avail))  # the step that would preempt is taken by step()
-        grown = grown[:k]
-    return k, grown
+    if growth.after(k) > avail:  # (growth never shrinks) cached blocks are reclaimed before anyone is preempted
+        k = int(np.argmax(growth.array(k) > avail))  # the step that would preempt is taken by step()
+    return k, growth
 
 
 def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
@@ -601,7 +607,7 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
 
 
 def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: tuple[int, np.ndarray], done: np.ndarray, queue: tuple[int, int]) -> None:
+                 used: tuple[int, Growth], done: np.ndarray, queue: tuple[int, int]) -> None:
     """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave.
     `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
     n = lane.R.n
@@ -630,7 +636,7 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
 
 
 def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: tuple[int, np.ndarray], queue: tuple[int, int]) -> None:
+                 used: tuple[int, Growth], queue: tuple[int, int]) -> None:
     """The run's k rows (steps of n rows) of the per-tick history, noted as the arrays they come from and built
     when read (engine.serving.history): as account's push_row would have written them one by one. `used`: the
     pool's used blocks before the run and the blocks it had taken after each step."""

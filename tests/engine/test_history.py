@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.serving.history import N_COLS, History, Run, run_rows
+import itertools
+
+from engine.serving.history import N_COLS, Growth, History, Run, run_rows
 from engine.serving.tables import Ring
 
 
@@ -12,11 +14,13 @@ def _random_run(rng: np.random.Generator, t: float) -> Run:
     k = int(rng.integers(2, 300))
     dts = rng.uniform(0.005, 0.05, k)
     ends = t + np.add.accumulate(dts)
-    grown = np.sort(rng.integers(0, 900, k))
+    n = int(rng.integers(1, 64))
+    opens = np.bincount(rng.integers(0, 16, n), minlength=16).tolist()
+    grown = Growth(n, tuple(itertools.accumulate(opens, initial=0)))
     j = int(rng.integers(0, k + 1))
     return Run(ends, dts, rng.uniform(1e9, 1e12, k), rng.uniform(1e9, 1e11, k), int(rng.integers(0, 99)), grown,
                1000, float(rng.uniform()),
-               int(rng.integers(0, 5)), (j, int(rng.integers(0, 5))), int(rng.integers(1, 64)))
+               int(rng.integers(0, 5)), (j, int(rng.integers(0, 5))), n)
 
 
 def test_lazy_history_matches_an_eager_ring_at_every_read() -> None:
@@ -46,6 +50,19 @@ def test_run_rows_follow_the_columns() -> None:
     h = run_rows(r)
     j, w = r.queue
     assert np.array_equal(h[:, 0], r.ends) and np.array_equal(h[:, 1], r.dts) and np.array_equal(h[:, 8], r.dts)
-    assert np.array_equal(h[:-1, 2], (r.used0 + r.grown[:-1]) / r.total) and h[-1, 2] == r.last_kv
+    assert np.array_equal(h[:-1, 2], (r.used0 + r.grown.array(len(r.ends))[:-1]) / r.total) and h[-1, 2] == r.last_kv
     assert (h[:j, 3] == w).all() and (h[j:, 3] == r.waiting).all()
     assert (h[:, 4] == r.n).all() and (h[:, 5] == r.n).all() and not h[:, 6:8].any()
+
+
+def test_growth_is_the_cumulative_count_of_blocks_opened() -> None:
+    """Growth.after / array against counting, step by step, the rows whose cache reaches a multiple of 16."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        cached = rng.integers(0, 5000, int(rng.integers(1, 40)))
+        opens = np.bincount((-cached) & 15, minlength=16).tolist()
+        g = Growth(cached.size, tuple(itertools.accumulate(opens, initial=0)))
+        k = int(rng.integers(1, 100))
+        direct = np.cumsum([int(np.count_nonzero((cached + j) % 16 == 0)) for j in range(k)])
+        assert np.array_equal(g.array(k), direct) and [g.after(m) for m in range(1, k + 1)] == direct.tolist()
+        assert g.after(0) == 0
