@@ -291,7 +291,8 @@ def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float
     inp = c.input[n_run:n]
     if n - n_run <= _FEW_ROWS:  # the usual one or two admitted rows: Python ints (numpy's calls cost more)
         was = inp.tolist()
-        now = [max(min(x, p), i) for x, p, i in zip(chunks.tolist(), c.prompt[n_run:n].tolist(), was)]
+        now = [max(min(x, p), i) for x, p, i in zip(chunks.tolist(), c.prompt[n_run:n].tolist(), was,
+                                                         strict=True)]
         in_new = sum(now) - sum(was)
         if in_new:
             inp[:] = now

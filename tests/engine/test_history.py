@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 import itertools
+
+import numpy as np
 
 from engine.serving.history import N_COLS, Growth, History, Run, run_rows
 from engine.serving.tables import Ring
