@@ -11,7 +11,6 @@ is the one the eager ring held (the same floats, computed from the same operands
 
 from __future__ import annotations
 
-from collections import deque
 from typing import NamedTuple
 
 import numpy as np
@@ -84,41 +83,39 @@ def run_rows(r: Run) -> np.ndarray:
 class History:
     """The last `cap` ticks of a lane (Ring rows of the H columns), with pushes kept pending until a read."""
 
-    __slots__ = ("ring", "cap", "_pend", "_pend_rows", "_rows")
+    __slots__ = ("ring", "cap", "_pend", "_most")
 
     def __init__(self, cap: int) -> None:
         self.ring = Ring(cap, N_COLS)
         self.cap = cap
-        self._pend: deque[tuple[float, ...] | Run] = deque()
-        self._pend_rows = 0  # rows pending
-        self._rows: deque[int] = deque()  # rows of each pending entry (1 for a tick)
+        self._pend: list[tuple[float, ...] | Run] = []
+        self._most = 4 * cap  # pending entries kept before the ones the ring would overwrite are dropped
 
     def push_row(self, row: tuple[float, ...]) -> None:
         """One tick's row (a tuple of the H columns)."""
         self._pend.append(row)
-        self._rows.append(1)
-        self._pend_rows += 1
-        if self._pend_rows - self._rows[0] >= self.cap:
-            self._drop()
+        if len(self._pend) > self._most:
+            self._trim()
 
     def push_run(self, run: Run) -> None:
         """A quiet run's rows (built when read)."""
-        k = len(run.ends)
         self._pend.append(run)
-        self._rows.append(k)
-        self._pend_rows += k
-        if self._pend_rows - self._rows[0] >= self.cap:
-            self._drop()
+        if len(self._pend) > self._most:
+            self._trim()
 
-    def _drop(self) -> None:
-        """Forget the oldest pending entries whose rows the newer ones would overwrite in the ring anyway."""
-        pend, rows, cap = self._pend, self._rows, self.cap
-        while self._pend_rows - rows[0] >= cap:
-            self._pend_rows -= rows.popleft()
-            pend.popleft()
+    def _trim(self) -> None:
+        """Forget the oldest pending entries: those before the newest `cap` rows, which the ring would overwrite."""
+        pend, rows = self._pend, 0
+        for i in range(len(pend) - 1, -1, -1):
+            e = pend[i]
+            rows += len(e.ends) if isinstance(e, Run) else 1
+            if rows >= self.cap:
+                del pend[:i]
+                return
 
     def _flush(self) -> None:
         """Write the pending entries into the ring, oldest first (consecutive ticks in one push)."""
+        self._trim()
         ring = self.ring
         ticks: list[tuple[float, ...]] = []
         for e in self._pend:
@@ -132,16 +129,16 @@ class History:
         if ticks:
             ring.push(np.array(ticks, dtype=np.float64))
         self._pend.clear()
-        self._rows.clear()
-        self._pend_rows = 0
 
     @property
     def count(self) -> int:
         """Rows held (at most cap)."""
-        return min(self.ring.count + self._pend_rows, self.cap)
+        if self._pend:
+            self._flush()
+        return self.ring.count
 
     def last(self, k: int | None = None) -> np.ndarray:
         """The last k rows (all held rows if None), oldest first; a copy."""
-        if self._pend_rows:
+        if self._pend:
             self._flush()
         return self.ring.last(k)
