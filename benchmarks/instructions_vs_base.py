@@ -1,0 +1,78 @@
+"""Instructions a `tokensim run` executes, this tree against a base tree, counted by valgrind (callgrind).
+
+    python benchmarks/instructions_vs_base.py BASE_TREE [--requests 300] [-- RUN ARGS...]
+
+CPU seconds on a shared 2-core machine move by 10 % from one run to the next with the load; an instruction count
+does not (within ~1 %, with PYTHONHASHSEED fixed): it is the steadier figure for a change of a few per cent, and a
+good proxy for CPU time in this interpreter-bound loop. Each tree runs the same `run` arguments twice in a fresh
+interpreter under callgrind, once with 1 request and once with --requests N; the difference is the run's own
+work (imports and start-up cancel out). Needs valgrind (Debian's package); about 20 s a count. A benchmark, not
+a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+DEFAULT_RUN = ["--rate", "2", "--prompt", "lognormal:1000,0.8", "--output", "lognormal:200,0.8"]
+
+# Builds the engine from the tree's own parser and runs it to the request bound (as speed_vs_base.py's run row).
+_WORKER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from tui.cli import build_parser
+from tui.commands.run_cmd import config_from_args
+from engine.serving.engine import Engine
+argv = ["run", *sys.argv[2:]]
+e = Engine(config_from_args(build_parser(argv).parse_args(argv)))
+e.run()
+e.metrics()
+"""
+
+
+def count(tree: Path, args: list[str]) -> int:
+    """Instructions (callgrind's Ir) of one run of `args` on `tree`, start-up included."""
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
+                          _WORKER, str(tree), *args], capture_output=True, text=True, env=env, cwd=tree, check=False)
+    m = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode or m is None:
+        raise SystemExit(f"run on {tree} failed:\n{out.stderr.strip()[-2000:]}")
+    return int(m.group(1))
+
+
+def main() -> int:
+    """Count both trees and print the run's instructions per request and the ratio."""
+    argv = sys.argv[1:]
+    run_args = argv[argv.index("--") + 1:] if "--" in argv else DEFAULT_RUN
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("base", type=Path, help="the base tree (a checkout of the commit to compare with)")
+    ap.add_argument("--requests", type=int, default=300)
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if shutil.which("valgrind") is None:
+        print("instructions_vs_base: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    if not (args.base / "engine").is_dir():
+        print(f"instructions_vs_base: {args.base} has no engine/ package", file=sys.stderr)
+        return 2
+    got = {}
+    for name, tree in (("base", args.base.resolve()), ("current", HERE)):
+        one = count(tree, [*run_args, "--requests", "1"])
+        full = count(tree, [*run_args, "--requests", str(args.requests)])
+        got[name] = full - one
+        print(f"{name:8} {got[name] / 1e6:8,.0f} M instructions, {got[name] / args.requests / 1e3:7,.0f} k a request"
+              f"  ({tree})")
+    print(f"run {' '.join(run_args)} --requests {args.requests}: current / base = {got['current'] / got['base']:.3f}"
+          f" ({got['base'] / got['current']:.2f}x fewer)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
