@@ -110,7 +110,7 @@ def join_batch(model: Model, dec: np.ndarray, chunks: np.ndarray) -> tuple[Batch
     step's cost rule charges them to input)."""
     n_run = dec.size
     s_dec = float(isum(dec))
-    if chunks.size <= _FEW_ROWS:  # the usual one or two admitted rows: Python floats, the same products
+    if chunks.size <= 8:  # the usual one or two admitted rows: Python floats, the same products
         cl = chunks.tolist()
         attn_pf = float(sum([x * (x / 2) for x in cl]))  # whole and half tokens: exact, in any order
         t_pf = sum(cl)
@@ -289,7 +289,7 @@ def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float
     c = lane.R.cols
     # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
     inp = c.input[n_run:n]
-    if n - n_run <= _FEW_ROWS:  # the usual one or two admitted rows: Python ints (numpy's calls cost more)
+    if n - n_run <= 4:  # the usual one or two admitted rows: Python ints (numpy's five calls cost more)
         was = inp.tolist()
         now = [max(min(x, p), i) for x, p, i in zip(chunks.tolist(), c.prompt[n_run:n].tolist(), was,
                                                          strict=True)]
