@@ -64,6 +64,10 @@ class FloatCol(IntEnum):
 
 
 SPENT = slice(FloatCol.PRE, FloatCol.XFER + 1)  # the seconds-spent fields: 0 in a new row
+BLANK_F = np.full(len(FloatCol), np.nan)  # a new row's float fields: NaN times, no seconds spent
+BLANK_F[SPENT] = 0.0
+BLANK_F.flags.writeable = False
+_ARRIVAL = int(FloatCol.ARRIVAL)  # (a plain int indexes faster than an IntEnum member)
 
 
 BLOCK = KV_BLOCK_TOKENS
@@ -96,8 +100,15 @@ class Rows:
     def blank(self) -> None:
         """Make these rows blank in place: zero counts, NaN times, no seconds spent."""
         self.i[:] = 0
-        self.f[:] = np.nan
-        self.f[SPENT] = 0.0
+        self.f[:] = BLANK_F[:, None]
+
+    def put_new(self, j: int, head: tuple[int, ...], arrival: float) -> None:
+        """Make row j a new request's: blank but for its first len(head) integer fields and its arrival time (a
+        lone arrival's row in four writes, rather than blank()'s three and then one per field)."""
+        self.i[:, j] = 0
+        self.i[:len(head), j] = head
+        self.f[:, j] = BLANK_F
+        self.f[_ARRIVAL, j] = arrival
 
     def __len__(self) -> int:
         return int(self.i.shape[1])
@@ -250,6 +261,16 @@ class Table:
         r.blank()
         return r
 
+    def add_new(self, head: tuple[int, ...], arrival: float) -> Rows:
+        """Append one new request's row (Rows.put_new) and return a view of it (writes go to the table)."""
+        if self.n >= self.cap:
+            self.reserve(1)
+        n = self.n  # (after reserve: a queue slides its live rows down to make room)
+        c = self.cols
+        c.put_new(n, head, arrival)
+        self.n = n + 1
+        return c.pick(slice(n, n + 1))
+
     def keep(self, mask: np.ndarray) -> None:
         """Drop the live rows where mask is False, keeping order (each field compacts in place)."""
         gone = ~mask
@@ -270,6 +291,9 @@ class Table:
             fi[:-k] = fi[k:]
             ff[:-k] = ff[k:]
             self.n = n - k
+            return
+        if k == 1:  # one row (a tick's usual finisher): the live rows after it move up one
+            self._close(int(gone[0]))
             return
         gaps = _gap_runs(gone) if gone.size <= _RUN_ROWS else None
         if gaps is not None and len(gaps) <= _FEW_GAPS:
@@ -306,11 +330,17 @@ class Table:
         request leaving out of turn, e.g. an aborted one. O(rows after it), which a single removal can afford."""
         a = self.start + j
         row = self.cols.pick(slice(a, a + 1)).copy()
-        c, n = self.cols, self.n
-        c.i[:, a:n - 1] = c.i[:, a + 1:n]
-        c.f[:, a:n - 1] = c.f[:, a + 1:n]
-        self.n = n - 1
+        self._close(a)
         return row
+
+    def _close(self, a: int) -> None:
+        """Remove row `a` (a row number, not counted from the first live row): the live rows after it move up one,
+        two numpy moves (one per part)."""
+        c, n = self.cols, self.n
+        if a < n - 1:
+            c.i[:, a:n - 1] = c.i[:, a + 1:n]
+            c.f[:, a:n - 1] = c.f[:, a + 1:n]
+        self.n = n - 1
 
     def pop_last(self) -> Rows:
         """Remove the last row and return it (copies)."""
