@@ -179,6 +179,26 @@ for _c in FloatCol:
 FIELDS = tuple(c.name.lower() for c in IntCol) + tuple(c.name.lower() for c in FloatCol)
 
 
+class TableRows(Rows):
+    """A table's own rows: each field's view is made once, when the rows are (a table replaces its rows only as it
+    grows), and kept in a slot, so the serving loop's many reads of rows.cached, rows.gen, ... are slot reads
+    (~0.05 us) rather than property calls (~0.3 us; ~800k of them in a plan's 20 points)."""
+
+    __slots__ = FIELDS
+
+    def __init__(self, i: np.ndarray, f: np.ndarray) -> None:
+        super().__init__(i, f)
+        for c in IntCol:
+            setattr(self, c.name.lower(), i[c])
+        for c in FloatCol:
+            setattr(self, c.name.lower(), f[c])
+
+    def __reduce__(self) -> tuple[type[TableRows], tuple[np.ndarray, np.ndarray]]:
+        # Pickled (a replica sent to a pool worker) as its two parts: the views are made again from them, so they
+        # stay views rather than arriving as copies of their own.
+        return TableRows, (self.i, self.f)
+
+
 _FEW_GAPS = 8  # drop(): up to this many runs of dropped rows are closed by sliding the kept rows between them
 _RUN_ROWS = 64  # runs are looked for among at most this many dropped rows (a Python pass over them)
 _GATHER_ROWS = 1536  # more dropped rows: below this many live rows one gather per part, above it a mask per field
@@ -201,7 +221,7 @@ class Table:
     __slots__ = ("cols", "n", "cap")
 
     def __init__(self, cap: int = 64) -> None:
-        self.cols = Rows.new(cap)
+        self.cols = TableRows.new(cap)
         self.n = 0
         self.cap = cap
 
@@ -232,7 +252,7 @@ class Table:
             cap = self.cap
             while cap < need:
                 cap *= 2
-            grown = Rows.new(cap)
+            grown = TableRows.new(cap)
             grown.i[:, :self.n] = self.cols.i[:, :self.n]
             grown.f[:, :self.n] = self.cols.f[:, :self.n]
             self.cols, self.cap = grown, cap

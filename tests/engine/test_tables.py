@@ -102,6 +102,26 @@ def test_add_new_writes_a_blank_row_with_its_head_and_arrival(queue: bool) -> No
     assert (t.rows().i[:, live - 1] == r.i[:, 2]).all()
 
 
+def test_a_tables_field_views_follow_its_rows_through_growth_moves_and_pickling() -> None:
+    # A table's rows keep each field's view in a slot (TableRows): after growth, drops of every kind and a pickle
+    # round trip (a replica sent to a pool worker) each field must still be a view of its row of the parts.
+    import pickle
+
+    t = Table(4)
+    t.append(_rows(9, 3))
+    t.drop(np.array([0, 1]))
+    t.drop(np.array([3]))
+    t.keep(np.arange(t.n) % 2 == 0)
+    for c in (t.cols, pickle.loads(pickle.dumps(t)).cols):
+        assert isinstance(c, tables.TableRows)
+        fields = [(c.i, col) for col in tables.IntCol] + [(c.f, col) for col in tables.FloatCol]
+        for part, col in fields:
+            v = getattr(c, col.name.lower())
+            assert np.shares_memory(v, part) and np.array_equal(v, part[col], equal_nan=True), col.name
+        c.cached[0] = 12345
+        assert c.i[tables.IntCol.CACHED, 0] == 12345
+
+
 def test_queue_slides_live_rows_down_before_growing() -> None:
     q = Queue(8)
     q.append(_rows(8, 1))
