@@ -232,8 +232,9 @@ class Table:
 
     @property
     def size(self) -> int:
-        """Live rows."""
-        return self.n - self.start
+        """Live rows (n - start; a queue says its own, so neither reads the other property: ~340k reads in a plan's
+        20 points)."""
+        return self.n
 
     def col(self, name: str) -> np.ndarray:
         """The live part of one field (a view: writes go to the table)."""
@@ -380,6 +381,10 @@ class Queue(Table):
     @property
     def start(self) -> int:
         return self.head
+
+    @property
+    def size(self) -> int:
+        return self.n - self.head
 
     def reserve(self, extra: int) -> None:
         # Slide the live rows down before growing: admitted rows at the front are dead space.

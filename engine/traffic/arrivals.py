@@ -76,11 +76,6 @@ class Arrivals:
             self._at[0] = self.next_poisson
         self._at_list = self._at.tolist()  # _at as Python floats, for lone_poisson
 
-    @property
-    def next_time(self) -> float:
-        """Time of the next request (inf past the run's bounds)."""
-        return self.budget.bound(min(self.next_user, self.next_poisson))
-
     def set_users(self, n: int, t: float, outstanding: np.ndarray) -> None:
         """Users [0, n) are active; ours (by fast flag) start sending at t if idle (not `outstanding`, not
         already waiting); the rest stop after their answer."""

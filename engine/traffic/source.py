@@ -176,10 +176,13 @@ class RequestSource:
     # ---- reading ------------------------------------------------------------------------------
     @property
     def next_time(self) -> float:
-        """When the next request (or workload stage) is due (inf: none within the run's bounds)."""
-        t = self.arrivals.next_time
+        """When the next request (or workload stage) is due (inf: none within the run's bounds): the next user's
+        send or Poisson arrival, or the script's next. (Read a few times a tick: the arrivals' fields are read here
+        rather than through a property of theirs.)"""
+        a, b = self.arrivals, self.budget
+        t = b.bound(min(a.next_user, a.next_poisson))
         if self.script is not None:
-            t = min(t, self.budget.bound(min(self.script.next_time, self.next_stage)))
+            t = min(t, b.bound(min(self.script.next_time, self.next_stage)))
         return t
 
     @property
