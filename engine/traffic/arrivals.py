@@ -223,8 +223,8 @@ class Arrivals:
 
     def think(self, users: np.ndarray, t: float) -> None:
         """Closed-loop users whose answer finished at t think, then send again (if still active)."""
-        if not users.size:
-            return
+        if not users.size or not self.budget.users:
+            return  # (no active user: an open loop's finishers wake nobody)
         us = users  # most often every one is a closed-loop user still active: the bounds checked, no masks
         if users.size <= _FEW_USERS:  # a tick's few finishers: min and max of a list (0.3 us vs 2.1 us at 3 rows)
             u = users.tolist()
