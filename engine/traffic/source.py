@@ -110,12 +110,9 @@ def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, thin
         think = np.where(over, np.minimum(think, room - 1), think)
         output = np.where(over, np.maximum(1, room - think), output)
     r = Rows.new(k) if into is None else into
-    r.id[:] = np.arange(b.next_id, b.next_id + k)
-    r.user[:] = uu
-    r.prompt[:] = prompt
-    r.think[:] = think
-    r.total[:] = think + output
-    r.target[:] = prompt
+    # The leading fields in IntCol order (id, user, prompt, think, total, target), as _create_one's head: one
+    # numpy write of the six rather than six views, each a property call (~5 us less on a tick's few rows).
+    r.i[:6] = (np.arange(b.next_id, b.next_id + k), uu, prompt, think, think + output, prompt)
     r.arrival[:] = tt
     b.next_id += k
     b.accepted += k
@@ -301,7 +298,7 @@ class RequestSource:
         return r
 
 
-# The fields new_rows fills are the first of IntCol, in order: _create_one's head tuple writes them at once.
+# The fields new_rows and _create_one fill are the first of IntCol, in order: one write of a head tuple each.
 assert [c.name for c in IntCol][:6] == ["ID", "USER", "PROMPT", "THINK", "TOTAL", "TARGET"]
 
 
