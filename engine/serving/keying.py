@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from engine.serving.lane import Lane
 
 _ALL = np.int64(1) << 40  # "every block" in shareable
+_FEW_ROWS = 32  # release(): up to this many rows sum their blocks in Python
 
 
 def block_keys(rid: np.ndarray, group: np.ndarray, prefix: np.ndarray, body: np.ndarray, sess: np.ndarray,
@@ -67,7 +68,9 @@ def fill(lane: Lane, idx: np.ndarray, every: bool = False) -> None:
 def release(lane: Lane, r: Rows) -> None:
     """Rows leaving the batch give back every block: keyed ones go to the cache when no one else holds them."""
     if not lane.caching or not np.count_nonzero(r.full):  # (no keyed blocks without caching: check() holds it)
-        lane.pool.give(int(r.blocks.sum()))
+        b = r.blocks
+        # (a tick's few rows: a Python sum of the list, 0.3 us against ndarray.sum's 1.2; exact either way)
+        lane.pool.give(sum(b.tolist()) if b.size <= _FEW_ROWS else int(b.sum()))
         return
     private = int((r.blocks - r.full).sum())
     z = np.zeros(len(r), dtype=np.int64)

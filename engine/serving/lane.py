@@ -213,7 +213,7 @@ class Lane:
         """Every request this lane's source has due at or before t joins the queue (drawn into its tail)."""
         src = self.source
         before = src.clipped
-        r = src.draw(t, self.Q.extend)
+        r = src.draw(t, self.Q)
         if r is not None:
             st = self.stats
             st.clipped += src.clipped - before

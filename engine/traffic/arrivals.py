@@ -55,7 +55,7 @@ class Arrivals:
     next Poisson arrival at `rate` per second."""
 
     __slots__ = ("budget", "fast", "fast_share", "think_time", "gap", "u_next", "u_pending", "next_user", "rate",
-                 "next_poisson", "_at", "_at_pos")
+                 "next_poisson", "_at", "_at_pos", "_at_list")
 
     def __init__(self, budget: Budget, fast: bool, fast_share: float, rate: float, think_time: Sampler,
                  gap: Sampler) -> None:
@@ -74,11 +74,7 @@ class Arrivals:
         if rate > 0:
             self.next_poisson = float(gap.take(1)[0]) / rate
             self._at[0] = self.next_poisson
-
-    @property
-    def next_time(self) -> float:
-        """Time of the next request (inf past the run's bounds)."""
-        return self.budget.bound(min(self.next_user, self.next_poisson))
+        self._at_list = self._at.tolist()  # _at as Python floats, for lone_poisson
 
     def set_users(self, n: int, t: float, outstanding: np.ndarray) -> None:
         """Users [0, n) are active; ours (by fast flag) start sending at t if idle (not `outstanding`, not
@@ -134,7 +130,30 @@ class Arrivals:
         more = np.cumsum(np.concatenate((at[-1:], self.gap.take(k) / self.rate)))[1:]
         self._at = np.concatenate((at, more))
         self._at_pos = 0
+        self._at_list = self._at.tolist()  # (once per _AHEAD arrivals or more: ~10 ns an arrival)
         return self._at
+
+    def lone_poisson(self, t: float) -> float | None:
+        """The time of the one Poisson arrival due at or before t, handed out, when it is all that is due (no
+        user's send, the next arrival already computed and past t) and the budget takes it; else None, and
+        nothing changes (ask due_tagged). The common tick with an arrival, in Python numbers: due_tagged's
+        state changes and time for it (m = 1 in _poisson_until) without its ~10 numpy calls on 1-element arrays
+        (tests/engine/test_serving.py compares the two)."""
+        if self.next_user <= t:
+            return None
+        p = self._at_pos
+        ahead = self._at_list
+        if p + 1 >= len(ahead):
+            return None
+        x, nxt = ahead[p], ahead[p + 1]
+        if x > t or nxt <= t:
+            return None
+        b = self.budget
+        if (b.duration is not None and x > b.duration) or (b.limit is not None and b.accepted >= b.limit):
+            return None  # due_tagged drops it (past --duration) or stops (--requests reached)
+        self._at_pos = p + 1
+        self.next_poisson = nxt
+        return x
 
     def due(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Every send and Poisson arrival at or before t that the budget takes, in time order: (times, users)."""
@@ -204,14 +223,16 @@ class Arrivals:
 
     def think(self, users: np.ndarray, t: float) -> None:
         """Closed-loop users whose answer finished at t think, then send again (if still active)."""
-        if not users.size:
-            return
+        if not users.size or not self.budget.users:
+            return  # (no active user: an open loop's finishers wake nobody)
         us = users  # most often every one is a closed-loop user still active: the bounds checked, no masks
         if users.size <= _FEW_USERS:  # a tick's few finishers: min and max of a list (0.3 us vs 2.1 us at 3 rows)
             u = users.tolist()
             lo, hi = min(u), max(u)
         else:
             lo, hi = int(users.min()), int(users.max())
+        if hi < 0:
+            return  # open-loop arrivals only (user -1): nobody to wake
         if lo < 0 or hi >= self.budget.users:
             us = users[(users >= 0) & (users < self.budget.users)]
         if us.size:

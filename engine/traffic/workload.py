@@ -196,12 +196,19 @@ class Sampler:
         any other Dist, which draws nothing here. A caller that can use one number skips the array."""
         if not self.dist.is_fixed:
             return None
+        v, over = self._fixed(n)
+        self.last_clipped = _flags(n, over)
+        return v
+
+    def _fixed(self, n: int) -> tuple[float | int, bool]:
+        """A fixed Dist's value taken n times: clipped to [lo, hi], and whether it was pulled down to `hi` (counted
+        n times in `clipped`)."""
         a = self.dist.a
         over = bool(a > self.hi)
-        self.last_clipped = _flags(n, over)
-        self.clipped += n if over else 0
+        if over:
+            self.clipped += n
         v = min(max(a, self.lo), self.hi)
-        return round(v) if self.integer else v
+        return (round(v) if self.integer else v), over
 
     def give_back(self, n: int) -> None:
         """Return the last n values taken, unused: the next take hands them out again (same sequence)."""
@@ -218,8 +225,8 @@ class Sampler:
     def take_scalar(self) -> tuple[float | int, bool]:
         """take(1)[0] as a Python number, and whether it was pulled down to `hi`: the same value, stream position
         and clip count as take(1), without its arrays (a lone arrival's lengths; last_clipped is not set)."""
-        if self.dist.is_fixed:
-            return self.take_same(1), bool(self.dist.a > self.hi)  # type: ignore[return-value]
+        if self.dist.kind == "fixed":  # (Dist.is_fixed, without a property call per request)
+            return self._fixed(1)
         if self._pos >= self._buf.size:  # take(1) on an empty buffer: a fresh block, nothing left to keep
             self._buf = self._draw(_BLOCK)
             self._pos = 0

@@ -226,6 +226,42 @@ def test_poisson_times_computed_ahead_are_those_of_one_at_a_time_drawing(limit: 
         assert got == want[:len(got)] and a.next_poisson == want[len(got)], f"after {before} arrivals"
 
 
+@pytest.mark.parametrize(("limit", "duration", "users"), [(None, None, 0), (150, None, 0), (None, 40.0, 0),
+                                                         (300, 60.0, 3)])
+def test_a_lone_poisson_arrival_is_handed_out_as_due_tagged_hands_it(limit: int | None, duration: float | None,
+                                                                       users: int) -> None:
+    """Arrivals.lone_poisson (one arrival, Python numbers) gives the time, next_poisson and stream position that
+    due_tagged gives, and declines (changing nothing) whenever more is due: several arrivals, a user's send, the
+    end of the times computed ahead, --duration or --requests."""
+    from engine.traffic.arrivals import Arrivals, Budget
+    from engine.traffic.workload import Dist, Sampler
+
+    def arrivals() -> Arrivals:
+        a = Arrivals(Budget(limit, users, duration), False, 0.0, 1.3,
+                     Sampler(Dist("exp", 4.0), np.random.default_rng(1), False),
+                     Sampler(Dist("exp", 1.0), np.random.default_rng(2), False, 0.0))
+        a.set_users(users, 0.0, np.zeros(0, dtype=np.int64))
+        return a
+
+    one, ref = arrivals(), arrivals()
+    lone = 0
+    for t in np.cumsum(np.random.default_rng(3).exponential(0.5, 600)).tolist():
+        x = one.lone_poisson(t)
+        tt, uu, _ = ref.due_tagged(t)
+        if x is None:
+            tt1, uu1, _ = one.due_tagged(t)
+            assert np.array_equal(tt1, tt) and np.array_equal(uu1, uu)
+        else:
+            lone += 1
+            assert tt.tolist() == [x] and uu.tolist() == [-1]
+        for a in (one, ref):
+            a.budget.accepted += len(tt)
+            a.think(uu, t)  # users send again (after their think time), so their sends interleave
+        assert (one.next_poisson, one._at_pos, one.next_user) == (ref.next_poisson, ref._at_pos, ref.next_user)
+        assert one._at_list == ref._at.tolist() and np.array_equal(one.u_next, ref.u_next)
+    assert lone > 20 and one.budget.accepted == ref.budget.accepted
+
+
 @pytest.mark.parametrize("k", [3, 32, 33, 200])
 def test_think_wakes_only_active_closed_loop_users(k: int) -> None:
     """think() checks the finishers' bounds on a list (a few) or by array reductions (many): either way an
@@ -242,6 +278,8 @@ def test_think_wakes_only_active_closed_loop_users(k: int) -> None:
     users[0], users[-1] = -1, 55  # an open-loop request and a user no longer active, at every size
     a.think(users, 10.0)
     woken = np.unique(users[(users >= 0) & (users < 50)])
+    assert np.flatnonzero(a.u_pending).tolist() == woken.tolist()
+    a.think(np.full(k, -1), 11.0)  # open-loop requests only: nobody wakes
     assert np.flatnonzero(a.u_pending).tolist() == woken.tolist()
     assert (a.u_next[woken] == 12.0).all() and np.isinf(np.delete(a.u_next, woken)).all()
     assert a.next_user == (12.0 if woken.size else math.inf)

@@ -80,6 +80,48 @@ def test_extend_and_append_view_write_into_the_table() -> None:
     assert (t.cols.i[:, 5:7][other] == r.i[other]).all()
 
 
+@pytest.mark.parametrize("queue", [False, True])
+def test_add_new_writes_a_blank_row_with_its_head_and_arrival(queue: bool) -> None:
+    # A lone arrival's row (Table.add_new): extend(1)'s blank row with the given leading integer fields and the
+    # arrival time, written over whatever stale values the dead space holds, through growth and a queue's slide.
+    t = Queue(4) if queue else Table(4)
+    r = _rows(3, 6)
+    t.append(r)
+    t.drop(np.array([1]))  # stale values past the live rows
+    if queue:
+        t.pop(1)
+    live = t.size
+    for j in range(9):
+        v = t.add_new((100 + j, -1, 7 * j, 0, 9, 7 * j), 0.5 * j)
+        assert v.id.tolist() == [100 + j] and v.arrival.tolist() == [0.5 * j]  # the view is of the row written
+    want = Rows.new(9)
+    want.i[:6] = [range(100, 109), [-1] * 9, range(0, 63, 7), [0] * 9, [9] * 9, range(0, 63, 7)]
+    want.arrival[:] = np.arange(9) * 0.5
+    new = t.rows().pick(slice(live, None))
+    assert t.size == live + 9 and (new.i == want.i).all() and np.array_equal(new.f, want.f, equal_nan=True)
+    assert (t.rows().i[:, live - 1] == r.i[:, 2]).all()
+
+
+def test_a_tables_field_views_follow_its_rows_through_growth_moves_and_pickling() -> None:
+    # A table's rows keep each field's view in a slot (TableRows): after growth, drops of every kind and a pickle
+    # round trip (a replica sent to a pool worker) each field must still be a view of its row of the parts.
+    import pickle
+
+    t = Table(4)
+    t.append(_rows(9, 3))
+    t.drop(np.array([0, 1]))
+    t.drop(np.array([3]))
+    t.keep(np.arange(t.n) % 2 == 0)
+    for c in (t.cols, pickle.loads(pickle.dumps(t)).cols):
+        assert isinstance(c, tables.TableRows)
+        fields = [(c.i, col) for col in tables.IntCol] + [(c.f, col) for col in tables.FloatCol]
+        for part, col in fields:
+            v = getattr(c, col.name.lower())
+            assert np.shares_memory(v, part) and np.array_equal(v, part[col], equal_nan=True), col.name
+        c.cached[0] = 12345
+        assert c.i[tables.IntCol.CACHED, 0] == 12345
+
+
 def test_queue_slides_live_rows_down_before_growing() -> None:
     q = Queue(8)
     q.append(_rows(8, 1))

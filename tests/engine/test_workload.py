@@ -99,3 +99,32 @@ def test_a_lone_request_is_drawn_as_the_arrays_draw_it(prompt: str, output: str,
     assert one.clipped == clipped and clipped > 0
     for a, b in ((one.s_prompt, arrays.s_prompt), (one.s_think, arrays.s_think), (one.s_output, arrays.s_output)):
         assert a.clipped == b.clipped and a._pos == b._pos
+
+
+@pytest.mark.parametrize("rate,users", [(3.0, 0), (40.0, 0), (2.0, 8)])
+def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int) -> None:
+    """RequestSource.draw into a lane's queue (a lone arrival: Table.add_new; several: extend + new_rows) gives the
+    rows, in order, that drawing fresh rows gives, through the queue's growth and admissions from its head."""
+    from engine.config import EngineConfig
+    from engine.serving.tables import Queue, Rows
+    from engine.traffic.source import RequestSource
+
+    cfg = EngineConfig(users=users, rate=rate, requests=3000, prompt="lognormal:900,1.2", output="exp:300",
+                       think_time="exp:1")
+    into, fresh = RequestSource.for_config(cfg, 4000), RequestSource.for_config(cfg, 4000)
+    q = Queue(4)
+    got: list[Rows] = []
+    want: list[Rows] = []
+    for t in np.arange(0.05, 60.0, 0.05).tolist():
+        a, b = into.draw(t, q), fresh.draw(t)
+        assert (a is None) == (b is None), t
+        if a is not None:
+            got.append(a.copy())
+            want.append(b)
+            for src, r in ((into, a), (fresh, b)):
+                src.wake(r.user, t + 0.5)  # the answers come back: closed-loop users send again
+        if q.size > 6:
+            q.pop(q.size - 2)  # admitted from the head
+    g, w = Rows.join(got), Rows.join(want)
+    assert len(g) > 100 and (g.i == w.i).all() and np.array_equal(g.f, w.f, equal_nan=True)
+    assert into.clipped == fresh.clipped and into.budget.next_id == fresh.budget.next_id
