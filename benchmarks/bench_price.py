@@ -5,7 +5,8 @@
 Records every Batch the step model prices in a few `tokensim run`s (this tree's engine; the records do not depend
 on the pricing code), pickles them with each run's (hardware, model, options), then times pricing the whole
 recording in fresh interpreters of the base tree and of this one, alternating, CPU time (time.process_time),
-median of the repeats. Workloads:
+median of the repeats; each pass prices with a fresh StepModel, as a run does (nothing remembered between
+passes). Workloads:
   rate1: run --model llama-3.1-8b --rate 1 --requests 500 (quiet decode runs: many k-step run records)
   plan:  run --rate 2 --prompt lognormal:1000,0.8 --output lognormal:200,0.8 --requests 600 (a plan point's shape)
   moe:   run --model qwen3-30b-a3b --users 48 --requests 100
@@ -46,19 +47,21 @@ with open(path, "rb") as f:
     rec = pickle.load(f)
 out = {}
 for name, (hw, model, opts, rows) in rec.items():
-    sm = StepModel(hw, model, opts)
     batches = []
     for fields, same in rows:
         b = Batch(*fields)
         batches.append(b._replace(attn_decode=b.attn_full) if same else b)
-    price = sm.price
-    for b in batches[:200]:  # warm-up
-        price(b)
-    c0 = time.process_time()
+    warm = StepModel(hw, model, opts)
+    for b in batches[:200]:  # warm-up (code paths, not a step model's memo: each round prices with a fresh one)
+        warm.price(b)
+    cpu = 0.0
     for _ in range(rounds):
+        price = StepModel(hw, model, opts).price
+        c0 = time.process_time()
         for b in batches:
             price(b)
-    out[name] = (time.process_time() - c0) / rounds
+        cpu += time.process_time() - c0
+    out[name] = cpu / rounds
 print(json.dumps(out))
 """
 

@@ -239,8 +239,7 @@ class StepModel:
     _stages: list[dict[str, float]] = field(init=False, repr=False, default_factory=list)
     _kv_share: float = field(init=False, repr=False, default=1.0)
     lora: LoraCost | None = field(init=False, repr=False, default=None)  # multi-LoRA kernels' coefficients
-    # price's terms of a (tokens, logits) pair (_fixed) and its constants' tuples (_consts): a cache, not a value
-    _memo: dict[Any, Any] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _memo: dict[Any, Any] = field(init=False, repr=False, compare=False, default_factory=dict)  # _fixed's cache
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
@@ -602,29 +601,30 @@ class StepModel:
 
     def _agg(self, c: dict[str, float], T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any,
              attn_win: Any, attn_decode: Any) -> StepParts:
-        """price's bytes, FLOPs and times with constants `c` (the model's, or one pipeline stage's), floats or arrays:
-        the terms of the step's tokens and logits alone (_Fixed, cached), then its attention's (_step_times)."""
+        """price's parts with constants `c` (the model's or a stage's): _one_step, else _Fixed then _step_times."""
+        if (type(T) is float and type(sum_ctx) is float and type(attn_full) is float and type(attn_decode) is float
+                and type(sum_ctx_win) is float and type(attn_win) is float and type(logits) in (int, float)):
+            return _one_step(self, c, T, logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
         f = self._fixed(c, T, logits)
-        full = self._graph_full(T, f.inside, attn_full, attn_decode)
-        over = f.busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
-        k, k0 = _consts(self._memo, c)
-        if f.ops0 is not None and isinstance(sum_ctx, np.ndarray) and isinstance(attn_full, np.ndarray):
+        touched, inside, busy, weights, kv_write, act, fl_mm, fl_lm, t_comm, ops, (k, k0) = f  # one unpacking
+        full = self._graph_full(T, inside, attn_full, attn_decode)
+        over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
+        add_over = over
+        if (isinstance(sum_ctx, np.ndarray) and isinstance(attn_full, np.ndarray) and type(T) is float
+                and type(logits) in (int, float)):
             # A run of steps sharing one batch: the same operations with the scalars as 0-d arrays, which numpy
             # combines with an array in ~0.3 us where a Python float costs ~0.5 us more (its conversion).
-            ops, k = f.ops0, k0
-            add_over = ops[-1] if attn_decode is attn_full else over  # full = float(inside): f's own over
-        else:
-            ops, add_over = f.ops, over
+            ops, k = _ops0(self, c, T, logits, f), k0
+            if attn_decode is attn_full:  # full = float(inside): _ops0's own over
+                add_over = ops[-1]
         kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time = _step_times(
             k, ops, add_over, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode, self.opts.ideal)
         # tuple.__new__ with every field (the defaults too): a NamedTuple's own __new__ costs ~0.5 us more
-        return tuple.__new__(StepParts, (f.weights, kv_read, f.kv_write, f.act, f.fl_mm, fl_attn, f.fl_lm, f.touched,
-                                         t_mem, t_cmp, t_attn_mem, t_attn_cmp, f.t_comm, over, time, 0.0, 0.0, 0.0,
-                                         0.0))
+        return tuple.__new__(StepParts, (weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp,
+                                         t_attn_mem, t_attn_cmp, t_comm, over, time, 0.0, 0.0, 0.0, 0.0))
 
     def _fixed(self, c: dict[str, float], T: Any, logits: Any) -> _Fixed:
-        """_fixed_terms(self, c, T, logits), remembered for one-number T and logits (a run prices a few batch sizes
-        thousands of times). Int and float logits share an entry (the same floats); a full memo starts afresh."""
+        """_fixed_terms(self, c, T, logits), remembered for float T and logits (a run's batch size comes back)."""
         if type(T) is not float or type(logits) not in (int, float):
             return _fixed_terms(self, c, T, logits)
         key = (id(c), T, logits)
@@ -732,7 +732,7 @@ _RUN = np.empty(0)
 
 class _Fixed(NamedTuple):
     """A step's terms that depend on its tokens T and logits alone (StepModel._fixed_terms): StepParts fields, the
-    graph padding, and the operands _step_times adds (ops; ops0 the same as 0-d arrays, None unless T is a float)."""
+    graph padding, the operands _step_times adds (ops) and the constants it reads (consts, kept here for speed)."""
 
     touched: Any
     inside: Any
@@ -744,7 +744,7 @@ class _Fixed(NamedTuple):
     fl_lm: Any
     t_comm: Any
     ops: tuple[Any, ...]
-    ops0: tuple[Any, ...] | None
+    consts: tuple[tuple[Any, ...], tuple[Any, ...]]  # _consts of the step model's constants dict
 
 
 def _fixed_terms(sm: StepModel, c: dict[str, float], T: Any, logits: Any) -> _Fixed:
@@ -778,15 +778,72 @@ def _fixed_terms(sm: StepModel, c: dict[str, float], T: Any, logits: Any) -> _Fi
     t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
     busy = T > 0  # an empty step moves nothing and pays no fixed cost
     t_comm = sm._comm(T, pad) if c is sm._c else sm._comm(T, pad) * c["layer_share"]
-    # _step_times adds t_pad_mem and t_comm; None where they are a float 0 (see _nil)
-    ops = (kv_write, mem_base, None if _nil(t_pad_mem) else t_pad_mem, t_gemm * c["gemm_slow"],
-           None if _nil(t_comm) else t_comm)
-    ops0 = None
-    if type(T) is float:
-        # and the overhead of a run of decode steps (_graph_full of attn_decode is attn_full), which _agg adds then
-        over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - sm._graph_full(T, inside, _RUN, _RUN)))
-        ops0 = tuple(None if v is None else np.array(v) for v in (*ops, over))
-    return _Fixed(touched, inside, busy, weights, kv_write, act, fl_mm, fl_lm, t_comm, ops, ops0)
+    # _step_times adds t_pad_mem and t_comm; None where they are 0 (see _nil: both are floats here, and this is
+    # written out as a float's test for speed)
+    ops = (kv_write, mem_base, None if type(t_pad_mem) is float and t_pad_mem == 0 else t_pad_mem,
+           t_gemm * c["gemm_slow"], None if type(t_comm) is float and t_comm == 0 else t_comm)
+    # tuple.__new__: as StepParts in _agg
+    return tuple.__new__(_Fixed, (touched, inside, busy, weights, kv_write, act, fl_mm, fl_lm, t_comm, ops,
+                                  _consts(sm._memo, c)))
+
+
+def _one_step(sm: StepModel, c: dict[str, float], T: float, logits: float, sum_ctx: float, sum_win: float,
+              attn_full: float, attn_win: float, attn_decode: float) -> StepParts:
+    """StepModel._agg of one step whose fields are all Python floats (logits int or float): the operations of
+    _fixed_terms and _step_times in the same order, written out in one function of plain floats (for one step the
+    calls, tuples and memo of the split cost more than its arithmetic). tests/engine/test_price_paths.py checks it
+    against the array path bit for bit."""
+    m = sm.model
+    touched = sm._touched(T) if m.is_moe else 0.0 * T
+    g = sm._graph_list
+    if sm._graphs is None:
+        pad = full = 0.0 * T
+    else:  # _graph_pad and _graph_full of one step
+        inside = 0 < T <= g[-1]
+        pad = float(g[bisect.bisect_left(g, T)] - T if inside else 0.0)
+        full = float(inside and attn_decode >= attn_full)
+    head = c["w_lm_head"] * (logits > 0)
+    w_exp = m.moe_layers * touched * c["w_expert"]
+    weights = c["w_always"] + head + T * c["w_row"] + w_exp
+    kv_read = (c["kv_full"] * sum_ctx + c["kv_win"] * sum_win) * c["kv_passes"]
+    kv_write = T * (c["kv_full"] + c["kv_win"])
+    act = T * c["act"]
+    fl_mm = T * c["fl_matmul"]
+    fl_pad = pad * c["fl_matmul"]
+    t_pad_mem = pad * c["act"] / c["bw"] * c["gemm_slow"]
+    if attn_decode is attn_full:
+        fl_attn = c["fl_attn_dec"] * attn_decode + c["fl_attn_win"] * attn_win
+    else:
+        fl_attn = (c["fl_attn_full"] * (attn_full - attn_decode) + c["fl_attn_dec"] * attn_decode
+                   + c["fl_attn_win"] * attn_win)
+    fl_lm = logits * c["fl_lm"]
+    t_attn_mem = (kv_read + kv_write) / c["bw_attn"]
+    t_mem = ((weights - w_exp + act) / c["bw"] + w_exp / c["bw_expert"]) * c["gemm_slow"] + t_attn_mem + t_pad_mem
+    fl_exp = (T + pad) * c["fl_expert"]
+    t_attn_cmp = fl_attn / c["peak_attn"]
+    if m.is_moe and c["expert_half"] > 0:
+        fl_exp_eff = fl_exp + c["fl_expert"] / m.experts_per_token * c["expert_half"] * touched
+    else:
+        fl_exp_eff = fl_exp
+    t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
+    t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
+    t_comm = sm._comm(T, pad) if c is sm._c else sm._comm(T, pad) * c["layer_share"]
+    over = (T > 0) * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
+    time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, sm.opts.ideal) + t_comm + over
+    return tuple.__new__(StepParts, (weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp,
+                                     t_attn_mem, t_attn_cmp, t_comm, over, time, 0.0, 0.0, 0.0, 0.0))
+
+
+def _ops0(sm: StepModel, c: dict[str, float], T: float, logits: Any, f: _Fixed) -> tuple[Any, ...]:
+    """f.ops as 0-d arrays (see StepModel._agg), then the overhead of a run of decode steps (_graph_full of one
+    object as attn_full and attn_decode), which _agg adds then: made when a run first needs them (a one-step
+    batch size rarely comes back as a run's) and kept in sm._memo beside f."""
+    key = (id(c), T, logits, "0-d")
+    ops0 = sm._memo.get(key)
+    if ops0 is None:
+        over = f.busy * (c["overhead"] + c["layer_overhead"] * (1.0 - sm._graph_full(T, f.inside, _RUN, _RUN)))
+        ops0 = sm._memo[key] = tuple(None if v is None else np.array(v) for v in (*f.ops, over))
+    return ops0
 
 
 def _consts(memo: dict[Any, Any], c: dict[str, float]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -814,7 +871,8 @@ def _step_times(k: tuple[Any, ...], ops: tuple[Any, ...], over: Any, sum_ctx: An
     kv_full, kv_win, passes, bw_attn, fl_full, fl_dec, fl_win, peak_attn = k
     kv_write, mem_base, t_pad_mem, cmp_base, t_comm = ops[:5]
     kv_read = kv_full * sum_ctx
-    if not _nil(sum_win):
+    # `not _nil(x)` written out here and below (this runs for every step priced)
+    if not (isinstance(sum_win, (int, float)) and sum_win == 0):
         kv_read = kv_read + kv_win * sum_win
     if passes is not None:
         kv_read = kv_read * passes
@@ -822,7 +880,7 @@ def _step_times(k: tuple[Any, ...], ops: tuple[Any, ...], over: Any, sum_ctx: An
         fl_attn = fl_dec * attn_decode
     else:
         fl_attn = fl_full * (attn_full - attn_decode) + fl_dec * attn_decode
-    if not _nil(attn_win):
+    if not (isinstance(attn_win, (int, float)) and attn_win == 0):
         fl_attn = fl_attn + fl_win * attn_win
     t_attn_mem = (kv_read + kv_write) / bw_attn
     t_mem = mem_base + t_attn_mem

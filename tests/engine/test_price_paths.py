@@ -1,6 +1,7 @@
-"""StepModel.price's paths agree bit for bit: one step as Python floats, a run of steps as arrays (its scalars as 0-d
-arrays), steps of many token counts as arrays (nothing remembered), and a step priced cold or from the memo of
-(tokens, logits) terms. Each run's step j, priced alone, must give exactly element j of the run's price."""
+"""StepModel.price's paths agree bit for bit: one step of Python floats (_one_step), the general path with Python
+numbers, a run of steps as arrays (its scalars as 0-d arrays), steps of many token counts as arrays (nothing
+remembered), and a model priced cold or with its memo of (tokens, logits) terms. Each run's step j, priced alone,
+must give exactly element j of the run's price."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def test_a_run_of_steps_prices_each_step_as_one_step_alone(hw: str, model: str, 
                         attn_decode=a, adapters=adapters)
             cold = _model(hw, model, opts).price(one)  # nothing remembered yet
             assert [_bits(v) for v in cold] == [_bits(v) for v in sm.price(one)] == _at(p, j)
+            # an int among the fields takes the general path (StepModel._fixed, _step_times) with Python numbers
+            assert [_bits(v) for v in sm.price(one._replace(sum_ctx=int(one.sum_ctx)))] == _at(p, j)
 
 
 @pytest.mark.parametrize(("hw", "model", "opts"), CASES)
