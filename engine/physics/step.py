@@ -221,6 +221,14 @@ class StepCost:
         }
 
 
+class _Memo(dict):  # type: ignore[type-arg]
+    """StepModel._fixed's cache. Its keys hold the ids of the model's constants dicts, which a copy of the model in
+    another process (pickled to a pool's worker) or a deep copy does not share: those start with an empty one."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Memo, ())
+
+
 @dataclass(slots=True)
 class StepModel:
     """Prices steps for one (hardware, model, options); constants are computed once, so pricing is cheap."""
@@ -239,7 +247,7 @@ class StepModel:
     _stages: list[dict[str, float]] = field(init=False, repr=False, default_factory=list)
     _kv_share: float = field(init=False, repr=False, default=1.0)
     lora: LoraCost | None = field(init=False, repr=False, default=None)  # multi-LoRA kernels' coefficients
-    _memo: dict[Any, Any] = field(init=False, repr=False, compare=False, default_factory=dict)  # _fixed's cache
+    _memo: dict[Any, Any] = field(init=False, repr=False, compare=False, default_factory=_Memo)
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw

@@ -5,6 +5,8 @@ must give exactly element j of the run's price."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import numpy as np
@@ -95,3 +97,14 @@ def test_steps_of_many_token_counts_price_as_each_step_alone(hw: str, model: str
                     sum_win=float(win[j]), attn_full=float(af[j]), attn_win=float(aw[j]), logits=int(seqs[j]),
                     attn_decode=float(ad[j]))
         assert [_bits(v) for v in sm.price(one)] == _at(p, j)
+
+
+def test_a_pickled_model_starts_with_an_empty_memo() -> None:
+    """The memo's keys hold ids of the model's constants dicts: a copy sent to a pool's worker must not read them."""
+    sm = _model("h100-sxm", "llama-3.1-70b", {"tp": 2, "pp": 2})
+    b = run_batch(sm.model, np.arange(10), 5)
+    p = sm.price(b)
+    assert len(sm._memo) > 0
+    for other in (pickle.loads(pickle.dumps(sm)), copy.deepcopy(sm)):
+        assert len(other._memo) == 0
+        assert [np.asarray(v).tobytes() for v in other.price(b)] == [np.asarray(v).tobytes() for v in p]
