@@ -221,6 +221,14 @@ class StepCost:
         }
 
 
+class _Memo(dict):  # type: ignore[type-arg]
+    """StepModel._fixed's cache. Its keys hold the ids of the model's constants dicts, which a copy of the model in
+    another process (pickled to a pool's worker) or a deep copy does not share: those start with an empty one."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Memo, ())
+
+
 @dataclass(slots=True)
 class StepModel:
     """Prices steps for one (hardware, model, options); constants are computed once, so pricing is cheap."""
@@ -239,6 +247,7 @@ class StepModel:
     _stages: list[dict[str, float]] = field(init=False, repr=False, default_factory=list)
     _kv_share: float = field(init=False, repr=False, default=1.0)
     lora: LoraCost | None = field(init=False, repr=False, default=None)  # multi-LoRA kernels' coefficients
+    _memo: dict[Any, Any] = field(init=False, repr=False, compare=False, default_factory=_Memo)
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
@@ -600,48 +609,39 @@ class StepModel:
 
     def _agg(self, c: dict[str, float], T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any,
              attn_win: Any, attn_decode: Any) -> StepParts:
-        """price's bytes, FLOPs and times with constants `c` (the model's, or one pipeline stage's), written so that
-        floats and numpy arrays both go through."""
-        m = self.model
-        touched = self._touched(T) if m.is_moe else 0.0 * T
-        pad, full = self._graph_padding(T, attn_full, attn_decode)
-        head = c["w_lm_head"] * (logits > 0)
-        w_exp = m.moe_layers * touched * c["w_expert"]
-        weights = c["w_always"] + head + T * c["w_row"] + w_exp
-        kv_read = (c["kv_full"] * sum_ctx + c["kv_win"] * sum_ctx_win) * c["kv_passes"]
-        kv_write = T * (c["kv_full"] + c["kv_win"])
-        act = T * c["act"]
-        fl_mm = T * c["fl_matmul"]
-        # A CUDA graph's dummy rows run every GEMM of the model as real rows do (the LM head runs on the real
-        # rows only, and the dummies attend to nothing): time, not useful FLOPs.
-        fl_pad = pad * c["fl_matmul"]
-        t_pad_mem = pad * c["act"] / c["bw"] * c["gemm_slow"]
-        if attn_decode is attn_full:  # a decode-only step (or run of them): no full-width pairs (the same sum)
-            fl_attn = c["fl_attn_dec"] * attn_decode + c["fl_attn_win"] * attn_win
-        else:
-            fl_attn = (c["fl_attn_full"] * (attn_full - attn_decode) + c["fl_attn_dec"] * attn_decode
-                       + c["fl_attn_win"] * attn_win)
-        fl_lm = logits * c["fl_lm"]
-        t_attn_mem = (kv_read + kv_write) / c["bw_attn"]
-        t_mem = ((weights - w_exp + act) / c["bw"] + w_exp / c["bw_expert"]) * c["gemm_slow"] + t_attn_mem + t_pad_mem
-        fl_exp = (T + pad) * c["fl_expert"]
-        t_attn_cmp = fl_attn / c["peak_attn"]
-        # A grouped GEMM fills its tiles' token rows only as far as each expert's tokens go: with n tokens per
-        # expert it runs at n / (n + expert_half_tokens) of its full rate (runtime constant; 0: always full).
-        # Summed over the experts that run, each costs the FLOPs of n + half tokens: the step's expert FLOPs
-        # plus half tokens' worth for every expert touched (an expert no token picked launches no tile).
-        if m.is_moe and c["expert_half"] > 0:
-            fl_exp_eff = fl_exp + c["fl_expert"] / m.experts_per_token * c["expert_half"] * touched
-        else:
-            fl_exp_eff = fl_exp
-        t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
-        t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
-        busy = T > 0  # an empty step moves nothing and pays no fixed cost
-        t_comm = self._comm(T, pad) if c is self._c else self._comm(T, pad) * c["layer_share"]
+        """price's parts with constants `c` (the model's or a stage's): _one_step, else _Fixed then _step_times."""
+        if (type(T) is float and type(sum_ctx) is float and type(attn_full) is float and type(attn_decode) is float
+                and type(sum_ctx_win) is float and type(attn_win) is float and type(logits) in (int, float)):
+            return _one_step(self, c, T, logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
+        f = self._fixed(c, T, logits)
+        touched, inside, busy, weights, kv_write, act, fl_mm, fl_lm, t_comm, ops, (k, k0) = f  # one unpacking
+        full = self._graph_full(T, inside, attn_full, attn_decode)
         over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
-        time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, self.opts.ideal) + t_comm + over
-        return StepParts(weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp, t_attn_mem,
-                         t_attn_cmp, t_comm, over, time)
+        add_over = over
+        if (isinstance(sum_ctx, np.ndarray) and isinstance(attn_full, np.ndarray) and type(T) is float
+                and type(logits) in (int, float)):
+            # A run of steps sharing one batch: the same operations with the scalars as 0-d arrays, which numpy
+            # combines with an array in ~0.3 us where a Python float costs ~0.5 us more (its conversion).
+            ops, k = _ops0(self, c, T, logits, f), k0
+            if attn_decode is attn_full:  # full = float(inside): _ops0's own over
+                add_over = ops[-1]
+        kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time = _step_times(
+            k, ops, add_over, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode, self.opts.ideal)
+        # tuple.__new__ with every field (the defaults too): a NamedTuple's own __new__ costs ~0.5 us more
+        return tuple.__new__(StepParts, (weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp,
+                                         t_attn_mem, t_attn_cmp, t_comm, over, time, 0.0, 0.0, 0.0, 0.0))
+
+    def _fixed(self, c: dict[str, float], T: Any, logits: Any) -> _Fixed:
+        """_fixed_terms(self, c, T, logits), remembered for float T and logits (a run's batch size comes back)."""
+        if type(T) is not float or type(logits) not in (int, float):
+            return _fixed_terms(self, c, T, logits)
+        key = (id(c), T, logits)
+        f = self._memo.get(key)
+        if f is None:
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo.clear()
+            f = self._memo[key] = _fixed_terms(self, c, T, logits)
+        return f
 
     def _touched(self, T: Any) -> Any:
         """Expected distinct routed experts per MoE layer a step of T tokens reads (a MoE model's)."""
@@ -683,27 +683,41 @@ class StepModel:
         batch replays piecewise graphs padded the same way, with attention run between the pieces; a batch above
         the largest captured size runs eagerly, unpadded. Floats in, floats out; arrays in, arrays out.
         """
+        pad, inside = self._graph_pad(T)
+        return pad, self._graph_full(T, inside, attn_full, attn_decode)
+
+    def _graph_pad(self, T: Any) -> tuple[Any, Any]:
+        """_graph_padding's first half, of T alone: (dummy rows, whether T is within the captured sizes; None
+        without graphs)."""
         g = self._graphs
         if g is None:
-            return 0.0 * T, 0.0 * T
+            return 0.0 * T, None
         if isinstance(T, (float, int)):
             # One step count (every step the serving loop prices): bisect in Python, no array round trip.
             gl = self._graph_list
             inside = 0 < T <= gl[-1]
-            pad = gl[bisect.bisect_left(gl, T)] - T if inside else 0.0
-            if isinstance(attn_full, (float, int)) and isinstance(attn_decode, (float, int)):
-                return float(pad), float(inside and attn_decode >= attn_full)
-            if attn_decode is attn_full:  # a run of decode-only steps: every one replays the full graph if inside
-                return float(pad), float(inside)
-            return float(pad), (inside & (np.asarray(attn_decode) >= np.asarray(attn_full))).astype(np.float64)
+            return float(gl[bisect.bisect_left(gl, T)] - T if inside else 0.0), inside
         t = np.asarray(T, dtype=np.float64)
         top = g[-1]
         inside = (t > 0) & (t <= top)
         size = g[np.minimum(np.searchsorted(g, np.minimum(t, top)), len(g) - 1)]
         pad = np.where(inside, size - t, 0.0)
-        full = (inside & (np.asarray(attn_decode) >= np.asarray(attn_full))).astype(np.float64)
         # One step count with many steps' attention (a run of decode steps): the padding is one float.
-        return (float(pad) if np.ndim(pad) == 0 else pad), (float(full) if np.ndim(full) == 0 else full)
+        return (float(pad) if np.ndim(pad) == 0 else pad), inside
+
+    def _graph_full(self, T: Any, inside: Any, attn_full: Any, attn_decode: Any) -> Any:
+        """_graph_padding's second half: 1.0 where a full graph runs (T within the captured sizes, `inside`, and
+        the step decodes only), else 0.0."""
+        if self._graphs is None:
+            return 0.0 * T
+        if isinstance(T, (float, int)):
+            if isinstance(attn_full, (float, int)) and isinstance(attn_decode, (float, int)):
+                return float(inside and attn_decode >= attn_full)
+            if attn_decode is attn_full:  # a run of decode-only steps: every one replays the full graph if inside
+                return float(inside)
+            return (inside & (np.asarray(attn_decode) >= np.asarray(attn_full))).astype(np.float64)
+        full = (inside & (np.asarray(attn_decode) >= np.asarray(attn_full))).astype(np.float64)
+        return float(full) if np.ndim(full) == 0 else full
 
     def decode(self, batch: int, context: int) -> StepCost:
         """One decode step: `batch` sequences each adding one token on top of `context` cached tokens."""
@@ -716,6 +730,176 @@ class StepModel:
     def with_options(self, **changes: object) -> StepModel:
         """The same hardware and model with some options changed (what-if knobs)."""
         return StepModel(self.hw, self.model, replace(self.opts, **changes))
+
+
+# Entries StepModel._memo holds before it starts afresh: a run meets a few hundred (tokens, logits) pairs.
+_MEMO_SIZE = 4096
+# The attention sums of a run of decode steps, to _graph_full: one object given as attn_full and attn_decode.
+_RUN = np.empty(0)
+
+
+class _Fixed(NamedTuple):
+    """A step's terms that depend on its tokens T and logits alone (StepModel._fixed_terms): StepParts fields, the
+    graph padding, the operands _step_times adds (ops) and the constants it reads (consts, kept here for speed)."""
+
+    touched: Any
+    inside: Any
+    busy: Any
+    weights: Any
+    kv_write: Any
+    act: Any
+    fl_mm: Any
+    fl_lm: Any
+    t_comm: Any
+    ops: tuple[Any, ...]
+    consts: tuple[tuple[Any, ...], tuple[Any, ...]]  # _consts of the step model's constants dict
+
+
+def _fixed_terms(sm: StepModel, c: dict[str, float], T: Any, logits: Any) -> _Fixed:
+    """price's terms of T tokens and `logits` positions alone, with constants `c` (StepModel._agg's first half).
+    Floats or arrays; the same operations in the same order as when they were one expression with the rest."""
+    m = sm.model
+    touched = sm._touched(T) if m.is_moe else 0.0 * T
+    pad, inside = sm._graph_pad(T)
+    head = c["w_lm_head"] * (logits > 0)
+    w_exp = m.moe_layers * touched * c["w_expert"]
+    weights = c["w_always"] + head + T * c["w_row"] + w_exp
+    kv_write = T * (c["kv_full"] + c["kv_win"])
+    act = T * c["act"]
+    fl_mm = T * c["fl_matmul"]
+    # A CUDA graph's dummy rows run every GEMM of the model as real rows do (the LM head runs on the real
+    # rows only, and the dummies attend to nothing): time, not useful FLOPs.
+    fl_pad = pad * c["fl_matmul"]
+    t_pad_mem = pad * c["act"] / c["bw"] * c["gemm_slow"]
+    fl_lm = logits * c["fl_lm"]
+    # t_mem's and t_cmp's first terms (the attention's are added per step, after them: _step_times)
+    mem_base = ((weights - w_exp + act) / c["bw"] + w_exp / c["bw_expert"]) * c["gemm_slow"]
+    fl_exp = (T + pad) * c["fl_expert"]
+    # A grouped GEMM fills its tiles' token rows only as far as each expert's tokens go: with n tokens per
+    # expert it runs at n / (n + expert_half_tokens) of its full rate (runtime constant; 0: always full).
+    # Summed over the experts that run, each costs the FLOPs of n + half tokens: the step's expert FLOPs
+    # plus half tokens' worth for every expert touched (an expert no token picked launches no tile).
+    if m.is_moe and c["expert_half"] > 0:
+        fl_exp_eff = fl_exp + c["fl_expert"] / m.experts_per_token * c["expert_half"] * touched
+    else:
+        fl_exp_eff = fl_exp
+    t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
+    busy = T > 0  # an empty step moves nothing and pays no fixed cost
+    t_comm = sm._comm(T, pad) if c is sm._c else sm._comm(T, pad) * c["layer_share"]
+    # _step_times adds t_pad_mem and t_comm; None where they are 0 (see _nil: both are floats here, and this is
+    # written out as a float's test for speed)
+    ops = (kv_write, mem_base, None if type(t_pad_mem) is float and t_pad_mem == 0 else t_pad_mem,
+           t_gemm * c["gemm_slow"], None if type(t_comm) is float and t_comm == 0 else t_comm)
+    # tuple.__new__: as StepParts in _agg
+    return tuple.__new__(_Fixed, (touched, inside, busy, weights, kv_write, act, fl_mm, fl_lm, t_comm, ops,
+                                  _consts(sm._memo, c)))
+
+
+def _one_step(sm: StepModel, c: dict[str, float], T: float, logits: float, sum_ctx: float, sum_win: float,
+              attn_full: float, attn_win: float, attn_decode: float) -> StepParts:
+    """StepModel._agg of one step whose fields are all Python floats (logits int or float): the operations of
+    _fixed_terms and _step_times in the same order, written out in one function of plain floats (for one step the
+    calls, tuples and memo of the split cost more than its arithmetic). tests/engine/test_price_paths.py checks it
+    against the array path bit for bit."""
+    m = sm.model
+    touched = sm._touched(T) if m.is_moe else 0.0 * T
+    g = sm._graph_list
+    if sm._graphs is None:
+        pad = full = 0.0 * T
+    else:  # _graph_pad and _graph_full of one step
+        inside = 0 < T <= g[-1]
+        pad = float(g[bisect.bisect_left(g, T)] - T if inside else 0.0)
+        full = float(inside and attn_decode >= attn_full)
+    head = c["w_lm_head"] * (logits > 0)
+    w_exp = m.moe_layers * touched * c["w_expert"]
+    weights = c["w_always"] + head + T * c["w_row"] + w_exp
+    kv_read = (c["kv_full"] * sum_ctx + c["kv_win"] * sum_win) * c["kv_passes"]
+    kv_write = T * (c["kv_full"] + c["kv_win"])
+    act = T * c["act"]
+    fl_mm = T * c["fl_matmul"]
+    fl_pad = pad * c["fl_matmul"]
+    t_pad_mem = pad * c["act"] / c["bw"] * c["gemm_slow"]
+    if attn_decode is attn_full:
+        fl_attn = c["fl_attn_dec"] * attn_decode + c["fl_attn_win"] * attn_win
+    else:
+        fl_attn = (c["fl_attn_full"] * (attn_full - attn_decode) + c["fl_attn_dec"] * attn_decode
+                   + c["fl_attn_win"] * attn_win)
+    fl_lm = logits * c["fl_lm"]
+    t_attn_mem = (kv_read + kv_write) / c["bw_attn"]
+    t_mem = ((weights - w_exp + act) / c["bw"] + w_exp / c["bw_expert"]) * c["gemm_slow"] + t_attn_mem + t_pad_mem
+    fl_exp = (T + pad) * c["fl_expert"]
+    t_attn_cmp = fl_attn / c["peak_attn"]
+    if m.is_moe and c["expert_half"] > 0:
+        fl_exp_eff = fl_exp + c["fl_expert"] / m.experts_per_token * c["expert_half"] * touched
+    else:
+        fl_exp_eff = fl_exp
+    t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
+    t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
+    t_comm = sm._comm(T, pad) if c is sm._c else sm._comm(T, pad) * c["layer_share"]
+    over = (T > 0) * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
+    time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, sm.opts.ideal) + t_comm + over
+    return tuple.__new__(StepParts, (weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp,
+                                     t_attn_mem, t_attn_cmp, t_comm, over, time, 0.0, 0.0, 0.0, 0.0))
+
+
+def _ops0(sm: StepModel, c: dict[str, float], T: float, logits: Any, f: _Fixed) -> tuple[Any, ...]:
+    """f.ops as 0-d arrays (see StepModel._agg), then the overhead of a run of decode steps (_graph_full of one
+    object as attn_full and attn_decode), which _agg adds then: made when a run first needs them (a one-step
+    batch size rarely comes back as a run's) and kept in sm._memo beside f."""
+    key = (id(c), T, logits, "0-d")
+    ops0 = sm._memo.get(key)
+    if ops0 is None:
+        over = f.busy * (c["overhead"] + c["layer_overhead"] * (1.0 - sm._graph_full(T, f.inside, _RUN, _RUN)))
+        ops0 = sm._memo[key] = tuple(None if v is None else np.array(v) for v in (*f.ops, over))
+    return ops0
+
+
+def _consts(memo: dict[Any, Any], c: dict[str, float]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The constants of `c` that _step_times reads, in its order (kv_passes None when 1: x * 1.0 is x), as floats
+    and as 0-d arrays (see StepModel._agg): made once per constants dict and kept in `memo`."""
+    k = memo.get(id(c))
+    if k is None:
+        floats = (c["kv_full"], c["kv_win"], None if c["kv_passes"] == 1.0 else c["kv_passes"], c["bw_attn"],
+                  c["fl_attn_full"], c["fl_attn_dec"], c["fl_attn_win"], c["peak_attn"])
+        k = memo[id(c)] = (floats, tuple(None if v is None else np.array(v) for v in floats))
+    return k
+
+
+def _nil(x: Any) -> bool:
+    """Whether x is one number equal to 0. Adding (a finite constant times) it changes nothing the step model
+    adds it to: x + 0.0 is x for every x but -0.0, and those sums are of counts, bytes and seconds, never -0.0."""
+    return isinstance(x, (int, float)) and x == 0
+
+
+def _step_times(k: tuple[Any, ...], ops: tuple[Any, ...], over: Any, sum_ctx: Any, sum_win: Any, attn_full: Any,
+                attn_win: Any, attn_decode: Any, ideal: bool) -> tuple[Any, ...]:
+    """StepModel._agg's second half, the terms of a step's attention sums: (kv_read, fl_attn, t_attn_mem, t_mem,
+    t_attn_cmp, t_cmp, time), from the constants `k` (_consts) and the step's fixed operands `ops` (_Fixed.ops).
+    A term that is None, or a product with a float 0, is left out (see _nil): the same floats, fewer operations."""
+    kv_full, kv_win, passes, bw_attn, fl_full, fl_dec, fl_win, peak_attn = k
+    kv_write, mem_base, t_pad_mem, cmp_base, t_comm = ops[:5]
+    kv_read = kv_full * sum_ctx
+    # `not _nil(x)` written out here and below (this runs for every step priced)
+    if not (isinstance(sum_win, (int, float)) and sum_win == 0):
+        kv_read = kv_read + kv_win * sum_win
+    if passes is not None:
+        kv_read = kv_read * passes
+    if attn_decode is attn_full:  # a decode-only step (or run of them): no full-width pairs (the same sum)
+        fl_attn = fl_dec * attn_decode
+    else:
+        fl_attn = fl_full * (attn_full - attn_decode) + fl_dec * attn_decode
+    if not (isinstance(attn_win, (int, float)) and attn_win == 0):
+        fl_attn = fl_attn + fl_win * attn_win
+    t_attn_mem = (kv_read + kv_write) / bw_attn
+    t_mem = mem_base + t_attn_mem
+    if t_pad_mem is not None:
+        t_mem = t_mem + t_pad_mem
+    t_attn_cmp = fl_attn / peak_attn
+    t_cmp = cmp_base + t_attn_cmp
+    time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, ideal)
+    if t_comm is not None:
+        time = time + t_comm
+    return kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time + over
 
 
 def _check_options(o: StepOptions, m: Model) -> None:
@@ -813,7 +997,10 @@ def roofline_time(t_mem: Any, t_cmp: Any, t_attn_mem: Any, t_attn_cmp: Any, idea
         # round trip through numpy scalars (same values: NaN wins, ties give the first).
         if ideal:
             return _fmax(t_mem, t_cmp)
-        return _fmax(t_attn_mem, t_attn_cmp) + _fmax(t_mem - t_attn_mem, t_cmp - t_attn_cmp)
+        # _fmax written out (two calls fewer: this runs for every step the serving loop prices)
+        a, b = t_mem - t_attn_mem, t_cmp - t_attn_cmp
+        return ((t_attn_mem if t_attn_mem >= t_attn_cmp or t_attn_mem != t_attn_mem else t_attn_cmp)
+                + (a if a >= b or a != a else b))
     if ideal:
         return np.maximum(t_mem, t_cmp)
     return np.maximum(t_attn_mem, t_attn_cmp) + np.maximum(t_mem - t_attn_mem, t_cmp - t_attn_cmp)
