@@ -15,20 +15,23 @@ import numpy as np
 
 from engine.serving import keying
 from engine.serving.lora_slots import WINDOW, LoraSlots, allowed
-from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for, spend
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Rows, blocks_for, spend
 
 if TYPE_CHECKING:
     from engine.serving.lane import Lane
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
+_SEQ, _BLOCKS, _ADMIT = int(IntCol.SEQ), int(IntCol.BLOCKS), int(FloatCol.ADMIT)  # plain ints index faster
 
 
 def closed(lane: Lane) -> bool:
     """No waiting request can join whatever the blocks: no slot, a policy that admits only into an empty
     batch, or nobody waiting."""
+    if not lane.waiting:  # first: the usual answer when a lane is not overloaded
+        return True
     n = lane.R.n
-    return lane.sched.max_batch <= n or (n > 0 and not lane.sched.admits_while_running()) or not lane.waiting
+    return lane.sched.max_batch <= n or (n > 0 and not lane.sched.admits_while_running())
 
 
 def blocked(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool) -> bool:
@@ -115,9 +118,20 @@ def admit(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool, t: 
     if picked is None:
         return _EMPTY, False
     order, mq, target = picked
-    P, Q = lane.P, lane.Q
     # Nothing can be found in the cache unless some content is shared or a preempted request left its own.
-    cached_path = lane.caching and (lane.shared_content or P.n > 0)
+    if lane.caching and (lane.shared_content or lane.P.n > 0):
+        return _admit_rows(lane, order, mq, True, free, tokens_planned, prefill_planned, t)
+    if mq == 1 and not len(order) and lane.lora is None:
+        # Most admissions are one queued request (the queue rarely holds more at moderate load): plain ints.
+        return _admit_lone(lane, target, free, tokens_planned, prefill_planned, t)
+    return _admit_rows(lane, order, mq, False, free, tokens_planned, prefill_planned, t, target)
+
+
+def _admit_rows(lane: Lane, order: np.ndarray, mq: int, cached_path: bool, free: int, tokens_planned: int,
+                prefill_planned: bool, t: float, target: np.ndarray = _EMPTY) -> tuple[np.ndarray, bool]:
+    """admit() for any candidates (the preempted rows at `order` in P, then the queue's first `mq` rows, whose
+    targets are `target`): looking in the prefix cache if `cached_path`, else the leading run that fits."""
+    P, Q = lane.P, lane.Q
     if cached_path:
         cand = Rows.join([P.rows().pick(order), Q.rows(mq)]) if len(order) else Q.rows(mq)
         k, chunk, hit, hkey = admit_cached(lane, cand, free, tokens_planned, prefill_planned)
@@ -150,13 +164,48 @@ def admit(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool, t: 
     return chunk, whole
 
 
+def _admit_lone(lane: Lane, target: np.ndarray, free: int, tokens_planned: int, prefill_planned: bool,
+                t: float) -> tuple[np.ndarray, bool]:
+    """_admit_rows for one candidate, the queue's head (no cache to look in, no preempted row, no adapters): the
+    same steps on plain ints and one table column, since numpy's per-call cost (~1 us) dwarfs one row's work.
+    The scheduler's chunk rule stays its own (one call on the 1-row `target`); the tests check this path
+    against _admit_rows on whole runs."""
+    sched = lane.sched
+    chunk, ok = sched.admit_chunks(target, tokens_planned, prefill_planned)
+    c = int(chunk[0])
+    nb = (c + BLOCK - 1) >> SHIFT  # blocks_for on one int: the same integer arithmetic
+    if not (ok[0] and nb <= free):
+        return _EMPTY, False
+    tg = int(target[0])
+    whole = sched.whole_prompts or c == tg
+    assert not (lane.spec.debug and sched.whole_prompts) or c == tg, \
+        f"scheduler {sched.name!r} says whole_prompts but split a prompt"
+    chunk = chunk[:1].copy()  # (a continuous scheduler's chunk is the queue's own target column)
+    Q, R = lane.Q, lane.R
+    h, n = Q.head, R.n
+    R.reserve(1)  # (may grow R's arrays: read them after)
+    ri, rf = R.cols.i, R.cols.f
+    ri[:, n] = Q.cols.i[:, h]  # Table.append of one row
+    rf[:, n] = Q.cols.f[:, h]
+    R.n = n + 1
+    ri[_SEQ, n] = lane.seq
+    lane.seq += 1
+    lane.pool.alloc(nb)
+    ri[_BLOCKS, n] = nb  # a waiting request holds no cache: its chunk's blocks
+    if math.isnan(rf[_ADMIT, n]):  # _leave_waiting: first admitted now
+        rf[_ADMIT, n] = t
+    Q.pop(1)
+    lane.n_pf += 1
+    return chunk, whole
+
+
 def _candidates(lane: Lane, t: float, cut: float) -> tuple[np.ndarray, int, np.ndarray] | None:
     """Who may be admitted, in order: the preempted rows' positions in P (lowest id first), how many of the
     queue's head follow them, and all their targets; None when none may (async scheduling's cut)."""
     P, Q = lane.P, lane.Q
     slots = lane.sched.max_batch - lane.R.n
-    w = Q.size
-    if cut < t and Q.size:  # the queue is in arrival order
+    w = qn = Q.size
+    if cut < t and qn:  # the queue is in arrival order
         w = int(Q.col("arrival").searchsorted(cut, side="right"))
         slots = min(slots, P.n + w)
         if slots <= 0:
@@ -165,10 +214,10 @@ def _candidates(lane: Lane, t: float, cut: float) -> tuple[np.ndarray, int, np.n
         return _lora_candidates(lane, slots, min(w, WINDOW), t)
     if P.n:
         order = np.argsort(P.col("id"), kind="stable")[:slots]
-        mq = min(slots - len(order), Q.size)
+        mq = min(slots - len(order), qn)
         return order, mq, np.concatenate([P.col("target")[order], Q.col("target")[:mq]])
-    mq = min(slots, Q.size)
-    return _EMPTY, mq, Q.col("target")[:mq]
+    mq = min(slots, qn)
+    return _EMPTY, mq, Q.cols.target[Q.head:Q.head + mq]  # Q.col("target")[:mq]
 
 
 def _start_cached(lane: Lane, a: Rows, hit: np.ndarray, hkey: np.ndarray, chunk: np.ndarray) -> None:

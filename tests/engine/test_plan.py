@@ -197,6 +197,37 @@ def test_a_finished_point_leaves_no_engine_behind() -> None:
         gc.enable()
 
 
+def test_fit_checks_and_slo_bounds_answer_the_same_from_one_engine_per_config() -> None:
+    """prune and slo_bounds build one engine per replica configuration (lru_caches), not one per point: every answer
+    over a grid with OOM, head, budget and replica-count prunes equals a fresh engine's, and the cache is hit."""
+    space = _space(hardware=("h100-sxm", "l40s"), model=("generic-14b", "llama-3.1-70b"), tp=(1, 3, 4),
+                   replicas=(1, 3, 4000), router=("round-robin", "kv-aware"))
+    pl._fit.cache_clear()
+    for pt in space.points():
+        cfg = pl.fleet_spec(pt, BASE).config
+        fresh = pl._fit.__wrapped__(cfg)
+        assert pl._fit(cfg) == fresh
+        why = pl.prune(pt, BASE, 200.0)
+        if isinstance(fresh, str):
+            assert why == fresh
+        elif why is None:
+            assert pl.slo_bounds(pt, BASE, 90.0) == pl._slo_bounds.__wrapped__(cfg, 90.0)
+    assert pl._fit.cache_info().hits > pl._fit.cache_info().misses
+
+
+def test_a_grid_runs_on_a_frozen_heap_and_unfreezes_it_however_it_ends() -> None:
+    import gc
+
+    def mapper(jobs: list[pl.Job]) -> object:
+        assert gc.get_freeze_count() > 0  # each job's full collection walks only what the jobs made
+        yield 0, "done"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pl.run_grid([(None, BASE, SLO, None)] * 2, mapper)  # type: ignore[list-item, arg-type]
+    assert gc.get_freeze_count() == 0
+
+
 def test_plan_prices_energy_only_when_asked() -> None:
     """--energy adds its figures to each row; they agree with each other (joules per token = the replicas' kW over
     the run / its output tokens), and a second replica idling at the same load raises the joules per token."""
