@@ -15,7 +15,7 @@ arrival. Three run loops, each named for why it exists; all give the same number
   is known before anything runs, so each replica serves its share alone (in a process pool if it pays).
 - `_run_lazy`: a router whose figures change only when requests join or finish (least-loaded), or that can
   settle many arrivals from the replicas already known (kv-aware), over open-loop arrivals: a replica is
-  moved up to an arrival only when the router could see a difference there.
+  moved up to an arrival only when the router could see a difference there (engine.fleet.lazy).
 P/D's KV copies live in engine.fleet.pd.
 """
 
@@ -134,7 +134,9 @@ class Fleet:
         gbps = spec.kv_link_gbps if spec.kv_link_gbps is not None else sm.hw.interconnect_gbps / 2
         self.xfer = KVCopies(len(self.reps), gbps * 1e9, sm.kv_bytes_per_token)
         self.ticks = 0
-        self.route_log: deque[Route] = deque(maxlen=ROUTE_LOG)  # the router's latest choices with why, newest last
+        # The router's latest choices (request row, pick, time), newest last: made Routes only when read (routes),
+        # as the app reads eight of them now and then while a run logs every arrival.
+        self.route_log: deque[tuple[Rows, Pick, float]] = deque(maxlen=ROUTE_LOG)
         self.now = 0.0  # the time advance_to() last moved the fleet to
         # Replicas with a step to take, a heap by (clock, index): the one furthest behind steps next.
         self.ready: list[tuple[float, int]] = []
@@ -152,7 +154,7 @@ class Fleet:
     def _loop(self, open_loop: bool) -> str:
         """The loop run() takes for a whole run: "dealt" or "lazy" when the router and an open-loop workload allow
         it, else "events". Neither fast loop runs P/D; the lazy one needs at most one token per step (so not
-        speculative decoding: see _calm) and no KV offload."""
+        speculative decoding: see LazyLoop.calm) and no KV offload."""
         spec, cfg = self.spec, self.spec.config
         kind = self.router.loop
         if not open_loop or spec.pd is not None or spec.replicas < 2 or spec.scale is not None:
@@ -354,8 +356,7 @@ class Fleet:
         # The router's latest choices, as dealt.
         for j in range(max(0, len(rows) - ROUTE_LOG), len(rows)):
             p = picks[j]
-            self.route_log.append(Route(int(rows.id[j]), int(rows.user[j]), p.index, p.why, p.figure,
-                                        float(rows.arrival[j])))
+            self.route_log.append((rows.pick(slice(j, j + 1)), p, float(rows.arrival[j])))
         return n
 
     def _run_lazy(self) -> int:
@@ -408,7 +409,7 @@ class Fleet:
         """Queue one request on the replica the router picked, logged with why (a prefill replica reads only its
         prompt)."""
         rep = self.reps[choice.index]
-        self.route_log.append(Route(int(row.id[0]), int(row.user[0]), rep.index, choice.why, choice.figure, t))
+        self.route_log.append((row, choice, t))
         if rep.role == "prefill":
             self.xfer.prompt_only(row)
         rep.inject(row)
@@ -438,7 +439,8 @@ class Fleet:
     @property
     def routes(self) -> tuple[Route, ...]:
         """The router's latest decisions, oldest first (at most ROUTE_LOG)."""
-        return tuple(self.route_log)
+        return tuple(Route(int(row.id[0]), int(row.user[0]), p.index, p.why, p.figure, t)
+                     for row, p, t in self.route_log)
 
     def replica_states(self) -> tuple[ReplicaState, ...]:
         """Every replica at a glance, in index order (cheap: a few integers each), with its autoscaling phase at the

@@ -157,7 +157,7 @@ class Replica(Engine):
         """The fewest steps after which a request here can finish: each step emits at most one token per request
         (no speculative decoding), so a request needs as many steps as tokens it has left (0: nothing here)."""
         ln = self.lane
-        # The fleet asks after every step it takes (Fleet._calm): the running batch is read through its columns'
+        # The lazy loop asks after every step it takes (LazyLoop.calm): the running batch is read through its columns'
         # views (R's live rows are [0, n)), its least as a Python min over a list (a batch of a few rows: 2 us
         # against numpy's 4; exact, they are integers), and the queue and the preempted only when some request waits.
         R = ln.R
