@@ -15,7 +15,7 @@ arrival. Three run loops, each named for why it exists; all give the same number
   is known before anything runs, so each replica serves its share alone (in a process pool if it pays).
 - `_run_lazy`: a router whose figures change only when requests join or finish (least-loaded), or that can
   settle many arrivals from the replicas already known (kv-aware), over open-loop arrivals: a replica is
-  moved up to an arrival only when the router could see a difference there.
+  moved up to an arrival only when the router could see a difference there (engine.fleet.lazy).
 P/D's KV copies live in engine.fleet.pd.
 """
 
@@ -33,6 +33,7 @@ from engine import budget
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.fleet.autoscale import Autoscaler, cold_start_s
+from engine.fleet.lazy import DRAW_AHEAD_S, LazyLoop
 from engine.fleet.pd import KV_LINK_LATENCY_S, CopyState, KVCopies
 from engine.fleet.pool import pool_map
 from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
@@ -53,7 +54,6 @@ __all__ = ["KV_HISTORY", "KV_LINK_LATENCY_S", "ROUTERS", "CopyState", "Fleet", "
            "engine_for", "parse_pd", "scripted"]
 
 MAX_REPLICAS = 4096
-DRAW_AHEAD_S = 10.0  # open-loop fleets draw their requests this far ahead (fewer, larger draws; the same rows)
 ROUTE_LOG = 8  # the router's latest decisions kept for the app (Fleet.routes)
 # A dealt fleet runs its replicas in a process pool only with at least this many requests: below it,
 # starting the processes and shipping the replicas back costs more than it saves (benchmarks/fleet.md).
@@ -134,7 +134,9 @@ class Fleet:
         gbps = spec.kv_link_gbps if spec.kv_link_gbps is not None else sm.hw.interconnect_gbps / 2
         self.xfer = KVCopies(len(self.reps), gbps * 1e9, sm.kv_bytes_per_token)
         self.ticks = 0
-        self.route_log: deque[Route] = deque(maxlen=ROUTE_LOG)  # the router's latest choices with why, newest last
+        # The router's latest choices (request row, pick, time), newest last: made Routes only when read (routes),
+        # as the app reads eight of them now and then while a run logs every arrival.
+        self.route_log: deque[tuple[Rows, Pick, float]] = deque(maxlen=ROUTE_LOG)
         self.now = 0.0  # the time advance_to() last moved the fleet to
         # Replicas with a step to take, a heap by (clock, index): the one furthest behind steps next.
         self.ready: list[tuple[float, int]] = []
@@ -152,7 +154,7 @@ class Fleet:
     def _loop(self, open_loop: bool) -> str:
         """The loop run() takes for a whole run: "dealt" or "lazy" when the router and an open-loop workload allow
         it, else "events". Neither fast loop runs P/D; the lazy one needs at most one token per step (so not
-        speculative decoding: see _calm) and no KV offload."""
+        speculative decoding: see LazyLoop.calm) and no KV offload."""
         spec, cfg = self.spec, self.spec.config
         kind = self.router.loop
         if not open_loop or spec.pd is not None or spec.replicas < 2 or spec.scale is not None:
@@ -354,81 +356,15 @@ class Fleet:
         # The router's latest choices, as dealt.
         for j in range(max(0, len(rows) - ROUTE_LOG), len(rows)):
             p = picks[j]
-            self.route_log.append(Route(int(rows.id[j]), int(rows.user[j]), p.index, p.why, p.figure,
-                                        float(rows.arrival[j])))
+            self.route_log.append((rows.pick(slice(j, j + 1)), p, float(rows.arrival[j])))
         return n
 
     def _run_lazy(self) -> int:
         """run() for a lazy router over open-loop arrivals: a replica is moved up to an arrival only when a request
         of its could finish before it (its load changes only then; a router that is not steady may need every
-        replica there, see _arrive_lazy), or when the arrival is routed to it. The others keep their long quiet
-        decode runs. The routes and every step are those of the event-ordered loop: each replica still takes
-        exactly its steps that start before each arrival."""
-        d = self.duration
-        end = math.inf if d is None else d
-        n = 0
-        while ahead := self._ahead():
-            row = ahead.popleft()
-            t = float(row.arrival[0])
-            stop = min(t, end)
-            for r in self.reps:
-                if r.calm < stop:
-                    n += self._catch_up(r, stop)
-            n += self._arrive_lazy(row, t, stop)
-        for r in self.reps:
-            n += self._catch_up(r, end, calm=False)
-        return n
-
-    def _arrive_lazy(self, row: Rows, t: float, stop: float) -> int:
-        """_arrive for the lazy loop: the chosen replica takes its steps before t, then gets the request."""
-        n = 0
-        router = self.router
-        choice = None
-        if router.steady:
-            choice = self._route(row)
-        else:
-            known = [r for r in self.reps if not r.busy or r.clock >= stop]  # their state at t is exact
-            if known:
-                choice = router.settled(self._snapshots(known, row))
-            if choice is None:
-                for r in self.reps:
-                    n += self._catch_up(r, stop, calm=False)
-                choice = self._route(row)
-        rep = self.reps[choice.index]
-        n += self._catch_up(rep, stop, calm=False)
-        self._give(choice, row, t)
-        rep.calm = self._calm(rep)
-        return n
-
-    def _ahead(self) -> deque[Rows]:
-        """Open loop: the next requests, one row each, drawn DRAW_AHEAD_S at a time (when they come does not depend
-        on the replicas, and drawing a stretch at once gives the same rows as drawing each when it is due). A
-        stretch with no request (a quiet workload stage) is drawn past, not taken for the end of the run."""
-        q = self.ahead
-        while not q and (t := self.src.next_time) < math.inf:
-            rows = self.src.draw(t + DRAW_AHEAD_S)
-            if rows is not None:
-                q.extend(rows.pick(slice(j, j + 1)).copy() for j in range(len(rows)))
-        return q
-
-    def _catch_up(self, r: Replica, stop: float, calm: bool = True) -> int:
-        """Take replica r's steps that start before `stop`; with `calm`, only as far as needed to be sure no
-        request of its finishes in them unseen. Returns the steps taken."""
-        n = 0
-        while r.busy and r.clock < stop and not (calm and r.calm >= stop):
-            k = r.step_before(stop, 1 << 20)
-            n += k
-            self.ticks += k
-            if r.finished_rows:
-                self._think(r)
-            r.calm = self._calm(r)
-        return n
-
-    def _calm(self, r: Replica) -> float:
-        """A time before which no step of r can finish a request: after m - 1 more steps at the least, each no
-        shorter than the cheapest step this model can take (every cost term grows with tokens and context)."""
-        m = r.steps_to_finish()
-        return math.inf if not m else r.clock + (m - 1) * self.dt_min
+        replica there), or when the arrival is routed to it. The others keep their long quiet decode runs. The
+        routes and every step are those of the event-ordered loop (engine.fleet.lazy)."""
+        return LazyLoop(self).run()
 
     def _wake(self, r: Replica) -> None:
         """Put a replica with a step to take on the heap of ready replicas (by clock, then index), once."""
@@ -473,7 +409,7 @@ class Fleet:
         """Queue one request on the replica the router picked, logged with why (a prefill replica reads only its
         prompt)."""
         rep = self.reps[choice.index]
-        self.route_log.append(Route(int(row.id[0]), int(row.user[0]), rep.index, choice.why, choice.figure, t))
+        self.route_log.append((row, choice, t))
         if rep.role == "prefill":
             self.xfer.prompt_only(row)
         rep.inject(row)
@@ -503,7 +439,8 @@ class Fleet:
     @property
     def routes(self) -> tuple[Route, ...]:
         """The router's latest decisions, oldest first (at most ROUTE_LOG)."""
-        return tuple(self.route_log)
+        return tuple(Route(int(row.id[0]), int(row.user[0]), p.index, p.why, p.figure, t)
+                     for row, p, t in self.route_log)
 
     def replica_states(self) -> tuple[ReplicaState, ...]:
         """Every replica at a glance, in index order (cheap: a few integers each), with its autoscaling phase at the

@@ -62,7 +62,7 @@ class Replica(Engine):
         self.held = 0  # KV blocks pinned by copies (prefill: until the copy lands; decode: reserved for it)
         self.inflight = 0  # decode: batch slots reserved for copies on their way
         self.finished_rows: list[Rows] = []
-        self.calm = -math.inf  # no step that could finish a request starts before this time (see Fleet._calm)
+        self.calm = -math.inf  # no step that could finish a request starts before this time (LazyLoop.calm)
         self.eventful = 0  # steps ahead that admit a new request, so cannot be a quiet run (see step_before)
         self.hint = False  # take those steps one by one (set by an open-loop fleet, see Fleet.__init__)
         self._stages = 1  # workload stages the lane keeps latencies for (see count_stages)
@@ -157,11 +157,20 @@ class Replica(Engine):
         """The fewest steps after which a request here can finish: each step emits at most one token per request
         (no speculative decoding), so a request needs as many steps as tokens it has left (0: nothing here)."""
         ln = self.lane
+        # The lazy loop asks after every step it takes (LazyLoop.calm): the running batch is read through its columns'
+        # views (R's live rows are [0, n)), its least as a Python min over a list (a batch of a few rows: 2 us
+        # against numpy's 4; exact, they are integers), and the queue and the preempted only when some request waits.
+        R = ln.R
+        n = R.n
         m = 0
-        for t in (ln.R, ln.P, ln.Q):
-            if t.size:
-                left = int((t.col("total") - t.col("gen")).min())
-                m = left if not m else min(m, left)
+        if n:
+            c = R.cols
+            m = min((c.total[:n] - c.gen[:n]).tolist())
+        if ln.waiting:
+            for t in (ln.P, ln.Q):
+                if t.size:
+                    left = int((t.col("total") - t.col("gen")).min())
+                    m = left if not m else min(m, left)
         return m
 
     def routing(self, wanted: bool, keys: np.ndarray | None) -> RoutingSnapshot:

@@ -142,8 +142,9 @@ class PrefixAware(Router):
 
 
 def _by_load(s: RoutingSnapshot) -> tuple[int, int]:
-    """Least loaded first, then the lowest index."""
-    return s.load, s.index
+    """Least loaded first, then the lowest index (the load's sum written out: a least-loaded fleet asks this of
+    every replica at every arrival, and the property call costs as much as the sum)."""
+    return s.queued + s.running, s.index
 
 
 ROUTERS: dict[str, type[Router]] = {cls.name: cls for cls in (RoundRobin, LeastLoaded, KvAware, PrefixAware)}
