@@ -83,24 +83,27 @@ def run_rows(r: Run) -> np.ndarray:
 class History:
     """The last `cap` ticks of a lane (Ring rows of the H columns), with pushes kept pending until a read."""
 
-    __slots__ = ("ring", "cap", "_pend", "_most")
+    __slots__ = ("ring", "cap", "_pend", "_rows")
 
     def __init__(self, cap: int) -> None:
         self.ring = Ring(cap, N_COLS)
         self.cap = cap
         self._pend: list[tuple[float, ...] | Run] = []
-        self._most = 4 * cap  # pending entries kept before the ones the ring would overwrite are dropped
+        self._rows = 0  # rows pending; at twice the ring's worth the older ones are dropped (bounded memory)
 
     def push_row(self, row: tuple[float, ...]) -> None:
         """One tick's row (a tuple of the H columns)."""
         self._pend.append(row)
-        if len(self._pend) > self._most:
+        self._rows += 1
+        if self._rows >= 2 * self.cap:
             self._trim()
 
     def push_run(self, run: Run) -> None:
-        """A quiet run's rows (built when read)."""
+        """A quiet run's rows (built when read). Its arrays are kept as given: the caller copies slices of much
+        longer arrays (a run priced far past where it was cut), so a pending run holds about its own rows."""
         self._pend.append(run)
-        if len(self._pend) > self._most:
+        self._rows += len(run.ends)
+        if self._rows >= 2 * self.cap:
             self._trim()
 
     def _trim(self) -> None:
@@ -111,7 +114,8 @@ class History:
             rows += len(e.ends) if isinstance(e, Run) else 1
             if rows >= self.cap:
                 del pend[:i]
-                return
+                break
+        self._rows = rows
 
     def _flush(self) -> None:
         """Write the pending entries into the ring, oldest first (consecutive ticks in one push)."""
@@ -129,6 +133,7 @@ class History:
         if ticks:
             ring.push(np.array(ticks, dtype=np.float64))
         self._pend.clear()
+        self._rows = 0
 
     @property
     def count(self) -> int:

@@ -642,6 +642,8 @@ def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, dts: np.ndarray, 
     when read (engine.serving.history): as account's push_row would have written them one by one. `used`: the
     pool's used blocks before the run and the blocks it had taken after each step."""
     pool = lane.pool
+    if dts.base is not None and dts.base.size > 4 * k + 64:  # slices of a run priced far past its cut: keep only
+        ends, dts, flops, byts = ends.copy(), dts.copy(), flops.copy(), byts.copy()  # what the history needs
     lane.stats.hist.push_run(Run(ends, dts, flops, byts, used[0], used[1], pool.total, pool.util, lane.waiting, queue,
                                  n))
 

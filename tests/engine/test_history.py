@@ -66,3 +66,18 @@ def test_growth_is_the_cumulative_count_of_blocks_opened() -> None:
         direct = np.cumsum([int(np.count_nonzero((cached + j) % 16 == 0)) for j in range(k)])
         assert np.array_equal(g.array(k), direct) and [g.after(m) for m in range(1, k + 1)] == direct.tolist()
         assert g.after(0) == 0
+
+
+def test_pending_rows_stay_bounded() -> None:
+    """However long the run, what waits unread is under twice the ring's rows (older entries are dropped)."""
+    rng = np.random.default_rng(5)
+    h, t = History(64), 0.0
+    for _ in range(3000):
+        r = _random_run(rng, t) if rng.uniform() < 0.3 else None
+        if r is None:
+            h.push_row((t, 0.01, 0.5, 0, 1, 1, 0, 0.0, 0.01, 1e9, 1e9))
+        else:
+            h.push_run(r)
+            t = float(r.ends[-1])
+        held = sum(len(e.ends) if isinstance(e, Run) else 1 for e in h._pend)
+        assert held < 2 * 64 + 300  # at most twice the ring, plus the one run just pushed
