@@ -1,7 +1,8 @@
 """StepModel.price's paths agree bit for bit: one step of Python floats (_one_step), the general path with Python
 numbers, a run of steps as arrays (its scalars as 0-d arrays), steps of many token counts as arrays (nothing
 remembered), and a model priced cold or with its memo of (tokens, logits) terms. Each run's step j, priced alone,
-must give exactly element j of the run's price; and every path's flops_total and bytes_total are its parts summed in order."""
+must give exactly element j of the run's price; every path's flops_total and bytes_total are its parts summed in
+order."""
 
 from __future__ import annotations
 
