@@ -6,7 +6,7 @@ Records every Batch the step model prices in a few `tokensim run`s (this tree's 
 on the pricing code), pickles them with each run's (hardware, model, options), then times pricing the whole
 recording in fresh interpreters of the base tree and of this one, alternating, CPU time (time.process_time),
 median of the repeats; each pass prices with a fresh StepModel, as a run does (nothing remembered between
-passes). Workloads:
+passes), and reads each record's flops_total and bytes_total, as the serving loop does after every price. Workloads:
   rate1: run --model llama-3.1-8b --rate 1 --requests 500 (quiet decode runs: many k-step run records)
   plan:  run --rate 2 --prompt lognormal:1000,0.8 --output lognormal:200,0.8 --requests 600 (a plan point's shape)
   moe:   run --model qwen3-30b-a3b --users 48 --requests 100
@@ -59,7 +59,8 @@ for name, (hw, model, opts, rows) in rec.items():
         price = StepModel(hw, model, opts).price
         c0 = time.process_time()
         for b in batches:
-            price(b)
+            p = price(b)
+            p.flops_total, p.bytes_total  # read after every price (Lane.account, steps.jump)
         cpu += time.process_time() - c0
     out[name] = cpu / rounds
 print(json.dumps(out))

@@ -27,6 +27,7 @@ only the campaign's tp 8 rows can tell, and none are in the training set.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ ONE_SHOT_MAX_BYTES = {2: float("inf"), 4: 512 * 1024, 8: 256 * 1024}
 A2A_LATENCY_S = 8e-6
 
 
+@cache  # a pure function of a group size and a flag, asked for every step priced under tensor parallel (~0.5 us)
 def one_shot_limit(n: int, fabric: bool) -> float:
     """Message bytes below which a group of n GPUs all-reduces one-shot (0: the custom kernel never runs one-shot,
     e.g. over PCIe beyond two GPUs or a group larger than 8)."""

@@ -137,20 +137,16 @@ class StepParts(NamedTuple):
     t_comm: Any
     over: Any
     time: Any  # the step's wall time (s): its kernels' rooflines, then communication and the fixed cost
-    bubble: Any = 0.0  # pipeline parallel: time the slowest stage sits idle for want of micro-batches
-    lora_bytes: Any = 0.0  # multi-LoRA: adapter weights and activations the shrink/expand kernels move
-    fl_lora: Any = 0.0  # multi-LoRA: the kernels' FLOPs
-    t_lora: Any = 0.0  # multi-LoRA: the kernels' time (their own roofline, included in `time`)
-
-    @property
-    def flops_total(self) -> Any:
-        """StepCost.flops_total: the FLOP parts summed in the record's order."""
-        return self.fl_mm + self.fl_attn + self.fl_lm + self.fl_lora
-
-    @property
-    def bytes_total(self) -> Any:
-        """StepCost.bytes_total: the byte parts summed in the record's order."""
-        return self.weights + self.kv_read + self.kv_write + self.act + self.lora_bytes
+    bubble: Any  # pipeline parallel: time the slowest stage sits idle for want of micro-batches (else 0.0)
+    lora_bytes: Any  # multi-LoRA: adapter weights and activations the shrink/expand kernels move (else 0.0)
+    fl_lora: Any  # multi-LoRA: the kernels' FLOPs (else 0.0)
+    t_lora: Any  # multi-LoRA: the kernels' time (their own roofline, included in `time`; else 0.0)
+    # StepCost.flops_total and bytes_total: the FLOP parts (fl_mm + fl_attn + fl_lm + fl_lora) and the byte parts
+    # (weights + kv_read + kv_write + act + lora_bytes) summed in that order, once, where they are priced (the
+    # serving loop reads both after every price; as properties they summed 4-5 arrays of a run on each read).
+    # A LoRA term of 0.0 is left out of the sum (see _nil).
+    flops_total: Any
+    bytes_total: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,10 +527,12 @@ class StepModel:
             slow = p if slow is None else _slower(p, slow)
         assert slow is not None
         p2p = self._p2p(T / mb)
-        return StepParts(slow.weights * mb, slow.kv_read * mb, slow.kv_write * mb, slow.act * mb, slow.fl_mm * mb,
-                         slow.fl_attn * mb, slow.fl_lm * mb, slow.touched, slow.t_mem * mb, slow.t_cmp * mb,
-                         slow.t_attn_mem * mb, slow.t_attn_cmp * mb, slow.t_comm * mb + p2p, slow.over * mb,
-                         pipeline.round_time(slow.time, pp, p2p), (pp - mb) * slow.time)
+        w, kv_read, kv_write, act = slow.weights * mb, slow.kv_read * mb, slow.kv_write * mb, slow.act * mb
+        fl_mm, fl_attn, fl_lm = slow.fl_mm * mb, slow.fl_attn * mb, slow.fl_lm * mb
+        return StepParts(w, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, slow.touched, slow.t_mem * mb,
+                         slow.t_cmp * mb, slow.t_attn_mem * mb, slow.t_attn_cmp * mb, slow.t_comm * mb + p2p,
+                         slow.over * mb, pipeline.round_time(slow.time, pp, p2p), (pp - mb) * slow.time, 0.0, 0.0, 0.0,
+                         fl_mm + fl_attn + fl_lm, w + kv_read + kv_write + act)
 
     def collectives(self, b: Batch, p: StepParts) -> tuple[tuple[str, float], ...]:
         """One step `b` (priced as `p`) its communication collective by collective, each named with its algorithm:
@@ -609,27 +607,23 @@ class StepModel:
 
     def _agg(self, c: dict[str, float], T: Any, logits: Any, sum_ctx: Any, sum_ctx_win: Any, attn_full: Any,
              attn_win: Any, attn_decode: Any) -> StepParts:
-        """price's parts with constants `c` (the model's or a stage's): _one_step, else _Fixed then _step_times."""
-        if (type(T) is float and type(sum_ctx) is float and type(attn_full) is float and type(attn_decode) is float
-                and type(sum_ctx_win) is float and type(attn_win) is float and type(logits) in (int, float)):
-            return _one_step(self, c, T, logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
+        """price's parts with constants `c` (the model's or a stage's): _one_step, _run, else _Fixed then
+        _step_times."""
+        if type(T) is float and type(logits) in (int, float):
+            if (type(sum_ctx) is float and type(attn_full) is float and type(attn_decode) is float
+                    and type(sum_ctx_win) is float and type(attn_win) is float):
+                return _one_step(self, c, T, logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
+            if isinstance(sum_ctx, np.ndarray) and isinstance(attn_full, np.ndarray):
+                return _run(self, c, T, logits, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode)
         f = self._fixed(c, T, logits)
-        touched, inside, busy, weights, kv_write, act, fl_mm, fl_lm, t_comm, ops, (k, k0) = f  # one unpacking
+        touched, inside, busy, weights, kv_write, act, fl_mm, fl_lm, t_comm, ops, k = f  # one unpacking
         full = self._graph_full(T, inside, attn_full, attn_decode)
         over = busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
-        add_over = over
-        if (isinstance(sum_ctx, np.ndarray) and isinstance(attn_full, np.ndarray) and type(T) is float
-                and type(logits) in (int, float)):
-            # A run of steps sharing one batch: the same operations with the scalars as 0-d arrays, which numpy
-            # combines with an array in ~0.3 us where a Python float costs ~0.5 us more (its conversion).
-            ops, k = _ops0(self, c, T, logits, f), k0
-            if attn_decode is attn_full:  # full = float(inside): _ops0's own over
-                add_over = ops[-1]
-        kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time = _step_times(
-            k, ops, add_over, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode, self.opts.ideal)
-        # tuple.__new__ with every field (the defaults too): a NamedTuple's own __new__ costs ~0.5 us more
+        kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time, flops, byts = _step_times(
+            k, ops, over, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode, self.opts.ideal)
+        # tuple.__new__ with every field: a NamedTuple's own __new__ costs ~0.5 us more
         return tuple.__new__(StepParts, (weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp,
-                                         t_attn_mem, t_attn_cmp, t_comm, over, time, 0.0, 0.0, 0.0, 0.0))
+                                         t_attn_mem, t_attn_cmp, t_comm, over, time, 0.0, 0.0, 0.0, 0.0, flops, byts))
 
     def _fixed(self, c: dict[str, float], T: Any, logits: Any) -> _Fixed:
         """_fixed_terms(self, c, T, logits), remembered for float T and logits (a run's batch size comes back)."""
@@ -752,7 +746,20 @@ class _Fixed(NamedTuple):
     fl_lm: Any
     t_comm: Any
     ops: tuple[Any, ...]
-    consts: tuple[tuple[Any, ...], tuple[Any, ...]]  # _consts of the step model's constants dict
+    consts: tuple[Any, ...]  # _consts of the step model's constants dict
+
+
+class _Run(NamedTuple):
+    """What _run reads of a run's (tokens, logits) terms, in one memo entry (_run_terms): the terms as
+    floats (f), _step_times' operands and constants as 0-d arrays, the overhead of a run of decode steps as a
+    float and a 0-d array, and the --ideal flag."""
+
+    f: _Fixed
+    ops0: tuple[Any, ...]
+    consts0: tuple[Any, ...]
+    over: float
+    over0: Any
+    ideal: bool
 
 
 def _fixed_terms(sm: StepModel, c: dict[str, float], T: Any, logits: Any) -> _Fixed:
@@ -789,7 +796,8 @@ def _fixed_terms(sm: StepModel, c: dict[str, float], T: Any, logits: Any) -> _Fi
     # _step_times adds t_pad_mem and t_comm; None where they are 0 (see _nil: both are floats here, and this is
     # written out as a float's test for speed)
     ops = (kv_write, mem_base, None if type(t_pad_mem) is float and t_pad_mem == 0 else t_pad_mem,
-           t_gemm * c["gemm_slow"], None if type(t_comm) is float and t_comm == 0 else t_comm)
+           t_gemm * c["gemm_slow"], None if type(t_comm) is float and t_comm == 0 else t_comm, weights, act, fl_mm,
+           fl_lm)
     # tuple.__new__: as StepParts in _agg
     return tuple.__new__(_Fixed, (touched, inside, busy, weights, kv_write, act, fl_mm, fl_lm, t_comm, ops,
                                   _consts(sm._memo, c)))
@@ -799,69 +807,117 @@ def _one_step(sm: StepModel, c: dict[str, float], T: float, logits: float, sum_c
               attn_full: float, attn_win: float, attn_decode: float) -> StepParts:
     """StepModel._agg of one step whose fields are all Python floats (logits int or float): the operations of
     _fixed_terms and _step_times in the same order, written out in one function of plain floats (for one step the
-    calls, tuples and memo of the split cost more than its arithmetic). tests/engine/test_price_paths.py checks it
-    against the array path bit for bit."""
-    m = sm.model
-    touched = sm._touched(T) if m.is_moe else 0.0 * T
-    g = sm._graph_list
-    if sm._graphs is None:
+    calls, tuples and memo of the split cost more than its arithmetic), with c's entries read from one tuple
+    (_one_consts). tests/engine/test_price_paths.py checks it against the array path bit for bit."""
+    k = sm._memo.get((id(c), "one"))
+    if k is None:
+        k = _one_consts(sm, c)
+    (w_lm_head, w_expert, w_always, w_row, kv_full, kv_win, kv_passes, c_act, fl_matmul, bw, gemm_slow, fl_attn_full,
+     fl_attn_dec, fl_attn_win, c_fl_lm, bw_attn, bw_expert, fl_expert, peak_attn, half_per_touched, peak, peak_expert,
+     overhead, layer_overhead, moe, moe_layers, g, comm, share, ideal) = k
+    touched = sm._touched(T) if moe else 0.0 * T
+    if g is None:
         pad = full = 0.0 * T
     else:  # _graph_pad and _graph_full of one step
         inside = 0 < T <= g[-1]
         pad = float(g[bisect.bisect_left(g, T)] - T if inside else 0.0)
         full = float(inside and attn_decode >= attn_full)
-    head = c["w_lm_head"] * (logits > 0)
-    w_exp = m.moe_layers * touched * c["w_expert"]
-    weights = c["w_always"] + head + T * c["w_row"] + w_exp
-    kv_read = (c["kv_full"] * sum_ctx + c["kv_win"] * sum_win) * c["kv_passes"]
-    kv_write = T * (c["kv_full"] + c["kv_win"])
-    act = T * c["act"]
-    fl_mm = T * c["fl_matmul"]
-    fl_pad = pad * c["fl_matmul"]
-    t_pad_mem = pad * c["act"] / c["bw"] * c["gemm_slow"]
+    head = w_lm_head * (logits > 0)
+    w_exp = moe_layers * touched * w_expert
+    weights = w_always + head + T * w_row + w_exp
+    kv_read = (kv_full * sum_ctx + kv_win * sum_win) * kv_passes
+    kv_write = T * (kv_full + kv_win)
+    act = T * c_act
+    fl_mm = T * fl_matmul
+    fl_pad = pad * fl_matmul
+    t_pad_mem = pad * c_act / bw * gemm_slow
     if attn_decode is attn_full:
-        fl_attn = c["fl_attn_dec"] * attn_decode + c["fl_attn_win"] * attn_win
+        fl_attn = fl_attn_dec * attn_decode + fl_attn_win * attn_win
     else:
-        fl_attn = (c["fl_attn_full"] * (attn_full - attn_decode) + c["fl_attn_dec"] * attn_decode
-                   + c["fl_attn_win"] * attn_win)
-    fl_lm = logits * c["fl_lm"]
-    t_attn_mem = (kv_read + kv_write) / c["bw_attn"]
-    t_mem = ((weights - w_exp + act) / c["bw"] + w_exp / c["bw_expert"]) * c["gemm_slow"] + t_attn_mem + t_pad_mem
-    fl_exp = (T + pad) * c["fl_expert"]
-    t_attn_cmp = fl_attn / c["peak_attn"]
-    if m.is_moe and c["expert_half"] > 0:
-        fl_exp_eff = fl_exp + c["fl_expert"] / m.experts_per_token * c["expert_half"] * touched
-    else:
-        fl_exp_eff = fl_exp
-    t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / c["peak"] + fl_exp_eff / c["peak_expert"]
-    t_cmp = t_gemm * c["gemm_slow"] + t_attn_cmp
-    t_comm = sm._comm(T, pad) if c is sm._c else sm._comm(T, pad) * c["layer_share"]
-    over = (T > 0) * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
-    time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, sm.opts.ideal) + t_comm + over
+        fl_attn = fl_attn_full * (attn_full - attn_decode) + fl_attn_dec * attn_decode + fl_attn_win * attn_win
+    fl_lm = logits * c_fl_lm
+    t_attn_mem = (kv_read + kv_write) / bw_attn
+    t_mem = ((weights - w_exp + act) / bw + w_exp / bw_expert) * gemm_slow + t_attn_mem + t_pad_mem
+    fl_exp = (T + pad) * fl_expert
+    t_attn_cmp = fl_attn / peak_attn
+    fl_exp_eff = fl_exp if half_per_touched is None else fl_exp + half_per_touched * touched
+    t_gemm = (fl_mm + fl_pad - fl_exp + fl_lm) / peak + fl_exp_eff / peak_expert
+    t_cmp = t_gemm * gemm_slow + t_attn_cmp
+    t_comm = sm._comm(T, pad) if comm else 0.0 * T  # _comm's own 0.0 * T without collectives
+    if share is not None:
+        t_comm = t_comm * share
+    over = (T > 0) * (overhead + layer_overhead * (1.0 - full))
+    time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, ideal) + t_comm + over
     return tuple.__new__(StepParts, (weights, kv_read, kv_write, act, fl_mm, fl_attn, fl_lm, touched, t_mem, t_cmp,
-                                     t_attn_mem, t_attn_cmp, t_comm, over, time, 0.0, 0.0, 0.0, 0.0))
+                                     t_attn_mem, t_attn_cmp, t_comm, over, time, 0.0, 0.0, 0.0, 0.0,
+                                     fl_mm + fl_attn + fl_lm, weights + kv_read + kv_write + act))
 
 
-def _ops0(sm: StepModel, c: dict[str, float], T: float, logits: Any, f: _Fixed) -> tuple[Any, ...]:
-    """f.ops as 0-d arrays (see StepModel._agg), then the overhead of a run of decode steps (_graph_full of one
-    object as attn_full and attn_decode), which _agg adds then: made when a run first needs them (a one-step
-    batch size rarely comes back as a run's) and kept in sm._memo beside f."""
-    key = (id(c), T, logits, "0-d")
-    ops0 = sm._memo.get(key)
-    if ops0 is None:
-        over = f.busy * (c["overhead"] + c["layer_overhead"] * (1.0 - sm._graph_full(T, f.inside, _RUN, _RUN)))
-        ops0 = sm._memo[key] = tuple(None if v is None else np.array(v) for v in (*f.ops, over))
-    return ops0
+def _one_consts(sm: StepModel, c: dict[str, float]) -> tuple[Any, ...]:
+    """What _one_step reads of the step model and its constants `c`, in its order, kept in sm._memo: a tuple's one
+    unpacking costs less than _one_step's ~30 dict reads. half_per_touched: the expert FLOPs per touched expert
+    that half-full tiles add (_fixed_terms' c["fl_expert"] / k * c["expert_half"], left to right as there), None
+    where _fixed_terms adds none; g: the captured graph sizes (None: no graphs); comm: whether _comm has collectives
+    to price (else it is 0.0 * T); share: a pipeline stage's share of the layers (None: the whole model's c)."""
+    m = sm.model
+    half = None
+    if m.is_moe and c["expert_half"] > 0:
+        half = c["fl_expert"] / m.experts_per_token * c["expert_half"]
+    k = (c["w_lm_head"], c["w_expert"], c["w_always"], c["w_row"], c["kv_full"], c["kv_win"], c["kv_passes"],
+         c["act"], c["fl_matmul"], c["bw"], c["gemm_slow"], c["fl_attn_full"], c["fl_attn_dec"], c["fl_attn_win"],
+         c["fl_lm"], c["bw_attn"], c["bw_expert"], c["fl_expert"], c["peak_attn"], half, c["peak"],
+         c["peak_expert"], c["overhead"], c["layer_overhead"], m.is_moe, m.moe_layers,
+         None if sm._graphs is None else sm._graph_list, sm.opts.tp > 1 or sm.opts.ep > 1,
+         None if c is sm._c else c["layer_share"], sm.opts.ideal)
+    if len(sm._memo) >= _MEMO_SIZE:
+        sm._memo.clear()
+    sm._memo[(id(c), "one")] = k
+    return k
 
 
-def _consts(memo: dict[Any, Any], c: dict[str, float]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The constants of `c` that _step_times reads, in its order (kv_passes None when 1: x * 1.0 is x), as floats
-    and as 0-d arrays (see StepModel._agg): made once per constants dict and kept in `memo`."""
+def _run(sm: StepModel, c: dict[str, float], T: float, logits: float, sum_ctx: np.ndarray, sum_ctx_win: Any,
+         attn_full: np.ndarray, attn_win: Any, attn_decode: Any) -> StepParts:
+    """StepModel._agg of a run of steps sharing one batch (float T and logits, arrays of attention sums): the general
+    path's operations with _step_times' scalars as 0-d arrays, which numpy combines with an array in ~0.3 us where a
+    Python float costs ~0.2 us more (its conversion), and the terms of (T, logits) read from one memo entry (_Run)."""
+    r = sm._memo.get((id(c), T, logits, "run"))
+    if r is None:
+        r = _run_terms(sm, c, T, logits)
+    f = r.f
+    if attn_decode is attn_full:  # decode steps only: _Run's own overhead (_graph_full of float(inside))
+        over, add_over = r.over, r.over0
+    else:
+        full = sm._graph_full(T, f.inside, attn_full, attn_decode)
+        over = add_over = f.busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
+    kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time, flops, byts = _step_times(
+        r.consts0, r.ops0, add_over, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode, r.ideal)
+    return tuple.__new__(StepParts, (f.weights, kv_read, f.kv_write, f.act, f.fl_mm, fl_attn, f.fl_lm, f.touched, t_mem,
+                                     t_cmp, t_attn_mem, t_attn_cmp, f.t_comm, over, time, 0.0, 0.0, 0.0, 0.0, flops,
+                                     byts))
+
+
+def _run_terms(sm: StepModel, c: dict[str, float], T: float, logits: Any) -> _Run:
+    """The _Run of a run of steps of T tokens and `logits` positions at constants `c` (see _run), kept in
+    sm._memo: made when a run first needs it (a one-step batch size rarely comes back as a run's)."""
+    f = sm._fixed(c, T, logits)
+    # the overhead of a run of decode steps: _graph_full of one object as attn_full and attn_decode
+    over = f.busy * (c["overhead"] + c["layer_overhead"] * (1.0 - sm._graph_full(T, f.inside, _RUN, _RUN)))
+    ops0 = tuple(None if v is None else np.array(v) for v in f.ops)
+    consts0 = tuple(None if v is None else np.array(v) for v in f.consts)
+    memo = sm._memo
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    r = memo[(id(c), T, logits, "run")] = _Run(f, ops0, consts0, over, np.array(over), sm.opts.ideal)
+    return r
+
+
+def _consts(memo: dict[Any, Any], c: dict[str, float]) -> tuple[Any, ...]:
+    """The constants of `c` that _step_times reads, in its order (kv_passes None when 1: x * 1.0 is x): made once
+    per constants dict and kept in `memo`."""
     k = memo.get(id(c))
     if k is None:
-        floats = (c["kv_full"], c["kv_win"], None if c["kv_passes"] == 1.0 else c["kv_passes"], c["bw_attn"],
-                  c["fl_attn_full"], c["fl_attn_dec"], c["fl_attn_win"], c["peak_attn"])
-        k = memo[id(c)] = (floats, tuple(None if v is None else np.array(v) for v in floats))
+        k = memo[id(c)] = (c["kv_full"], c["kv_win"], None if c["kv_passes"] == 1.0 else c["kv_passes"],
+                           c["bw_attn"], c["fl_attn_full"], c["fl_attn_dec"], c["fl_attn_win"], c["peak_attn"])
     return k
 
 
@@ -874,10 +930,11 @@ def _nil(x: Any) -> bool:
 def _step_times(k: tuple[Any, ...], ops: tuple[Any, ...], over: Any, sum_ctx: Any, sum_win: Any, attn_full: Any,
                 attn_win: Any, attn_decode: Any, ideal: bool) -> tuple[Any, ...]:
     """StepModel._agg's second half, the terms of a step's attention sums: (kv_read, fl_attn, t_attn_mem, t_mem,
-    t_attn_cmp, t_cmp, time), from the constants `k` (_consts) and the step's fixed operands `ops` (_Fixed.ops).
-    A term that is None, or a product with a float 0, is left out (see _nil): the same floats, fewer operations."""
+    t_attn_cmp, t_cmp, time, flops_total, bytes_total), from the constants `k` (_consts) and the step's fixed
+    operands `ops` (_Fixed.ops). A term that is None, or a product with a float 0, is left out (see _nil): the same
+    floats, fewer operations."""
     kv_full, kv_win, passes, bw_attn, fl_full, fl_dec, fl_win, peak_attn = k
-    kv_write, mem_base, t_pad_mem, cmp_base, t_comm = ops[:5]
+    kv_write, mem_base, t_pad_mem, cmp_base, t_comm, weights, act, fl_mm, fl_lm = ops
     kv_read = kv_full * sum_ctx
     # `not _nil(x)` written out here and below (this runs for every step priced)
     if not (isinstance(sum_win, (int, float)) and sum_win == 0):
@@ -899,7 +956,8 @@ def _step_times(k: tuple[Any, ...], ops: tuple[Any, ...], over: Any, sum_ctx: An
     time = roofline_time(t_mem, t_cmp, t_attn_mem, t_attn_cmp, ideal)
     if t_comm is not None:
         time = time + t_comm
-    return kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time + over
+    return (kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time + over, fl_mm + fl_attn + fl_lm,
+            weights + kv_read + kv_write + act)
 
 
 def _check_options(o: StepOptions, m: Model) -> None:
@@ -957,7 +1015,8 @@ def _with_lora(c: dict[str, float], lora_cost: LoraCost, p: StepParts, T: Any, a
     lb, lf = lora_cost.parts(T, adapters)
     t_mem, t_cmp = lb / c["bw"] * c["gemm_slow"], lf / c["peak"] * c["gemm_slow"]
     t = _fmax(t_mem, t_cmp) if isinstance(t_mem, float) and isinstance(t_cmp, float) else np.maximum(t_mem, t_cmp)
-    return p._replace(time=p.time + t, lora_bytes=lb, fl_lora=lf, t_lora=t)
+    return p._replace(time=p.time + t, lora_bytes=lb, fl_lora=lf, t_lora=t, flops_total=p.flops_total + lf,
+                      bytes_total=p.bytes_total + lb)
 
 
 def _slower(a: StepParts, b: StepParts) -> StepParts:

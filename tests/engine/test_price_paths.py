@@ -1,7 +1,8 @@
 """StepModel.price's paths agree bit for bit: one step of Python floats (_one_step), the general path with Python
 numbers, a run of steps as arrays (its scalars as 0-d arrays), steps of many token counts as arrays (nothing
 remembered), and a model priced cold or with its memo of (tokens, logits) terms. Each run's step j, priced alone,
-must give exactly element j of the run's price."""
+must give exactly element j of the run's price; every path's flops_total and bytes_total are its parts summed in
+order."""
 
 from __future__ import annotations
 
@@ -108,3 +109,43 @@ def test_a_pickled_model_starts_with_an_empty_memo() -> None:
     for other in (pickle.loads(pickle.dumps(sm)), copy.deepcopy(sm)):
         assert len(other._memo) == 0
         assert [np.asarray(v).tobytes() for v in other.price(b)] == [np.asarray(v).tobytes() for v in p]
+
+
+def _folded(p: StepParts) -> tuple[Any, Any]:
+    """A record's FLOP and byte totals summed from its parts left to right, LoRA terms too (what the totals were as
+    properties of StepParts, and what StepCost.flops_total and bytes_total sum)."""
+    return p.fl_mm + p.fl_attn + p.fl_lm + p.fl_lora, p.weights + p.kv_read + p.kv_write + p.act + p.lora_bytes
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same type and the same float64 bits, element for element."""
+    return type(a) is type(b) and np.asarray(a, dtype=np.float64).tobytes() == np.asarray(b, dtype=np.float64).tobytes()
+
+
+@pytest.mark.parametrize(("hw", "model", "opts"), CASES)
+def test_the_totals_priced_are_the_parts_summed_in_order(hw: str, model: str, opts: dict[str, Any]) -> None:
+    """StepParts.flops_total and bytes_total, summed once where a record is priced, on every path: one step of
+    floats (_one_step), one with an int (the general path), a run (StepModel._run), steps of every field as arrays,
+    cold and with the memo warm; and one step's StepCost sums the same."""
+    sm = _model(hw, model, opts)
+    rng = np.random.default_rng(11)
+    adapters = 2 if opts.get("max_loras") else 0
+    for _ in range(2):  # the second pass reads the memo the first filled
+        for n in (1, 5, 64, 700):
+            b = run_batch(sm.model, rng.integers(0, 50_000, n), int(rng.integers(2, 30)))._replace(adapters=adapters)
+            batches = [b, b._replace(attn_decode=b.attn_full.copy())]
+            a = float(b.attn_full[0])
+            one = Batch(tokens=float(n), seqs=n, sum_ctx=float(b.sum_ctx[0]), sum_win=0.25 * a, attn_full=a + 99.0,
+                        attn_win=0.5 * a, logits=n, attn_decode=a, adapters=adapters)
+            batches += [one, one._replace(attn_decode=one.attn_full), one._replace(sum_ctx=int(one.sum_ctx)),
+                        one._replace(tokens=0.0, logits=0, sum_ctx=0.0, attn_full=0.0, attn_decode=0.0)]
+            steps = rng.integers(1, 3000, 9).astype(np.float64)
+            batches.append(Batch(tokens=steps, seqs=8, sum_ctx=steps * 40, sum_win=steps * 10, attn_full=steps * 70,
+                                 attn_win=steps * 20, logits=steps, attn_decode=steps * 30, adapters=adapters))
+            for x in batches:
+                p = sm.price(x)
+                flops, byts = _folded(p)
+                assert _same(p.flops_total, flops) and _same(p.bytes_total, byts)
+                if isinstance(x.sum_ctx, (int, float)):
+                    st = sm.record(x, p)
+                    assert _same(st.flops_total, float(p.flops_total)) and _same(st.bytes_total, float(p.bytes_total))
