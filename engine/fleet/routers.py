@@ -139,8 +139,9 @@ class KvAware(Router):
         return None
 
     def rank(self, s: RoutingSnapshot) -> tuple[int, ...]:
-        """The most headroom, then the least loaded, then the lowest index."""
-        return -s.headroom, s.load, s.index
+        """The most headroom, then the least loaded, then the lowest index (the properties written out: the lazy
+        loop ranks every replica, and its bounds, at every arrival)."""
+        return s.wanted_blocks - s.free_blocks, s.queued + s.running, s.index
 
 
 class PrefixAware(Router):
