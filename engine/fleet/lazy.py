@@ -127,12 +127,20 @@ class LazyLoop:
         - a filled block found already held by another request (keying.fill frees the copy): only with prefix
           caching on and content shared between requests (a group prefix, a body): no bound then.
         (The lazy loop runs no speculative decoding, no KV offload and no KV copies: nothing else frees blocks.)
-        Admissions can raise the headroom itself (a chunk takes fewer blocks than its prompt wants, a cached hit
-        none), which is why the bound is the free blocks, not the headroom now."""
+        A chunked admission can raise the headroom itself (a chunk takes fewer blocks than its prompt wants), so
+        there the bound is the free blocks. A scheduler that reads prompts whole (whole_prompts) takes at admission
+        exactly the blocks the prompt wanted (a preempted request's own cached blocks, held again, among them: no
+        other request holds them without shared content), so there the headroom now is the bound: its snapshot
+        as the router would read it now."""
         ln = r.lane
         pool = ln.pool
         if (ln.caching and ln.shared_content) or self.commit[r.index] + r.held > pool.total:
             return None
+        if ln.sched.whole_prompts and "wanted_blocks" in self.router.reads and "cached_blocks" not in self.router.reads:
+            s = self.snaps[r.index]
+            if s is None:
+                s = self.snaps[r.index] = r.routing(True, None)
+            return s
         return RoutingSnapshot(r.index, ln.waiting, ln.R.n, pool.available, pool.total)
 
     def snapshots(self, reps: list[Replica], row: Rows) -> list[RoutingSnapshot]:
