@@ -4,9 +4,9 @@ up to an arrival only when the router could see a difference there.
 A least-loaded router reads loads, which change only when a request joins or finishes; a replica whose requests
 cannot finish before an arrival (see `LazyLoop.calm`) keeps its long quiet decode run past it. A router that is not
 steady (kv-aware) is given every replica's state at the arrival, unless `settled` can decide from the replicas
-whose state there is already exact. The routes and every step are those of the event-ordered loop
-(Fleet._run_events): each replica still takes exactly its steps that start before each arrival, and how its steps
-are grouped into quiet runs changes no number (open loop: see Fleet.__init__).
+whose state there is already exact and bounds on the others' (LazyLoop.decide). The routes and every step are
+those of the event-ordered loop (Fleet._run_events): each replica still takes exactly its steps that start before
+each arrival, and how its steps are grouped into quiet runs changes no number (open loop: see Fleet.__init__).
 
 What it reads of a replica it reads once per change: each replica's routing snapshot is kept until the replica
 steps or takes a request (the only things that change its tables on this loop: no KV copies, no shared remote
@@ -20,8 +20,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from engine.fleet.replica import Replica
-from engine.fleet.routers import RoutingSnapshot
-from engine.serving.tables import Rows
+from engine.fleet.routers import Pick, RoutingSnapshot
+from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
 
 if TYPE_CHECKING:
     from engine.fleet.fleet import Fleet
@@ -38,6 +38,10 @@ class LazyLoop:
         self.router = fleet.router
         self.dt_min = fleet.dt_min
         self.snaps: list[RoutingSnapshot | None] = [None] * len(self.reps)  # None: changed since last read
+        # Blocks each replica's requests would hold with their whole contexts cached (room_bound): counted up as a
+        # request is given, down as it finishes; only for a router that is not steady (the one reader).
+        self.counting = not self.router.steady
+        self.commit = [_commit(r) for r in self.reps]
 
     def run(self) -> int:
         """Every arrival in time order, then every replica to the run's end; returns the replica steps taken."""
@@ -59,28 +63,85 @@ class LazyLoop:
 
     def arrive(self, row: Rows, t: float, stop: float) -> int:
         """One request: the chosen replica takes its steps before t, then gets it. Returns the steps taken."""
-        n = 0
-        router = self.router
-        choice = None
-        if router.steady:
-            choice = router.pick(self.snapshots(self.reps, row))
+        if self.router.steady:
+            choice, n = self.router.pick(self.snapshots(self.reps, row)), 0
         else:
-            known = [r for r in self.reps if not r.busy or r.clock >= stop]  # their state at t is exact
-            if known:
-                choice = router.settled(self.snapshots(known, row))
-            if choice is None:
-                for r in self.reps:
-                    k = self.catch_up(r, stop, calm=False)
-                    if k:
-                        n += k
-                        r.calm = self.calm(r)
-                choice = router.pick(self.snapshots(self.reps, row))
+            choice, n = self.decide(row, stop)
         rep = self.reps[choice.index]
         n += self.catch_up(rep, stop, calm=False)
         self.fleet._give(choice, row, t)
         self.snaps[rep.index] = None
         rep.calm = self.calm(rep)
+        if self.counting:
+            self.commit[rep.index] += (int(row.prompt[0]) + int(row.total[0]) + BLOCK - 1) >> SHIFT  # blocks_for
         return n
+
+    def decide(self, row: Rows, stop: float) -> tuple[Pick, int]:
+        """A router that is not steady: its pick at `stop`, and the steps taken to be sure of it. Replicas idle
+        or already at `stop` are exact there; the others are first bounded (`room_bound`), and moved up to `stop`
+        one at a time, the most promising first, only while one of them could still beat the best exact one
+        (Router.settled). The pick is the router's over every replica's exact state: each one not moved up
+        provably loses to it."""
+        router = self.router
+        exact, behind = [], []
+        for r in self.reps:
+            (behind if r.busy and r.clock < stop else exact).append(r)  # idle or at stop: exact at the arrival
+        if exact and (choice := router.settled(self.snapshots(exact, row))) is not None:
+            return choice, 0
+        n = 0
+        bounds = []
+        for r in behind:
+            b = self.room_bound(r)
+            if b is None:
+                n += self.step_to(r, stop)
+                exact.append(r)
+            else:
+                bounds.append(b)
+        bounds.sort(key=router.rank)
+        while bounds:
+            if exact and (choice := router.settled(self.snapshots(exact, row), bounds)) is not None:
+                return choice, n
+            r = self.reps[bounds.pop(0).index]  # the one that could beat the most: its exact state
+            n += self.step_to(r, stop)
+            exact.append(r)
+        return router.pick(self.snapshots(self.reps, row)), n
+
+    def step_to(self, r: Replica, stop: float) -> int:
+        """Replica r's steps before `stop` (its state there exact), r.calm brought up to date if it stepped."""
+        k = self.catch_up(r, stop, calm=False)
+        if k:
+            r.calm = self.calm(r)
+        return k
+
+    def room_bound(self, r: Replica) -> RoutingSnapshot | None:
+        """A snapshot of busy replica r as it could be at the arrival, before it is moved up there, with at least
+        its KV headroom there and its exact load, or None where no such bound is cheap.
+
+        The caller has every busy replica behind the arrival calm past it (`run`): none of its requests finishes
+        before it, so its load there is its load now, and no finish frees a block. The headroom (free blocks less
+        what the waiting want) is at most the free blocks, and those only fall while no block is freed: steps
+        and admissions take blocks (holding a cached hit takes one too). Two things free blocks without a finish:
+        - preemption: it needs a step wanting more blocks than are free. A request never holds more than
+          blocks_for(prompt + total) (its whole context), so while every request here fits at once
+          (`commit` + pinned <= pool) none is ever preempted;
+        - a filled block found already held by another request (keying.fill frees the copy): only with prefix
+          caching on and content shared between requests (a group prefix, a body): no bound then.
+        (The lazy loop runs no speculative decoding, no KV offload and no KV copies: nothing else frees blocks.)
+        A chunked admission can raise the headroom itself (a chunk takes fewer blocks than its prompt wants), so
+        there the bound is the free blocks. A scheduler that reads prompts whole (whole_prompts) takes at admission
+        exactly the blocks the prompt wanted (a preempted request's own cached blocks, held again, among them: no
+        other request holds them without shared content), so there the headroom now is the bound: its snapshot
+        as the router would read it now."""
+        ln = r.lane
+        pool = ln.pool
+        if (ln.caching and ln.shared_content) or self.commit[r.index] + r.held > pool.total:
+            return None
+        if ln.sched.whole_prompts and "wanted_blocks" in self.router.reads and "cached_blocks" not in self.router.reads:
+            s = self.snaps[r.index]
+            if s is None:
+                s = self.snaps[r.index] = r.routing(True, None)
+            return s
+        return RoutingSnapshot(r.index, ln.waiting, ln.R.n, pool.available, pool.total)
 
     def snapshots(self, reps: list[Replica], row: Rows) -> list[RoutingSnapshot]:
         """What the router reads of these replicas (Fleet._snapshots), each as last read unless it has changed
@@ -119,7 +180,10 @@ class LazyLoop:
         n = 0
         while r.busy and r.clock < stop and not (calm and r.calm >= stop):
             n += r.step_before(stop, 1 << 20)
-            r.finished_rows.clear()  # open loop: no user to wake (Fleet._think would wake nobody)
+            if r.finished_rows:
+                if self.counting:
+                    self.commit[r.index] -= sum(int(blocks_for(d.prompt + d.total).sum()) for d in r.finished_rows)
+                r.finished_rows.clear()  # open loop: no user to wake (Fleet._think would wake nobody)
             if calm:
                 r.calm = self.calm(r)
         if n:
@@ -132,3 +196,9 @@ class LazyLoop:
         shorter than the cheapest step this model can take (every cost term grows with tokens and context)."""
         m = r.steps_to_finish()
         return math.inf if not m else r.clock + (m - 1) * self.dt_min
+
+
+def _commit(r: Replica) -> int:
+    """Blocks replica r's requests (running, preempted, queued) would hold with their whole contexts cached."""
+    ln = r.lane
+    return sum(int(blocks_for(t.col("prompt") + t.col("total")).sum()) for t in (ln.R, ln.P, ln.Q) if t.size)

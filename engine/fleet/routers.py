@@ -70,11 +70,17 @@ class Router:
         """The replica this request goes to."""
         raise NotImplementedError
 
-    def settled(self, known: Sequence[RoutingSnapshot]) -> Pick | None:
+    def settled(self, known: Sequence[RoutingSnapshot], rest: Sequence[RoutingSnapshot] | None = None) -> Pick | None:
         """For a lazy router that is not steady: its pick if it follows from the replicas in `known` alone (those
-        whose state at the arrival is exact) whatever the others hold, else None (the fleet then catches every
-        replica up to the arrival and calls pick)."""
+        whose state at the arrival is exact), else None (the fleet then moves more replicas up to the arrival).
+        With `rest` None, whatever the others hold; else `rest` are all the others, each with at most that KV
+        headroom and exactly that load there (LazyLoop.room_bound)."""
         return None
+
+    def rank(self, s: RoutingSnapshot) -> tuple[int, ...]:
+        """For a router that is not steady, its order of preference (the lowest first): the lazy loop moves the
+        replica that could beat the most up to an arrival first."""
+        return (s.index,)
 
 
 class RoundRobin(Router):
@@ -108,19 +114,34 @@ class LeastLoaded(Router):
 class KvAware(Router):
     """The most KV room once the requests already waiting are placed; ties to the least loaded, then the lowest
     index. Free blocks change at every step, so it is not steady; a replica with its whole pool free cannot be
-    beaten, which settles many arrivals without moving the busy replicas up to them."""
+    beaten, and one that beats every other's bound (the lazy loop's room_bound) cannot either, which settles most
+    arrivals without moving the busy replicas up to them."""
 
     name = "kv-aware"
     loop = "lazy"
     reads = frozenset({"wanted_blocks"})
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
-        r = min(reps, key=lambda s: (-s.headroom, s.load, s.index))
+        r = min(reps, key=self.rank)
         return Pick(r.index, self.name, r.headroom)
 
-    def settled(self, known: Sequence[RoutingSnapshot]) -> Pick | None:
-        r = min(known, key=lambda s: (-s.headroom, s.load, s.index))
-        return Pick(r.index, self.name, r.headroom) if r.headroom >= r.kv_blocks else None
+    def settled(self, known: Sequence[RoutingSnapshot], rest: Sequence[RoutingSnapshot] | None = None) -> Pick | None:
+        rank = self.rank
+        r = min(known, key=rank)
+        if r.headroom >= r.kv_blocks:  # a whole pool free: no replica can have more room
+            return Pick(r.index, self.name, r.headroom)
+        if rest is not None:
+            best = rank(r)
+            # Each other replica's rank there is no better than its bound's (its load is exact, its room at most
+            # the bound's): beating every bound beats every replica.
+            if all(best < rank(b) for b in rest):
+                return Pick(r.index, self.name, r.headroom)
+        return None
+
+    def rank(self, s: RoutingSnapshot) -> tuple[int, ...]:
+        """The most headroom, then the least loaded, then the lowest index (the properties written out: the lazy
+        loop ranks every replica, and its bounds, at every arrival)."""
+        return s.wanted_blocks - s.free_blocks, s.queued + s.running, s.index
 
 
 class PrefixAware(Router):

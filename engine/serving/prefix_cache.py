@@ -133,8 +133,8 @@ class BlockPool:
     of cached blocks, and free ones. With caching off every block is private and nothing is kept."""
 
     __slots__ = ("total", "caching", "private", "keyed_used", "cached", "_slot", "_key", "_ref", "_stamp",
-                 "_spare", "_n_spare", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted", "peak",
-                 "keys_added", "host_total", "tiers", "offloaded", "loaded")
+                 "_spare", "_n_spare", "_fresh", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted",
+                 "peak", "keys_added", "host_total", "tiers", "offloaded", "loaded")
 
     def __init__(self, total: int, caching: bool = True, host_total: int = 0, tiers: KVTiers | None = None) -> None:
         self.total = int(total)
@@ -160,14 +160,19 @@ class BlockPool:
         self._slot: dict[int, int] = {}  # key -> slot of a keyed block
         self._key = np.zeros(n, dtype=np.uint64)
         self._ref = np.zeros(n, dtype=np.int64)
-        self._stamp = np.full(n, -1, dtype=np.int64)  # LRU stamp while cached, -1 otherwise
-        self._spare = np.arange(n, dtype=np.int64)[::-1].copy()  # slots holding no keyed block (a stack)
-        self._n_spare = n
+        # Built untouched (np.zeros maps zero pages: a big pool costs nothing until its slots are used, and a short
+        # run uses few): stamps count from 1, 0 meaning "not cached"; and the free slots are a stack of those
+        # freed so far over the never-used ones [_fresh, n), taken in ascending order (as a stack holding
+        # n-1 ... 0 gives them), so `_spare` holds only slots given back.
+        self._stamp = np.zeros(n, dtype=np.int64)  # LRU stamp while cached, 0 otherwise
+        self._spare = np.zeros(n, dtype=np.int64)  # slots given back and holding no keyed block (a stack)
+        self._n_spare = 0
+        self._fresh = 0  # slots [_fresh, n) were never used
         # The LRU: (slot, stamp) in release order; an entry is stale once the slot's stamp changed.
         self._lru = np.zeros(max(64, n), dtype=np.int64)
         self._lru_stamp = np.zeros(max(64, n), dtype=np.int64)
         self._head = self._tail = 0
-        self._clock = 0
+        self._clock = 1  # the next LRU stamp (0: not cached)
 
     # ---- counts -------------------------------------------------------------------------------
     @property
@@ -241,7 +246,7 @@ class BlockPool:
         u = np.unique(slots)
         revived = int(np.count_nonzero(ref[u] == 0))
         np.add.at(ref, slots, 1)  # several requests' keys at once may repeat a shared block
-        self._stamp[u] = -1
+        self._stamp[u] = 0
         self.cached -= revived
         self.keyed_used += revived
         if self.used > self.peak:
@@ -320,12 +325,19 @@ class BlockPool:
             old = self._key.size
             self._key = np.concatenate([self._key, np.zeros(grow, dtype=np.uint64)])
             self._ref = np.concatenate([self._ref, np.zeros(grow, dtype=np.int64)])
-            self._stamp = np.concatenate([self._stamp, np.full(grow, -1, dtype=np.int64)])
+            self._stamp = np.concatenate([self._stamp, np.zeros(grow, dtype=np.int64)])
+            # The new slots go on top of the stack, above those given back and the never-used ones (which the
+            # stack now holds itself: none is left unused past them).
             spare = np.empty(self._key.size, dtype=np.int64)
-            spare[:self._n_spare] = self._spare[:self._n_spare]
-            spare[self._n_spare:self._n_spare + grow] = np.arange(old, old + grow)[::-1]
+            unused = np.arange(self._fresh, old, dtype=np.int64)[::-1]
+            parts = (unused, self._spare[:self._n_spare], np.arange(old, old + grow, dtype=np.int64)[::-1])
+            k = 0
+            for part in parts:
+                spare[k:k + len(part)] = part
+                k += len(part)
             self._spare = spare
-            self._n_spare += grow
+            self._n_spare = k
+            self._fresh = self._key.size
         self.trim()
 
     def trim(self) -> None:
@@ -347,8 +359,12 @@ class BlockPool:
         for key in keys.tolist():
             s = slot.get(key)
             if s is None:
-                self._n_spare -= 1
-                s = int(self._spare[self._n_spare])
+                if self._n_spare:
+                    self._n_spare -= 1
+                    s = int(self._spare[self._n_spare])
+                else:  # none given back: the lowest never used
+                    s = self._fresh
+                    self._fresh += 1
                 slot[key] = s
                 self._key[s] = key
                 ref[s] = 1
@@ -356,7 +372,7 @@ class BlockPool:
                 self.keys_added += 1
             else:
                 if ref[s] == 0:
-                    stamp[s] = -1
+                    stamp[s] = 0
                     self.cached -= 1
                     self.keyed_used += 1
                 ref[s] += 1
@@ -435,7 +451,7 @@ class BlockPool:
             del slot[key]
         if self.tiers is not None:
             self.offloaded = self.tiers.spill(keys)  # offload: down the tiers below the GPU
-        self._stamp[dead] = -1
+        self._stamp[dead] = 0
         self._spare[self._n_spare:self._n_spare + k] = dead
         self._n_spare += k
         self.cached -= k
@@ -454,10 +470,11 @@ class BlockPool:
         assert (self._ref >= 0).all(), "a negative reference count"
         assert int(np.count_nonzero(ref > 0)) == self.keyed_used, "held keyed blocks out of count"
         assert int(np.count_nonzero(ref == 0)) == self.cached, "cached blocks out of count"
-        assert ((self._stamp[slots] >= 0) == (ref == 0)).all(), "a held block sits in the LRU (or a cached one not)"
-        assert self._n_spare + len(slots) == self._key.size, "slots lost"
+        assert ((self._stamp[slots] > 0) == (ref == 0)).all(), "a held block sits in the LRU (or a cached one not)"
+        assert self._n_spare + self._key.size - self._fresh + len(slots) == self._key.size, "slots lost"
         if self.tiers is not None:
             self.tiers.check()
         spare = np.zeros(self._key.size, dtype=bool)
         spare[self._spare[:self._n_spare]] = True
+        spare[self._fresh:] = True
         assert not spare[slots].any(), "a keyed block's slot is also spare"

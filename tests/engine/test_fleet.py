@@ -184,7 +184,7 @@ def test_bad_fleets_are_one_line_errors() -> None:
 def test_prerouted_and_lazy_loops_are_the_event_ordered_loop(bound: dict, router: str, replicas: int) -> None:
     # Round-robin over open-loop arrivals deals requests in advance so each replica runs to its own next
     # request; least-loaded moves a replica up to an arrival only when it could finish a request before it, and
-    # kv-aware only when no replica known exactly at the arrival has its whole pool free.
+    # kv-aware only when it could beat the best replica known exactly there (LazyLoop.room_bound).
     # Every number must equal the loop that stops every replica at every arrival.
     cfg = EngineConfig(rate=8, users=0, prompt="lognormal:1000,0.8", output="lognormal:200,0.8", **bound)
     runs = []

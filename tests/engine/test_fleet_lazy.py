@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
 from engine.config import EngineConfig
 from engine.fleet.fleet import Fleet, FleetSpec
-from engine.fleet.lazy import LazyLoop
+from engine.fleet.lazy import LazyLoop, _commit
 from engine.fleet.replica import Replica
 from engine.fleet.routers import RoutingSnapshot
 
@@ -68,3 +70,45 @@ def test_steps_to_finish_is_the_least_tokens_left_over_every_table(monkeypatch: 
     f.run()
     assert f.metrics()["preemptions"] > 0
     assert all(v > 0 for v in tables.values()), tables
+
+
+# Bounded replicas: a roomy pool (no preemption possible), a tight one (bounds refused where the requests might not
+# all fit), chunked prompts (an admission takes fewer blocks than its prompt wants), prefix caching off.
+BOUNDED = [EngineConfig(rate=12, users=0, requests=250, prompt="lognormal:1000,0.8", output="lognormal:200,0.8"),
+           EngineConfig(rate=12, users=0, requests=250, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
+                        kv_pool_blocks=900),
+           EngineConfig(rate=10, users=0, requests=250, prompt="lognormal:2000,1", output="lognormal:300,1",
+                        scheduler="chunked", max_batched_tokens=512, kv_pool_blocks=3000, prefix_caching=False)]
+
+
+@pytest.mark.parametrize("cfg", BOUNDED)
+def test_room_bounds_hold_at_the_arrival(cfg: EngineConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A replica kv-aware leaves behind an arrival is bounded there: moved up to the arrival (a copy of it), its
+    # headroom is at most the bound's and its load is the bound's. The blocks counted for each replica's requests
+    # are what its tables hold.
+    decide, bound = LazyLoop.decide, LazyLoop.room_bound
+    stops: list[float] = []
+    checked = [0, 0]
+
+    def at(self: LazyLoop, row: object, stop: float) -> object:
+        stops.append(stop)
+        assert self.commit == [_commit(r) for r in self.reps]
+        return decide(self, row, stop)  # type: ignore[arg-type]
+
+    def bounded(self: LazyLoop, r: Replica) -> RoutingSnapshot | None:
+        b = bound(self, r)
+        checked[b is None] += 1
+        if b is not None:
+            c = copy.deepcopy(r)
+            while c.busy and c.clock < stops[-1]:
+                c.step_before(stops[-1], 1 << 20)
+            s = c.routing(True, None)
+            assert s.headroom <= b.headroom and s.load == b.load
+        return b
+
+    monkeypatch.setattr(LazyLoop, "decide", at)
+    monkeypatch.setattr(LazyLoop, "room_bound", bounded)
+    f = Fleet(FleetSpec(cfg, replicas=4, router="kv-aware"))
+    assert f.loop == "lazy"
+    f.run()
+    assert checked[0] > 50, checked

@@ -268,3 +268,30 @@ def test_pool_invariants_under_random_traffic(ops: list[tuple[str, int, int]], t
         assert pool.used == len(held) + pool.private
         assert pool.used + pool.cached + pool.free == total
         assert len(pool.host) <= pool.host_total and pool.loaded <= pool.offloaded + pool.keys_added
+
+
+def test_slots_are_handed_out_as_one_stack_of_every_slot_would() -> None:
+    # The pool is built untouched (never-used slots are a counter, not a stack of all of them): a key takes a
+    # slot given back if any (the last first), else the lowest never used; after a growth the new slots come
+    # first (lowest first), then those given back, then the never used. As a stack n-1 ... 0 does.
+    pool = BlockPool(6)
+
+    def put(*keys: int) -> list[int]:
+        assert pool.alloc(len(keys))
+        pool.fill(np.array(keys, dtype=np.uint64))
+        return [pool._slot[k] for k in keys]
+
+    assert put(11, 12, 13) == [0, 1, 2]
+    pool.release(np.array([11, 12, 13], dtype=np.uint64), 0)  # cached; 13 (the tail) is reclaimed first
+    assert pool.alloc(3) and pool.alloc(1)  # the 3 free blocks, then one reclaimed: 13's slot 2 given back
+    assert 13 not in pool._slot
+    assert put(21) == [1]  # its block reclaims 12's: slot 1 given back on top of 2, and taken
+    assert put(22) == [0]  # (11's slot 0 likewise)
+    pool.give(4)
+    assert put(23) == [2]  # the last given back
+    assert put(24) == [3]  # then the lowest never used
+    pool.check()
+    pool.resize(9)
+    assert put(31, 32, 33) == [6, 7, 8]  # the new slots, then those never used
+    assert put(34) == [4]
+    pool.check()
