@@ -306,6 +306,9 @@ class Table:
         if not k:
             return
         c, n = self.cols, self.n
+        if k == n and self.start == 0:  # every live row (a lone request finishing): nothing moves
+            self.n = 0
+            return
         a = int(gone[0])  # (one conversion: numpy scalar comparisons cost ~0.1 us each)
         if a == 0 and (k == 1 or gone[k - 1] == k - 1) and self.start == 0 and c.i.flags.c_contiguous \
                 and c.f.flags.c_contiguous:
