@@ -8,6 +8,7 @@ chunk. Functions of the lane: its tables, pool and scheduler stay the lane's.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
+_FEW_QUEUED = 16  # up to this many queued rows the async cut is found in a Python list
 _SEQ, _BLOCKS, _ADMIT = int(IntCol.SEQ), int(IntCol.BLOCKS), int(FloatCol.ADMIT)  # plain ints index faster
 
 
@@ -206,7 +208,11 @@ def _candidates(lane: Lane, t: float, cut: float) -> tuple[np.ndarray, int, np.n
     slots = lane.sched.max_batch - lane.R.n
     w = qn = Q.size
     if cut < t and qn:  # the queue is in arrival order
-        w = int(Q.col("arrival").searchsorted(cut, side="right"))
+        if qn <= _FEW_QUEUED:  # a short queue: bisect a list (searchsorted's call costs ~2 us; same answer)
+            h = Q.head
+            w = bisect.bisect_right(Q.cols.arrival[h:h + qn].tolist(), cut)
+        else:
+            w = int(Q.col("arrival").searchsorted(cut, side="right"))
         slots = min(slots, P.n + w)
         if slots <= 0:
             return None

@@ -35,15 +35,30 @@ if TYPE_CHECKING:
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
+_FIRST_VISIBLE = slice(int(FloatCol.FIRST), int(FloatCol.VISIBLE) + 1)  # (plain ints: IntEnum indexes slower)
+_FEW_ADMITTED = 4  # up to this many rows admitted in a join step are checked in Python lists
 _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
+_NONE = [np.zeros(1 << 10, dtype=bool)]  # read-only Falses for new-block masks, grown on demand
+_NONE[0].flags.writeable = False
 
 
 def isum(a: np.ndarray) -> int:
     """The sum of an int array (exact either way): a Python sum for a few rows, where numpy's call costs more
     than the work."""
     return sum(a.tolist()) if a.size <= _FEW_ROWS else int(a.sum())
+
+
+def no_rows(n: int) -> np.ndarray:
+    """n read-only False values: a decode plan's new-block mask when no row opens a block (a view of a shared
+    array that doubles when a batch outgrows it)."""
+    a = _NONE[0]
+    if n > a.size:
+        a = np.zeros(max(n, 2 * a.size), dtype=bool)
+        a.flags.writeable = False
+        _NONE[0] = a
+    return a[:n]
 
 
 def ones(n: int) -> np.ndarray:
@@ -237,14 +252,15 @@ def decode_step(lane: Lane, s: StepPlan) -> TickResult | None:
     t1 = lane.advance(dt)
     gen = c.gen[:n]
     cached += 1
-    c.blocks[:n] += nb
     gen += 1
+    if s.need:  # (nb has no row set otherwise)
+        c.blocks[:n] += nb
     if lane.shared_content:
         keying.fill(lane, np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
     ids = c.id[:n].copy() if s.want else _EMPTY
     vis_tokens = stamp_visible(lane, n, gen, None, t1)
     lane.stats.itl.add(dt, c.stage[:n] if lane.staged else 0, n)  # every row had its first token already
-    return finish(lane, s, p, n, n, vis_tokens, t1, dt, ids, ones(n))
+    return finish(lane, s, p, n, n, vis_tokens, t1, dt, ids, ones(n) if s.want else _EMPTY)
 
 
 def join_step(lane: Lane, s: StepPlan) -> TickResult | None:
@@ -264,23 +280,26 @@ def join_step(lane: Lane, s: StepPlan) -> TickResult | None:
         lane.end_recomputes(~np.isnan(c.mark[:n]), t1)  # every row emits: recomputes that end with this step
     if n_run:
         c.cached[:n_run] += 1
-        c.blocks[:n_run] += s.nb
+        if s.need:  # (nb has no row set otherwise)
+            c.blocks[:n_run] += s.nb
     c.cached[n_run:n] = chunks
-    fill_new_blocks(lane, n, c.cached[:n])
+    if lane.shared_content:
+        fill_new_blocks(lane, n, c.cached[:n])
     gen = c.gen[:n]
     gen += 1
-    first = gen[n_run:] == 1  # decode rows had a token already; a recomputed row too
-    n_first = _stamp_first(lane, n_run, n, first, t1)
+    n_first, first = _stamp_first(lane, n_run, n, gen, t1)
     vis_tokens = stamp_visible(lane, n, gen, None, t1)
     # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
     if lane.staged:
         st = c.stage[:n]
-        lane.stats.itl.add(dt, np.concatenate([st[:n_run], st[n_run:][~first]]), n - n_first)
+        lane.stats.itl.add(dt, st[:n_run] if first is None else np.concatenate([st[:n_run], st[n_run:][~first]]),
+                           n - n_first)
     else:
         lane.stats.itl.add(dt, 0, n - n_first)
     ids = c.id[:n].copy() if s.want else _EMPTY
     lane.n_pf = 0
-    return finish(lane, s, p, b.tokens, n, vis_tokens, t1, dt, ids, ones(n), (in_new, recomputed, share_in, 0.0))
+    return finish(lane, s, p, b.tokens, n, vis_tokens, t1, dt, ids, ones(n) if s.want else _EMPTY,
+                  (in_new, recomputed, share_in, 0.0))
 
 
 def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float) -> tuple[int, int, float]:
@@ -310,21 +329,27 @@ def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float
     return in_new, t_pf - in_new, part / ftot if ftot else 0.0
 
 
-def _stamp_first(lane: Lane, n_run: int, n: int, first: np.ndarray, t1: float) -> int:
-    """Stamp t1 as the first token's time of admitted rows [n_run, n) in `first` (and as the first visible one
-    with nothing hidden); returns how many."""
+def _stamp_first(lane: Lane, n_run: int, n: int, gen: np.ndarray, t1: float) -> tuple[int, np.ndarray | None]:
+    """Stamp t1 as the first token's time of admitted rows [n_run, n) whose first token this is (`gen` 1 after the
+    step: not a recomputed row), and as the first visible one with nothing hidden; returns how many and which (None:
+    every admitted row)."""
     c = lane.R.cols
-    n_first = int(np.count_nonzero(first))
-    if n_first == n - n_run:  # (the common case, every admitted row new: slices, not masks)
+    k = n - n_run
+    # A few admitted rows are checked in Python (one call, against numpy's compare and count on a 1-row array).
+    first = None if k <= _FEW_ADMITTED and gen[n_run:].tolist().count(1) == k else gen[n_run:] == 1
+    n_first = k if first is None else int(np.count_nonzero(first))
+    if n_first == k:  # (the common case, every admitted row new: slices, not masks)
         if lane.think_zero:  # nothing hidden: the first token is the first visible one
-            c.f[FloatCol.FIRST:FloatCol.VISIBLE + 1, n_run:n] = t1
+            c.f[_FIRST_VISIBLE, n_run:n] = t1
         else:
             c.first[n_run:n] = t1
-    elif n_first:
+        return k, None
+    assert first is not None
+    if n_first:
         c.first[n_run:n][first] = t1
         if lane.think_zero:
             c.visible[n_run:n][first] = t1
-    return n_first
+    return n_first, first
 
 
 def mixed_step(lane: Lane, s: StepPlan) -> TickResult | None:

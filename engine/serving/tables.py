@@ -199,6 +199,7 @@ class TableRows(Rows):
         return TableRows, (self.i, self.f)
 
 
+_FEW_MOVES = 4  # _close(): up to this many rows after the one removed move one column at a time
 _FEW_GAPS = 8  # drop(): up to this many runs of dropped rows are closed by sliding the kept rows between them
 _RUN_ROWS = 64  # runs are looked for among at most this many dropped rows (a Python pass over them)
 _GATHER_ROWS = 1536  # more dropped rows: below this many live rows one gather per part, above it a mask per field
@@ -306,7 +307,13 @@ class Table:
         if not k:
             return
         c, n = self.cols, self.n
+        if k == n and self.start == 0:  # every live row (a lone request finishing): nothing moves
+            self.n = 0
+            return
         a = int(gone[0])  # (one conversion: numpy scalar comparisons cost ~0.1 us each)
+        if k == 1 and n - a <= _FEW_MOVES:  # one row with a few after it (a tick's usual finisher): column moves
+            self._close(a)
+            return
         if a == 0 and (k == 1 or gone[k - 1] == k - 1) and self.start == 0 and c.i.flags.c_contiguous \
                 and c.f.flags.c_contiguous:
             # The first k rows (in a batch of equal lengths the oldest requests finish first, every time): shift
@@ -360,9 +367,16 @@ class Table:
 
     def _close(self, a: int) -> None:
         """Remove row `a` (a row number, not counted from the first live row): the live rows after it move up one,
-        two numpy moves (one per part)."""
+        two numpy moves (one per part), or two per row for a few rows."""
         c, n = self.cols, self.n
-        if a < n - 1:
+        if n - 1 - a <= _FEW_MOVES:
+            # A few rows after it: one column at a time, in order (a 1-D copy of a column costs about half a 2-D
+            # slice's, whose overlapping source numpy copies first).
+            i, f = c.i, c.f
+            for j in range(a, n - 1):
+                i[:, j] = i[:, j + 1]
+                f[:, j] = f[:, j + 1]
+        else:
             c.i[:, a:n - 1] = c.i[:, a + 1:n]
             c.f[:, a:n - 1] = c.f[:, a + 1:n]
         self.n = n - 1

@@ -64,6 +64,25 @@ def test_dropping_the_first_rows_then_growing_again(n: int, cap: int, k: int) ->
     assert np.array_equal(t.rows().f[:, -3:], more.f)
 
 
+@pytest.mark.parametrize("few_moves", [0, 4, 1 << 20])
+def test_removing_one_row_anywhere_keeps_the_others_in_order(few_moves: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One row leaving (a tick's usual finisher) closes the gap one column at a time when few rows follow it, with
+    # one 2-D move per part otherwise (tables._FEW_MOVES set both ways): the same rows either way.
+    monkeypatch.setattr(tables, "_FEW_MOVES", few_moves)
+    for n in range(1, 12):
+        for a in range(n):
+            r = _rows(n, 100 * n + a)
+            for how in ("drop", "remove_at"):
+                t = Table(16)
+                t.append(r)
+                if how == "drop":
+                    t.drop(np.array([a]))
+                else:
+                    t.remove_at(a)
+                keep = np.arange(n) != a
+                assert t.n == n - 1 and (t.rows().i == r.i[:, keep]).all() and np.array_equal(t.rows().f, r.f[:, keep])
+
+
 def test_extend_and_append_view_write_into_the_table() -> None:
     t = Table(2)
     t.append(_rows(3, 4))

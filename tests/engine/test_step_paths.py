@@ -1,0 +1,83 @@
+"""A step's Python paths for a few rows are the array paths' arithmetic: the same plans, stamps and runs.
+
+Lane._plan_running counts a decode plan's new blocks in a list for up to lane._FEW_ROWS rows (and hands the shared
+all-False mask when no row opens a block), join_step's _stamp_first checks up to steps._FEW_ADMITTED admitted rows
+in a list, and admission._candidates finds the async cut of up to admission._FEW_QUEUED queued rows by bisecting a
+list. Here each plan of varied runs is checked call by call against the array rule, and whole runs with every
+threshold at 0 (arrays only) or very large (lists only) must give the same numbers bit for bit.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from engine.serving import admission, lane, steps
+from engine.serving.engine import Engine
+from engine.serving.tables import BLOCK
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "open": dict(users=0, rate=15.0, requests=150, prompt="uniform:50,1500", output="exp:100"),
+    "busy-open": dict(users=0, rate=40.0, requests=300, prompt="uniform:10,300", output="uniform:5,60"),
+    "closed": dict(users=24, requests=120, output="uniform:20,200"),
+    "preempting": dict(users=32, kv_pool_blocks=300, prompt="uniform:50,400", output="uniform:50,500",
+                       requests=100),
+    "thinking": dict(users=12, think="uniform:5,40", requests=80, output="uniform:50,120"),
+    "fast-lane": dict(users=20, fast_share=0.25, requests=120, output="uniform:10,150"),
+}
+_THRESHOLDS = ((lane, "_FEW_ROWS"), (steps, "_FEW_ADMITTED"), (admission, "_FEW_QUEUED"))
+
+
+def _engine(**kw: Any) -> Engine:
+    base: dict[str, Any] = {"prompt": "200", "output": "100", "seed": 5, "debug": True}
+    base.update(kw)
+    return Engine(EngineConfig(**base))
+
+
+def _run(name: str) -> tuple[str, bytes]:
+    e = _engine(**CONFIGS[name])
+    e.run()
+    return json.dumps(e.metrics(), sort_keys=True), e.latencies().tobytes()
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_decode_plans_match_the_array_rule_call_by_call(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = lane.Lane._plan_running
+    seen: list[int] = []
+
+    def checked(ln: lane.Lane) -> tuple[np.ndarray | None, np.ndarray | None, int]:
+        new, nb, need = plan(ln)
+        n = ln.R.n
+        if n and new is None and not ln.spec_k:
+            want = (ln.R.cols.cached[:n] & (BLOCK - 1)) == 0
+            assert nb is not None and nb.dtype == want.dtype and nb.tolist() == want.tolist()
+            assert need == int(np.count_nonzero(want))
+            seen.append(need)
+        return new, nb, need
+
+    monkeypatch.setattr(lane.Lane, "_plan_running", checked)
+    _engine(**CONFIGS[name]).run()
+    assert seen and 0 in seen  # plans were checked, some with no new block
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("limit", [0, 10**9])
+def test_runs_are_bit_for_bit_the_same_on_either_path(name: str, limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    default = _run(name)
+    for mod, attr in _THRESHOLDS:
+        monkeypatch.setattr(mod, attr, limit)
+    assert _run(name) == default
+
+
+def test_the_async_cut_bisects_as_searchsorted() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        k = int(rng.integers(1, 20))
+        arrival = np.sort(rng.choice([0.5, 1.0, 1.25, 2.0, 3.5], size=k) + rng.integers(0, 3, size=k))
+        for cut in (0.0, 1.0, 1.25, 2.5, 3.5, 10.0, float(arrival[k // 2])):
+            assert bisect.bisect_right(arrival.tolist(), cut) == int(arrival.searchsorted(cut, side="right"))
