@@ -118,6 +118,7 @@ _SHORT_RUN = 40  # runs up to this many steps first check in Python whether all 
 _FIX_BITS = 60
 _FIX = float(2 ** _FIX_BITS)
 _INT64_ROOM = 2.0 ** 62  # below int64's 2^63, with room for rounding in the check
+_LOW31 = (1 << 31) - 1
 
 
 def fixed(dt: float) -> int:
@@ -128,8 +129,14 @@ def fixed(dt: float) -> int:
 def fixed_sum(dts: np.ndarray) -> int:
     """The sum of fixed(dt) over dts, exactly (the same integer as adding them one at a time)."""
     x = dts * _FIX  # scaling by a power of two is exact
-    if len(x) > 32 and float(x.max()) < _INT64_ROOM / len(x):  # every term and the total fit in int64
-        return int(x.astype(np.int64).sum())  # the cast truncates toward zero, as int() does
+    k = len(x)
+    if k > 32:
+        top = float(x.max())
+        if top < _INT64_ROOM / k:  # every term and the total fit in int64
+            return int(x.astype(np.int64).sum())  # the cast truncates toward zero, as int() does
+        if top < _INT64_ROOM:  # every term fits, their total may not: sum the high and low 31 bits apart (each
+            i = x.astype(np.int64)  # half's total fits for any run below 2^32 steps), not a Python loop over k
+            return (int((i >> 31).sum()) << 31) + int((i & _LOW31).sum())
     return sum(map(int, x.tolist()))  # a short run (measured: cheaper in Python up to ~40), or past int64
 
 
