@@ -487,7 +487,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     queue = lane.waiting  # the same until the run's arrival or completions (neither happens before they are noted)
     if queue and not admission.blocked(lane, lane.pool.available - n, n, False):
         return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
-    k, grown = _quiet_blocks(lane, max_steps)
+    k, grown, left = _quiet_blocks(lane, max_steps)
     if k < 2 or grown is None:
         return 0
     c = lane.R.cols
@@ -511,7 +511,9 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
         lane.chosen_at = float(clock[k - 1])  # the last jumped step's start
     if k_arr < k:  # the run's last step starts after the arrival: it joins the queue then, as step() draws it
         _arrive_in_run(lane, float(clock[k_arr]), c.cached[:n])
-    _account_run(lane, k, ends, dts, flops, byts, (used0, grown), gen >= c.total[:n], (k_arr, queue))
+    # A row finishes in the run only if its last step is the run's: k reached the fewest tokens left.
+    done = gen >= c.total[:n] if k == left else None
+    _account_run(lane, k, ends, dts, flops, byts, (used0, grown), done, (k_arr, queue))
     if lane.lora is not None:
         lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
         lane.lora.step(b.adapters, k, float(lb.sum()), float(byts.sum()))
@@ -556,10 +558,10 @@ def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
                          attn_win=win[1], logits=n, attn_decode=at, adapters=b.adapters))
 
 
-def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None]:
+def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None, int]:
     """How many decode steps may run before a completion, an admission or a preemption could happen (< 2: not
-    worth a jump), and the blocks the run takes step by step."""
-    none = (0, None)
+    worth a jump), the blocks the run takes step by step, and the fewest tokens a row has left (the steps
+    until the first completion)."""
     n = lane.R.n
     c = lane.R.cols
     cached = c.cached[:n]
@@ -572,7 +574,7 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None]:
     if model.sliding_layers and model.chunked:
         k = min(k, int(model.sliding_window))  # window_sums' closed form holds for k <= the chunk
     if k < 2:
-        return none
+        return 0, None, left
     # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16, i.e. at the steps
     # j = lag (mod 16) with lag = -cached mod 16.
     if few:
@@ -583,11 +585,11 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None]:
         opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK).tolist()
     avail = lane.pool.available  # a dry admission check takes no blocks: read once
     if not admission.blocked(lane, avail - opens[0], n, False):
-        return none
+        return 0, None, left
     growth = Growth(n, tuple(itertools.accumulate(opens, initial=0)))
     if growth.after(k) > avail:  # (growth never shrinks) cached blocks are reclaimed before anyone is preempted
         k = int(np.argmax(growth.array(k) > avail))  # the step that would preempt is taken by step()
-    return k, growth
+    return k, growth, left
 
 
 def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
@@ -605,15 +607,18 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
         vis_tokens = int((k - np.clip(jv, 0, k)).sum())
     cached += k
     gen += k
-    c.blocks[:n] = blocks_for(cached)
+    blocks = c.blocks[:n]  # blocks_for(cached), written in place (no temporaries)
+    np.add(cached, BLOCK - 1, out=blocks)
+    blocks >>= SHIFT
     lane.pool.alloc(grown)
     fill_new_blocks(lane, n, cached)
     lane.stats.visible_tokens += vis_tokens
 
 
 def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: tuple[int, Growth], done: np.ndarray, queue: tuple[int, int]) -> None:
-    """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave.
+                 used: tuple[int, Growth], done: np.ndarray | None, queue: tuple[int, int]) -> None:
+    """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave
+    (None: no row finished).
     `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
     n = lane.R.n
     st = lane.stats
@@ -640,7 +645,7 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
         st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
             np.add.accumulate(fold, axis=1)[:, -1].tolist()
     st.batch_hist[min(n, st.max_batch)] += k
-    if done.any():
+    if done is not None:  # (some row is done: the run's k was its tokens left)
         lane.complete(done, t1)
     _history_run(lane, n, k, ends, dts, flops, byts, used, queue)
     if lane.rec is not None:
