@@ -13,6 +13,7 @@ The quiet-run jump (many decode steps priced in one call) is not a kind: it runs
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 from collections.abc import Callable
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _FOLD_PY = 12  # runs up to this many steps fold their totals in Python (measured: 1.8 us to numpy's 2.7 at 8 steps)
+_FEW_STEPS_PY = 64  # runs priced up to this many steps find their arrival's step by bisect on a list
 _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
@@ -532,12 +534,19 @@ def _cut_at_arrival(lane: Lane, nxt: float, clock: np.ndarray, k: int, stop: flo
     queue. The run then takes that step too (the arrival is drawn at its start), instead of ending a step early
     and leaving it to step(). Never past `stop`.
     """
-    cut = int(np.searchsorted(clock[:-1], min(nxt, stop), side="left"))
+    cut = starts_before(clock, k, min(nxt, stop))
     if cut >= k:
         return k, k
     if lane.async_sched and nxt <= stop and clock[cut] < stop:
         return cut + 1, cut
     return cut, k
+
+
+def starts_before(clock: np.ndarray, k: int, t: float) -> int:
+    """How many of the k step starts clock[:k] (non-decreasing) come before t: np.searchsorted's side='left'."""
+    if k <= _FEW_STEPS_PY:  # a short run: bisect on a list (~1 us less than numpy's call and slice)
+        return bisect.bisect_left(clock.tolist(), t, 0, k)
+    return int(np.searchsorted(clock[:k], t, side="left"))
 
 
 def _arrive_in_run(lane: Lane, t: float, cached: np.ndarray) -> None:
@@ -628,28 +637,32 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
     lane.clock = t1
     st.ticks += k
     st.out_tokens += n * k
-    # Add one step at a time, as account's += does: a left fold (numpy's sum would pair them up).
-    if k <= _FOLD_PY:  # a short run: reduce over Python floats (the same double adds), no numpy calls
-        d, f = dts.tolist(), flops.tolist()
-        st.busy_s = float(reduce(operator.add, d, st.busy_s))
-        st.charge_out_s = float(reduce(operator.add, d, st.charge_out_s))
-        st.flops = float(reduce(operator.add, f, st.flops))
-        st.flops_useful = float(reduce(operator.add, f, st.flops_useful))
-        st.bytes = float(reduce(operator.add, byts.tolist(), st.bytes))
-    else:  # np.add.accumulate is a left fold: five totals in one call, each row its running total then the steps
-        fold = np.empty((5, k + 1))
-        fold[:, 0] = (st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes)
-        fold[0:2, 1:] = dts
-        fold[2:4, 1:] = flops
-        fold[4, 1:] = byts
-        st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
-            np.add.accumulate(fold, axis=1)[:, -1].tolist()
+    st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
+        fold_totals((st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), dts, flops, byts)
     st.batch_hist[min(n, st.max_batch)] += k
     if done is not None:  # (some row is done: the run's k was its tokens left)
         lane.complete(done, t1)
     _history_run(lane, n, k, ends, dts, flops, byts, used, queue)
     if lane.rec is not None:
         lane.rec.steps(lane, ends, dts, n, byts, flops)
+
+
+def fold_totals(totals: tuple[float, float, float, float, float], dts: np.ndarray, flops: np.ndarray,
+                byts: np.ndarray) -> list[float]:
+    """The five running totals (busy and output-charged seconds, FLOPs, useful FLOPs, bytes) after a run's
+    steps, added one step at a time as Lane.account's += does: a left fold (numpy's sum would pair them up)."""
+    if len(dts) <= _FOLD_PY:  # a short run: reduce over Python floats (the same double adds), no numpy calls
+        d, f = dts.tolist(), flops.tolist()
+        return [float(reduce(operator.add, d, totals[0])), float(reduce(operator.add, d, totals[1])),
+                float(reduce(operator.add, f, totals[2])), float(reduce(operator.add, f, totals[3])),
+                float(reduce(operator.add, byts.tolist(), totals[4]))]
+    # np.add.accumulate is a left fold: five totals in one call, each row its running total then the steps.
+    fold = np.empty((5, len(dts) + 1))
+    fold[:, 0] = totals
+    fold[0:2, 1:] = dts
+    fold[2:4, 1:] = flops
+    fold[4, 1:] = byts
+    return np.add.accumulate(fold, axis=1)[:, -1].tolist()
 
 
 def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
