@@ -489,7 +489,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     queue = lane.waiting  # the same until the run's arrival or completions (neither happens before they are noted)
     if queue and not admission.blocked(lane, lane.pool.available - n, n, False):
         return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
-    k, grown, left = _quiet_blocks(lane, max_steps)
+    k, grown, left = _quiet_blocks(lane, max_steps, queue)
     if k < 2 or grown is None:
         return 0
     c = lane.R.cols
@@ -567,10 +567,10 @@ def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
                          attn_win=win[1], logits=n, attn_decode=at, adapters=b.adapters))
 
 
-def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None, int]:
+def _quiet_blocks(lane: Lane, max_steps: int, waiting: int) -> tuple[int, Growth | None, int]:
     """How many decode steps may run before a completion, an admission or a preemption could happen (< 2: not
     worth a jump), the blocks the run takes step by step, and the fewest tokens a row has left (the steps
-    until the first completion)."""
+    until the first completion). `waiting`: the requests waiting (none: nobody can be admitted)."""
     n = lane.R.n
     c = lane.R.cols
     cached = c.cached[:n]
@@ -593,7 +593,7 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None, int]:
     else:
         opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK).tolist()
     avail = lane.pool.available  # a dry admission check takes no blocks: read once
-    if not admission.blocked(lane, avail - opens[0], n, False):
+    if waiting and not admission.blocked(lane, avail - opens[0], n, False):
         return 0, None, left
     growth = Growth(n, tuple(itertools.accumulate(opens, initial=0)))
     if growth.after(k) > avail:  # (growth never shrinks) cached blocks are reclaimed before anyone is preempted
