@@ -108,6 +108,7 @@ ITL_MID = np.sqrt(ITL_EDGES[:-1] * ITL_EDGES[1:])
 _ITL_EDGES = ITL_EDGES.tolist()  # for one step's bin: bisect on a list beats np.searchsorted on a scalar
 _TOP = ITL_MID.size - 1  # the last bin (longer gaps are counted in it)
 _FEW_STEPS = 6  # runs up to this many steps find their bins in Python (measured: faster than numpy below ~8)
+_SHORT_RUN = 40  # runs up to this many steps first check in Python whether all their steps share one bin
 
 
 # The ITL sum is kept in fixed point, in units of 2^-60 s, as Python ints: each gap is cut once (to 8.7e-19 s,
@@ -117,6 +118,7 @@ _FEW_STEPS = 6  # runs up to this many steps find their bins in Python (measured
 _FIX_BITS = 60
 _FIX = float(2 ** _FIX_BITS)
 _INT64_ROOM = 2.0 ** 62  # below int64's 2^63, with room for rounding in the check
+_LOW31 = (1 << 31) - 1
 
 
 def fixed(dt: float) -> int:
@@ -127,8 +129,14 @@ def fixed(dt: float) -> int:
 def fixed_sum(dts: np.ndarray) -> int:
     """The sum of fixed(dt) over dts, exactly (the same integer as adding them one at a time)."""
     x = dts * _FIX  # scaling by a power of two is exact
-    if len(x) > 32 and float(x.max()) < _INT64_ROOM / len(x):  # every term and the total fit in int64
-        return int(x.astype(np.int64).sum())  # the cast truncates toward zero, as int() does
+    k = len(x)
+    if k > 32:
+        top = float(x.max())
+        if top < _INT64_ROOM / k:  # every term and the total fit in int64
+            return int(x.astype(np.int64).sum())  # the cast truncates toward zero, as int() does
+        if top < _INT64_ROOM:  # every term fits, their total may not: sum the high and low 31 bits apart (each
+            i = x.astype(np.int64)  # half's total fits for any run below 2^32 steps), not a Python loop over k
+            return (int((i >> 31).sum()) << 31) + int((i & _LOW31).sum())
     return sum(map(int, x.tolist()))  # a short run (measured: cheaper in Python up to ~40), or past int64
 
 
@@ -172,8 +180,19 @@ class Itl:
             cnt = np.bincount(stage, minlength=self.n.size)
             per = [(s, int(cnt[s])) for s in np.flatnonzero(cnt).tolist()]
         v = fixed_sum(dts)
+        if k <= _SHORT_RUN:
+            # Step times change slowly along a run, so its steps usually share one 1 %-wide bin: the bins of its
+            # shortest and longest step (bins are monotone in dt) tell, in Python, without numpy's calls.
+            xs = dts.tolist()
+            lo = min(max(bisect.bisect_left(_ITL_EDGES, min(xs)) - 1, 0), _TOP)
+            if lo == min(max(bisect.bisect_left(_ITL_EDGES, max(xs)) - 1, 0), _TOP):
+                for s, m in per:
+                    self.counts[s, lo] += m * k
+                    self.sum[s] += m * v
+                    self.n[s] += m * k
+                return
         if k <= _FEW_STEPS:  # a short run (the busy loops' usual): each step's bin found as add() finds it
-            bins = [min(max(bisect.bisect_left(_ITL_EDGES, x) - 1, 0), _TOP) for x in dts.tolist()]
+            bins = [min(max(bisect.bisect_left(_ITL_EDGES, x) - 1, 0), _TOP) for x in xs]
             for s, m in per:
                 row = self.counts[s]
                 for b in bins:

@@ -11,6 +11,7 @@ is the one the eager ring held (the same floats, computed from the same operands
 
 from __future__ import annotations
 
+import bisect
 from typing import NamedTuple
 
 import numpy as np
@@ -83,39 +84,46 @@ def run_rows(r: Run) -> np.ndarray:
 class History:
     """The last `cap` ticks of a lane (Ring rows of the H columns), with pushes kept pending until a read."""
 
-    __slots__ = ("ring", "cap", "_pend", "_rows")
+    __slots__ = ("ring", "cap", "_pend", "_ends", "_total", "_start")
 
     def __init__(self, cap: int) -> None:
         self.ring = Ring(cap, N_COLS)
         self.cap = cap
         self._pend: list[tuple[float, ...] | Run] = []
-        self._rows = 0  # rows pending; at twice the ring's worth the older ones are dropped (bounded memory)
+        # Rows are counted as a running total of rows ever pushed: `_ends[i]` the total after pending entry i, `_start`
+        # the total before the first. Rows pending = _total - _start; at twice the ring's worth the older entries are
+        # dropped (bounded memory), found by bisection rather than a walk over up to a ring's worth of entries.
+        self._ends: list[int] = []
+        self._total = 0
+        self._start = 0
 
     def push_row(self, row: tuple[float, ...]) -> None:
         """One tick's row (a tuple of the H columns)."""
         self._pend.append(row)
-        self._rows += 1
-        if self._rows >= 2 * self.cap:
+        self._total += 1
+        self._ends.append(self._total)
+        if self._total - self._start >= 2 * self.cap:
             self._trim()
 
     def push_run(self, run: Run) -> None:
         """A quiet run's rows (built when read). Its arrays are kept as given: the caller copies slices of much
         longer arrays (a run priced far past where it was cut), so a pending run holds about its own rows."""
         self._pend.append(run)
-        self._rows += len(run.ends)
-        if self._rows >= 2 * self.cap:
+        self._total += len(run.ends)
+        self._ends.append(self._total)
+        if self._total - self._start >= 2 * self.cap:
             self._trim()
 
     def _trim(self) -> None:
-        """Forget the oldest pending entries: those before the newest `cap` rows, which the ring would overwrite."""
-        pend, rows = self._pend, 0
-        for i in range(len(pend) - 1, -1, -1):
-            e = pend[i]
-            rows += len(e.ends) if isinstance(e, Run) else 1
-            if rows >= self.cap:
-                del pend[:i]
-                break
-        self._rows = rows
+        """Forget the oldest pending entries: those before the newest `cap` rows, which the ring would overwrite.
+        The entries kept start at the last one whose rows from it on number at least cap: the entries before it
+        end at or before _total - cap."""
+        ends = self._ends
+        j = bisect.bisect_right(ends, self._total - self.cap)
+        if j:
+            del self._pend[:j]
+            self._start = ends[j - 1]
+            del ends[:j]
 
     def _flush(self) -> None:
         """Write the pending entries into the ring, oldest first (consecutive ticks in one push)."""
@@ -133,7 +141,8 @@ class History:
         if ticks:
             ring.push(np.array(ticks, dtype=np.float64))
         self._pend.clear()
-        self._rows = 0
+        self._ends.clear()
+        self._start = self._total
 
     @property
     def count(self) -> int:

@@ -13,10 +13,11 @@ The quiet-run jump (many decode steps priced in one call) is not a kind: it runs
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 from collections.abc import Callable
-from functools import partial
+from functools import partial, reduce
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -37,6 +38,8 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _FIRST_VISIBLE = slice(int(FloatCol.FIRST), int(FloatCol.VISIBLE) + 1)  # (plain ints: IntEnum indexes slower)
 _FEW_ADMITTED = 4  # up to this many rows admitted in a join step are checked in Python lists
+_FOLD_PY = 12  # runs up to this many steps fold their totals in Python (measured: 1.8 us to numpy's 2.7 at 8 steps)
+_FEW_STEPS_PY = 64  # runs priced up to this many steps find their arrival's step by bisect on a list
 _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
@@ -169,7 +172,8 @@ def run_batch(model: Model, cached: np.ndarray, k: int) -> Batch:
     and logits stay one float (every step has the same batch): the step model prices their terms once."""
     n = cached.size
     s0 = int(cached.sum())
-    sum_ctx = np.arange(s0, s0 + k * n, n).astype(np.float64)  # s0 + j n for j < k (n > 0: a run has rows)
+    # s0 + j n for j < k (n > 0: a run has rows), made as doubles (whole numbers below 2^53: exact)
+    sum_ctx = np.arange(s0, s0 + k * n, n, dtype=np.float64)
     attn = sum_ctx + 0.5 * n
     if model.sliding_layers > 0:
         sum_win = window_sums(cached, k, int(model.sliding_window), model.chunked)
@@ -502,11 +506,15 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     step() by step() would give them (the same aggregates, and sums taken in the same order).
     """
     n, t0 = lane.R.n, lane.clock
-    if n == 0 or lane.n_pf or max_steps < 2 or lane.next_arrival <= t0 or lane.spec_k:
+    if n == 0 or lane.n_pf or max_steps < 2 or lane.spec_k:
         return 0
-    if lane.waiting and not admission.blocked(lane, lane.pool.available - n, n, False):
+    nxt = lane.next_arrival  # read once (a property chain): nothing in a run draws arrivals before its cut
+    if nxt <= t0:
+        return 0
+    queue = lane.waiting  # the same until the run's arrival or completions (neither happens before they are noted)
+    if queue and not admission.blocked(lane, lane.pool.available - n, n, False):
         return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
-    k, grown = _quiet_blocks(lane, max_steps)
+    k, grown, left = _quiet_blocks(lane, max_steps, queue)
     if k < 2 or grown is None:
         return 0
     c = lane.R.cols
@@ -519,7 +527,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     clock[0] = t0
     clock[1:] = dts
     np.add.accumulate(clock, out=clock)  # a left fold, as the clock moves step by step
-    k, k_arr = _cut_at_arrival(lane, clock, k, stop)
+    k, k_arr = _cut_at_arrival(lane, nxt, clock, k, stop)
     if k < 2:
         return 0
     dts, flops, byts, ends = dts[:k], flops[:k], byts[:k], clock[1:k + 1]
@@ -528,10 +536,11 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     _apply_run(lane, k, ends, grown.after(k), c.cached[:n], gen)
     if lane.async_sched:
         lane.chosen_at = float(clock[k - 1])  # the last jumped step's start
-    queue = lane.waiting
     if k_arr < k:  # the run's last step starts after the arrival: it joins the queue then, as step() draws it
         _arrive_in_run(lane, float(clock[k_arr]), c.cached[:n])
-    _account_run(lane, k, ends, dts, flops, byts, (used0, grown), gen >= c.total[:n], (k_arr, queue))
+    # A row finishes in the run only if its last step is the run's: k reached the fewest tokens left.
+    done = gen >= c.total[:n] if k == left else None
+    _account_run(lane, k, ends, dts, flops, byts, (used0, grown), done, (k_arr, queue))
     if lane.lora is not None:
         lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
         lane.lora.step(b.adapters, k, float(lb.sum()), float(byts.sum()))
@@ -541,22 +550,28 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     return k
 
 
-def _cut_at_arrival(lane: Lane, clock: np.ndarray, k: int, stop: float) -> tuple[int, int]:
-    """How many of a quiet run's k steps (starting at clock[:-1]) run before the next arrival or `stop`, and the
-    first step starting at or after the arrival (k when none does).
+def _cut_at_arrival(lane: Lane, nxt: float, clock: np.ndarray, k: int, stop: float) -> tuple[int, int]:
+    """How many of a quiet run's k steps (starting at clock[:-1]) run before the next arrival (at `nxt`) or `stop`,
+    and the first step starting at or after the arrival (k when none does).
 
     Under async scheduling a step's batch was chosen when the step before it started, so a request arriving
     during step j - 1 cannot join step j: step j still decodes the same rows, with the request waiting in the
     queue. The run then takes that step too (the arrival is drawn at its start), instead of ending a step early
     and leaving it to step(). Never past `stop`.
     """
-    nxt = lane.next_arrival
-    cut = int(np.searchsorted(clock[:-1], min(nxt, stop), side="left"))
+    cut = starts_before(clock, k, min(nxt, stop))
     if cut >= k:
         return k, k
     if lane.async_sched and nxt <= stop and clock[cut] < stop:
         return cut + 1, cut
     return cut, k
+
+
+def starts_before(clock: np.ndarray, k: int, t: float) -> int:
+    """How many of the k step starts clock[:k] (non-decreasing) come before t: np.searchsorted's side='left'."""
+    if k <= _FEW_STEPS_PY:  # a short run: bisect on a list (~1 us less than numpy's call and slice)
+        return bisect.bisect_left(clock.tolist(), t, 0, k)
+    return int(np.searchsorted(clock[:k], t, side="left"))
 
 
 def _arrive_in_run(lane: Lane, t: float, cached: np.ndarray) -> None:
@@ -577,10 +592,10 @@ def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
                          attn_win=win[1], logits=n, attn_decode=at, adapters=b.adapters))
 
 
-def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None]:
+def _quiet_blocks(lane: Lane, max_steps: int, waiting: int) -> tuple[int, Growth | None, int]:
     """How many decode steps may run before a completion, an admission or a preemption could happen (< 2: not
-    worth a jump), and the blocks the run takes step by step."""
-    none = (0, None)
+    worth a jump), the blocks the run takes step by step, and the fewest tokens a row has left (the steps
+    until the first completion). `waiting`: the requests waiting (none: nobody can be admitted)."""
     n = lane.R.n
     c = lane.R.cols
     cached = c.cached[:n]
@@ -593,7 +608,7 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None]:
     if model.sliding_layers and model.chunked:
         k = min(k, int(model.sliding_window))  # window_sums' closed form holds for k <= the chunk
     if k < 2:
-        return none
+        return 0, None, left
     # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16, i.e. at the steps
     # j = lag (mod 16) with lag = -cached mod 16.
     if few:
@@ -602,13 +617,13 @@ def _quiet_blocks(lane: Lane, max_steps: int) -> tuple[int, Growth | None]:
             opens[(-x) & (BLOCK - 1)] += 1
     else:
         opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK).tolist()
-    if not admission.blocked(lane, lane.pool.available - opens[0], n, False):
-        return none
+    avail = lane.pool.available  # a dry admission check takes no blocks: read once
+    if waiting and not admission.blocked(lane, avail - opens[0], n, False):
+        return 0, None, left
     growth = Growth(n, tuple(itertools.accumulate(opens, initial=0)))
-    avail = lane.pool.available
     if growth.after(k) > avail:  # (growth never shrinks) cached blocks are reclaimed before anyone is preempted
         k = int(np.argmax(growth.array(k) > avail))  # the step that would preempt is taken by step()
-    return k, growth
+    return k, growth, left
 
 
 def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
@@ -626,15 +641,18 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
         vis_tokens = int((k - np.clip(jv, 0, k)).sum())
     cached += k
     gen += k
-    c.blocks[:n] = blocks_for(cached)
+    blocks = c.blocks[:n]  # blocks_for(cached), written in place (no temporaries)
+    np.add(cached, BLOCK - 1, out=blocks)
+    blocks >>= SHIFT
     lane.pool.alloc(grown)
     fill_new_blocks(lane, n, cached)
     lane.stats.visible_tokens += vis_tokens
 
 
 def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: tuple[int, Growth], done: np.ndarray, queue: tuple[int, int]) -> None:
-    """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave.
+                 used: tuple[int, Growth], done: np.ndarray | None, queue: tuple[int, int]) -> None:
+    """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave
+    (None: no row finished).
     `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
     n = lane.R.n
     st = lane.stats
@@ -644,21 +662,32 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: n
     lane.clock = t1
     st.ticks += k
     st.out_tokens += n * k
-    # Add one step at a time, as account's += does: np.add.accumulate is a left fold (numpy's sum would pair
-    # them up); five totals in one call, each row its running total then the run's steps.
-    fold = np.empty((5, k + 1))
-    fold[:, 0] = (st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes)
-    fold[0:2, 1:] = dts
-    fold[2:4, 1:] = flops
-    fold[4, 1:] = byts
     st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
-        np.add.accumulate(fold, axis=1)[:, -1].tolist()
+        fold_totals((st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), dts, flops, byts)
     st.batch_hist[min(n, st.max_batch)] += k
-    if done.any():
+    if done is not None:  # (some row is done: the run's k was its tokens left)
         lane.complete(done, t1)
     _history_run(lane, n, k, ends, dts, flops, byts, used, queue)
     if lane.rec is not None:
         lane.rec.steps(lane, ends, dts, n, byts, flops)
+
+
+def fold_totals(totals: tuple[float, float, float, float, float], dts: np.ndarray, flops: np.ndarray,
+                byts: np.ndarray) -> list[float]:
+    """The five running totals (busy and output-charged seconds, FLOPs, useful FLOPs, bytes) after a run's
+    steps, added one step at a time as Lane.account's += does: a left fold (numpy's sum would pair them up)."""
+    if len(dts) <= _FOLD_PY:  # a short run: reduce over Python floats (the same double adds), no numpy calls
+        d, f = dts.tolist(), flops.tolist()
+        return [float(reduce(operator.add, d, totals[0])), float(reduce(operator.add, d, totals[1])),
+                float(reduce(operator.add, f, totals[2])), float(reduce(operator.add, f, totals[3])),
+                float(reduce(operator.add, byts.tolist(), totals[4]))]
+    # np.add.accumulate is a left fold: five totals in one call, each row its running total then the steps.
+    fold = np.empty((5, len(dts) + 1))
+    fold[:, 0] = totals
+    fold[0:2, 1:] = dts
+    fold[2:4, 1:] = flops
+    fold[4, 1:] = byts
+    return np.add.accumulate(fold, axis=1)[:, -1].tolist()
 
 
 def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,

@@ -1,0 +1,61 @@
+"""A quiet run's Python paths for short runs give exactly what its numpy paths give (engine.serving.steps,
+engine.serving.accounting): the same left folds, the same cut, the same ITL bins and sums."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.serving.accounting import ITL_EDGES, Itl, fixed, fixed_sum
+from engine.serving.steps import _FEW_STEPS_PY, _FOLD_PY, fold_totals, starts_before
+
+
+def _numpy_fold(totals: tuple[float, ...], dts: np.ndarray, flops: np.ndarray, byts: np.ndarray) -> list[float]:
+    """The array path: one np.add.accumulate over the five rows."""
+    fold = np.empty((5, len(dts) + 1))
+    fold[:, 0] = totals
+    fold[0:2, 1:] = dts
+    fold[2:4, 1:] = flops
+    fold[4, 1:] = byts
+    return np.add.accumulate(fold, axis=1)[:, -1].tolist()
+
+
+def test_short_folds_match_numpys_left_fold_bit_for_bit() -> None:
+    rng = np.random.default_rng(11)
+    for k in (*range(1, _FOLD_PY + 3), 40, 300):
+        for scale in (1e-3, 1.0, 1e12):
+            totals = tuple(float(x) for x in rng.uniform(0, 1e3, 5) * scale)
+            dts, flops, byts = rng.lognormal(-4, 1, k), rng.uniform(1e9, 1e13, k), rng.uniform(1e6, 1e11, k)
+            got = fold_totals(totals, dts, flops, byts)  # type: ignore[arg-type]
+            assert got == _numpy_fold(totals, dts, flops, byts)
+            assert all(type(x) is float for x in got)
+
+
+def test_starts_before_is_searchsorted_left() -> None:
+    rng = np.random.default_rng(12)
+    for k in (1, 2, 7, _FEW_STEPS_PY, _FEW_STEPS_PY + 1, 200):
+        clock = np.add.accumulate(np.concatenate(([5.0], rng.choice([0.0, 0.01, 0.02], k))))  # ties included
+        for t in (*clock.tolist(), 0.0, 5.005, float(clock[-1]) + 1, np.inf):
+            assert starts_before(clock, k, t) == int(np.searchsorted(clock[:-1], t, side="left"))
+
+
+def test_runs_sharing_a_bin_count_as_one_step_at_a_time() -> None:
+    rng = np.random.default_rng(13)
+    edge = float(ITL_EDGES[900])
+    for k in (2, 6, 7, 12, 40, 41):
+        for d in (np.full(k, 0.0123) * (1 + np.arange(k) * 1e-6),  # one bin
+                  np.linspace(edge * 0.999, edge, k),  # up to an edge exactly (the edge opens the next bin)
+                  np.linspace(edge, edge * 1.0001, k),
+                  rng.lognormal(-4.0, 0.3, k)):  # several bins
+            for stage, n in ((0, 9), (rng.integers(0, 3, 9), 9)):
+                run, one = Itl(3), Itl(3)
+                run.add_steps(d, stage, n)
+                for x in d.tolist():
+                    one.add(x, stage, n)
+                assert (run.counts == one.counts).all() and run.sum == one.sum and (run.n == one.n).all()
+
+
+def test_long_fixed_sums_past_int64_room_stay_exact() -> None:
+    rng = np.random.default_rng(14)
+    for k, scale in ((33, 3.9), (5000, 0.03), (5000, 3.9), (100_000, 0.05)):
+        d = rng.random(k) * scale
+        assert fixed_sum(d) == sum(fixed(x) for x in d.tolist())
