@@ -681,7 +681,13 @@ def fold_totals(totals: tuple[float, float, float, float, float], dts: np.ndarra
         return [float(reduce(operator.add, d, totals[0])), float(reduce(operator.add, d, totals[1])),
                 float(reduce(operator.add, f, totals[2])), float(reduce(operator.add, f, totals[3])),
                 float(reduce(operator.add, byts.tolist(), totals[4]))]
-    # np.add.accumulate is a left fold: five totals in one call, each row its running total then the steps.
+    return fold_numpy(totals, dts, flops, byts)
+
+
+def fold_numpy(totals: tuple[float, float, float, float, float], dts: np.ndarray, flops: np.ndarray,
+               byts: np.ndarray) -> list[float]:
+    """fold_totals for a long run: np.add.accumulate is a left fold, five totals in one call, each row its running
+    total then the steps."""
     fold = np.empty((5, len(dts) + 1))
     fold[:, 0] = totals
     fold[0:2, 1:] = dts

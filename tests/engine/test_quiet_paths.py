@@ -6,17 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.serving.accounting import ITL_EDGES, Itl, fixed, fixed_sum
-from engine.serving.steps import _FEW_STEPS_PY, _FOLD_PY, fold_totals, starts_before
-
-
-def _numpy_fold(totals: tuple[float, ...], dts: np.ndarray, flops: np.ndarray, byts: np.ndarray) -> list[float]:
-    """The array path: one np.add.accumulate over the five rows."""
-    fold = np.empty((5, len(dts) + 1))
-    fold[:, 0] = totals
-    fold[0:2, 1:] = dts
-    fold[2:4, 1:] = flops
-    fold[4, 1:] = byts
-    return np.add.accumulate(fold, axis=1)[:, -1].tolist()
+from engine.serving.steps import _FEW_STEPS_PY, _FOLD_PY, fold_numpy, fold_totals, starts_before
 
 
 def test_short_folds_match_numpys_left_fold_bit_for_bit() -> None:
@@ -26,7 +16,7 @@ def test_short_folds_match_numpys_left_fold_bit_for_bit() -> None:
             totals = tuple(float(x) for x in rng.uniform(0, 1e3, 5) * scale)
             dts, flops, byts = rng.lognormal(-4, 1, k), rng.uniform(1e9, 1e13, k), rng.uniform(1e6, 1e11, k)
             got = fold_totals(totals, dts, flops, byts)  # type: ignore[arg-type]
-            assert got == _numpy_fold(totals, dts, flops, byts)
+            assert got == fold_numpy(totals, dts, flops, byts)
             assert all(type(x) is float for x in got)
 
 
