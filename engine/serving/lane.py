@@ -123,6 +123,7 @@ class Lane:
         self.on_done: Callable[[Rows], None] | None = None  # told of every finished request (a fleet's router)
         # The queue head that last failed to join: (head id, keys added, free blocks, tokens planned) then.
         self.blocked_head: tuple[int, int, int, int] = (-1, -1, 0, 0)
+        self.join_next = False  # a quiet run just drew a request into the queue: the next jump attempt is skipped
         self.head_keys: tuple[int, np.ndarray] = (-1, _NOKEYS)  # the queue head's content keys
         self.shared_content = False  # some request shares tokens with another (only then are blocks keyed as filled)
         # Multi-LoRA: the adapter slots (engine.serving.lora_slots), None with LoRA off.
