@@ -224,6 +224,13 @@ class _Memo(dict):  # type: ignore[type-arg]
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Memo, ())
 
+    def keep(self, key: Any, value: Any) -> Any:
+        """Store `value` at `key` and return it, starting afresh once _MEMO_SIZE entries are held (bounded memory)."""
+        if len(self) >= _MEMO_SIZE:
+            self.clear()
+        self[key] = value
+        return value
+
 
 @dataclass(slots=True)
 class StepModel:
@@ -243,7 +250,7 @@ class StepModel:
     _stages: list[dict[str, float]] = field(init=False, repr=False, default_factory=list)
     _kv_share: float = field(init=False, repr=False, default=1.0)
     lora: LoraCost | None = field(init=False, repr=False, default=None)  # multi-LoRA kernels' coefficients
-    _memo: dict[Any, Any] = field(init=False, repr=False, compare=False, default_factory=_Memo)
+    _memo: _Memo = field(init=False, repr=False, compare=False, default_factory=_Memo)
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
@@ -632,9 +639,7 @@ class StepModel:
         key = (id(c), T, logits)
         f = self._memo.get(key)
         if f is None:
-            if len(self._memo) >= _MEMO_SIZE:
-                self._memo.clear()
-            f = self._memo[key] = _fixed_terms(self, c, T, logits)
+            f = self._memo.keep(key, _fixed_terms(self, c, T, logits))
         return f
 
     def _touched(self, T: Any) -> Any:
@@ -869,10 +874,7 @@ def _one_consts(sm: StepModel, c: dict[str, float]) -> tuple[Any, ...]:
          c["peak_expert"], c["overhead"], c["layer_overhead"], m.is_moe, m.moe_layers,
          None if sm._graphs is None else sm._graph_list, sm.opts.tp > 1 or sm.opts.ep > 1,
          None if c is sm._c else c["layer_share"], sm.opts.ideal)
-    if len(sm._memo) >= _MEMO_SIZE:
-        sm._memo.clear()
-    sm._memo[(id(c), "one")] = k
-    return k
+    return sm._memo.keep((id(c), "one"), k)
 
 
 def _run(sm: StepModel, c: dict[str, float], T: float, logits: float, sum_ctx: np.ndarray, sum_ctx_win: Any,
@@ -904,11 +906,7 @@ def _run_terms(sm: StepModel, c: dict[str, float], T: float, logits: Any) -> _Ru
     over = f.busy * (c["overhead"] + c["layer_overhead"] * (1.0 - sm._graph_full(T, f.inside, _RUN, _RUN)))
     ops0 = tuple(None if v is None else np.array(v) for v in f.ops)
     consts0 = tuple(None if v is None else np.array(v) for v in f.consts)
-    memo = sm._memo
-    if len(memo) >= _MEMO_SIZE:
-        memo.clear()
-    r = memo[(id(c), T, logits, "run")] = _Run(f, ops0, consts0, over, np.array(over), sm.opts.ideal)
-    return r
+    return sm._memo.keep((id(c), T, logits, "run"), _Run(f, ops0, consts0, over, np.array(over), sm.opts.ideal))
 
 
 def _consts(memo: dict[Any, Any], c: dict[str, float]) -> tuple[Any, ...]:
