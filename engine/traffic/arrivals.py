@@ -148,8 +148,7 @@ class Arrivals:
         x, nxt = ahead[p], ahead[p + 1]
         if x > t or nxt <= t:
             return None
-        b = self.budget
-        if (b.duration is not None and x > b.duration) or (b.limit is not None and b.accepted >= b.limit):
+        if self.budget.bound(x) == math.inf:
             return None  # due_tagged drops it (past --duration) or stops (--requests reached)
         self._at_pos = p + 1
         self.next_poisson = nxt

@@ -178,10 +178,7 @@ class RequestSource:
         rather than through a property of theirs.)"""
         a, b = self.arrivals, self.budget
         u, p = a.next_user, a.next_poisson
-        t = p if p < u else u  # min(u, p), as min picks
-        # b.bound(t) without its call (read ~3 times a tick):
-        if (b.duration is not None and t > b.duration) or (b.limit is not None and b.accepted >= b.limit):
-            t = math.inf
+        t = b.bound(p if p < u else u)  # min(u, p), as min picks
         if self.script is not None:
             t = min(t, b.bound(min(self.script.next_time, self.next_stage)))
         return t
