@@ -645,9 +645,7 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
         vis_tokens = int((k - np.clip(jv, 0, k)).sum())
     cached += k
     gen += k
-    blocks = c.blocks[:n]  # blocks_for(cached), written in place (no temporaries)
-    np.add(cached, BLOCK - 1, out=blocks)
-    blocks >>= SHIFT
+    blocks_for(cached, out=c.blocks[:n])
     lane.pool.alloc(grown)
     fill_new_blocks(lane, n, cached)
     lane.stats.visible_tokens += vis_tokens

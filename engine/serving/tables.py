@@ -75,9 +75,13 @@ SHIFT = 4  # log2(16): blocks for c cached tokens = (c + 15) >> 4
 assert 1 << SHIFT == BLOCK
 
 
-def blocks_for(tokens: np.ndarray) -> np.ndarray:
-    """KV blocks that hold `tokens` cached tokens (int64 arrays)."""
-    return (tokens + BLOCK - 1) >> SHIFT
+def blocks_for(tokens: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """KV blocks that hold `tokens` cached tokens (int64 arrays), written into `out` if given (no temporaries)."""
+    if out is None:
+        return (tokens + BLOCK - 1) >> SHIFT
+    np.add(tokens, BLOCK - 1, out=out)
+    out >>= SHIFT
+    return out
 
 
 class Rows:
