@@ -126,18 +126,20 @@ def fixed(dt: float) -> int:
     return int(dt * _FIX)
 
 
-def fixed_sum(dts: np.ndarray) -> int:
-    """The sum of fixed(dt) over dts, exactly (the same integer as adding them one at a time)."""
-    x = dts * _FIX  # scaling by a power of two is exact
-    k = len(x)
+def fixed_sum(dts: np.ndarray, top: float | None = None) -> int:
+    """The sum of fixed(dt) over dts, exactly (the same integer as adding them one at a time). `top`: the largest
+    of dts if the caller has it (Itl.add_steps finds it for its bins), else found here."""
+    k = len(dts)
     if k > 32:
-        top = float(x.max())
-        if top < _INT64_ROOM / k:  # every term and the total fit in int64
-            return int(x.astype(np.int64).sum())  # the cast truncates toward zero, as int() does
+        if top is None:
+            top = float(np.maximum.reduce(dts))
+        top *= _FIX  # scaling by a power of two is exact (and keeps the order): the largest term
+        if top < _INT64_ROOM / k:  # every term and the total fit in int64: the reduction casts each term to int64
+            return int(np.add.reduce(dts * _FIX, dtype=np.int64))  # (truncated toward zero, as int() does) and adds
         if top < _INT64_ROOM:  # every term fits, their total may not: sum the high and low 31 bits apart (each
-            i = x.astype(np.int64)  # half's total fits for any run below 2^32 steps), not a Python loop over k
+            i = (dts * _FIX).astype(np.int64)  # half's total fits for any run below 2^32 steps), not a Python loop
             return (int((i >> 31).sum()) << 31) + int((i & _LOW31).sum())
-    return sum(map(int, x.tolist()))  # a short run (measured: cheaper in Python up to ~40), or past int64
+    return sum(map(int, (dts * _FIX).tolist()))  # a short run (measured: cheaper in Python up to ~40), or past int64
 
 
 class Itl:
@@ -179,15 +181,16 @@ class Itl:
         else:
             cnt = np.bincount(stage, minlength=self.n.size)
             per = [(s, int(cnt[s])) for s in np.flatnonzero(cnt).tolist()]
-        v = fixed_sum(dts)
         # Step times change slowly along a run, so its steps usually share one 1 %-wide bin (9 runs in 10 at rate 1,
         # long ones included): the bins of its shortest and longest step (bins are monotone in dt) tell, with the
-        # extremes found in Python for a short run and by two reductions for a long one.
+        # extremes found in Python for a short run and by two reductions for a long one (the ufuncs' own, not
+        # ndarray.min's Python wrapper); the longest also bounds the fixed-point sum's terms.
         if k <= _SHORT_RUN:
             xs = dts.tolist()
             shortest, longest = min(xs), max(xs)
         else:
-            shortest, longest = float(dts.min()), float(dts.max())
+            shortest, longest = float(np.minimum.reduce(dts)), float(np.maximum.reduce(dts))
+        v = fixed_sum(dts, longest)
         lo = min(max(bisect.bisect_left(_ITL_EDGES, shortest) - 1, 0), _TOP)
         if lo == min(max(bisect.bisect_left(_ITL_EDGES, longest) - 1, 0), _TOP):
             for s, m in per:

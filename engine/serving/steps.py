@@ -17,7 +17,7 @@ import bisect
 import itertools
 import operator
 from collections.abc import Callable
-from functools import partial, reduce
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -38,7 +38,6 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _FIRST_VISIBLE = slice(int(FloatCol.FIRST), int(FloatCol.VISIBLE) + 1)  # (plain ints: IntEnum indexes slower)
 _FEW_ADMITTED = 4  # up to this many rows admitted in a join step are checked in Python lists
-_FOLD_PY = 12  # runs up to this many steps fold their totals in Python (measured: 1.8 us to numpy's 2.7 at 8 steps)
 _FEW_STEPS_PY = 64  # runs priced up to this many steps find their arrival's step by bisect on a list
 _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
@@ -526,13 +525,13 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
         b = b._replace(adapters=int(LoraSlots.in_batch(c.adapter[:n]).size))
     p = lane.sm.price(b)
     dts, flops, byts = p.time, p.flops_total, p.bytes_total
-    clock = np.empty(len(dts) + 1)  # step j runs clock[j] -> clock[j + 1]
-    clock[0] = t0
-    clock[1:] = dts
-    np.add.accumulate(clock, out=clock)  # a left fold, as the clock moves step by step
+    st = lane.stats
+    sums = fold_run((t0, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), dts, flops, byts)
+    clock = sums[0]  # step j runs clock[j] -> clock[j + 1]
     k, k_arr = _cut_at_arrival(lane, nxt, clock, k, stop)
     if k < 2:
         return 0
+    priced = len(dts)
     dts, flops, byts, ends = dts[:k], flops[:k], byts[:k], clock[1:k + 1]
     gen = c.gen[:n]
     used0 = lane.pool.used
@@ -544,7 +543,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
         lane.join_next = lane.waiting > queue  # (2,540 of 7,737 jump attempts at rate 10 asked admission to learn it)
     # A row finishes in the run only if its last step is the run's: k reached the fewest tokens left.
     done = gen >= c.total[:n] if k == left else None
-    _account_run(lane, k, ends, dts, flops, byts, (used0, grown), done, (k_arr, queue))
+    _account_run(lane, k, ends, (dts, flops, byts, priced), sums[1:, k].tolist(), (used0, grown), done, (k_arr, queue))
     if lane.lora is not None:
         lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
         lane.lora.step(b.adapters, k, float(lb.sum()), float(byts.sum()))
@@ -651,61 +650,59 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
     lane.stats.visible_tokens += vis_tokens
 
 
-def _account_run(lane: Lane, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
-                 used: tuple[int, Growth], done: np.ndarray | None, queue: tuple[int, int]) -> None:
+def _account_run(lane: Lane, k: int, ends: np.ndarray, steps: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+                 totals: list[float], used: tuple[int, Growth], done: np.ndarray | None,
+                 queue: tuple[int, int]) -> None:
     """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave
-    (None: no row finished).
+    (None: no row finished). `steps`: the steps' times, FLOPs and bytes, and how many steps were priced (k or
+    more); `totals`: the five running totals after them (fold_run's column k).
     `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
     n = lane.R.n
     st = lane.stats
+    dts, flops, byts = steps[:3]
     # The ITL sum is exact (accounting.fixed_sum): the run's steps go in at once, wherever the run starts and ends.
     st.itl.add_steps(dts, lane.R.cols.stage[:n] if lane.staged else 0, n)
     t1 = float(ends[-1])
     lane.clock = t1
     st.ticks += k
     st.out_tokens += n * k
-    st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = \
-        fold_totals((st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), dts, flops, byts)
+    st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = totals
     st.batch_hist[min(n, st.max_batch)] += k
     if done is not None:  # (some row is done: the run's k was its tokens left)
         lane.complete(done, t1)
-    _history_run(lane, n, k, ends, dts, flops, byts, used, queue)
+    _history_run(lane, n, k, ends, steps, used, queue)
     if lane.rec is not None:
         lane.rec.steps(lane, ends, dts, n, byts, flops)
 
 
-def fold_totals(totals: tuple[float, float, float, float, float], dts: np.ndarray, flops: np.ndarray,
-                byts: np.ndarray) -> list[float]:
-    """The five running totals (busy and output-charged seconds, FLOPs, useful FLOPs, bytes) after a run's
-    steps, added one step at a time as Lane.account's += does: a left fold (numpy's sum would pair them up)."""
-    if len(dts) <= _FOLD_PY:  # a short run: reduce over Python floats (the same double adds), no numpy calls
-        d, f = dts.tolist(), flops.tolist()
-        return [float(reduce(operator.add, d, totals[0])), float(reduce(operator.add, d, totals[1])),
-                float(reduce(operator.add, f, totals[2])), float(reduce(operator.add, f, totals[3])),
-                float(reduce(operator.add, byts.tolist(), totals[4]))]
-    return fold_numpy(totals, dts, flops, byts)
+def fold_run(start: tuple[float, ...], dts: np.ndarray, flops: np.ndarray, byts: np.ndarray) -> np.ndarray:
+    """The running sums of a run's steps, one row each from its start: the clock (start[0] + dts), then the five
+    totals Lane.account adds to (busy and output-charged seconds += dts, FLOPs and useful FLOPs += flops, bytes +=
+    byts). np.add.accumulate is a left fold, as the clock and the totals move step by step (numpy's sum would pair
+    the terms up): column j holds each after j steps. One buffer and one accumulate for the six (rather than one
+    for the clock and one for the totals): a run's arrays are short, numpy's per-call cost is what counts."""
+    fold = np.empty((6, len(dts) + 1))
+    fold[:, 0] = start
+    fold[0:3, 1:] = dts
+    fold[3:5, 1:] = flops
+    fold[5, 1:] = byts
+    return np.add.accumulate(fold, axis=1, out=fold)
 
 
-def fold_numpy(totals: tuple[float, float, float, float, float], dts: np.ndarray, flops: np.ndarray,
-               byts: np.ndarray) -> list[float]:
-    """fold_totals for a long run: np.add.accumulate is a left fold, five totals in one call, each row its running
-    total then the steps."""
-    fold = np.empty((5, len(dts) + 1))
-    fold[:, 0] = totals
-    fold[0:2, 1:] = dts
-    fold[2:4, 1:] = flops
-    fold[4, 1:] = byts
-    return np.add.accumulate(fold, axis=1)[:, -1].tolist()
-
-
-def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, dts: np.ndarray, flops: np.ndarray, byts: np.ndarray,
+def _history_run(lane: Lane, n: int, k: int, ends: np.ndarray, steps: tuple[np.ndarray, np.ndarray, np.ndarray, int],
                  used: tuple[int, Growth], queue: tuple[int, int]) -> None:
     """The run's k rows (steps of n rows) of the per-tick history, noted as the arrays they come from and built
     when read (engine.serving.history): as account's push_row would have written them one by one. `used`: the
-    pool's used blocks before the run and the blocks it had taken after each step."""
+    pool's used blocks before the run and the blocks it had taken after each step. The arrays are views: the
+    clock's of fold_run's six rows (copied if the run was cut: it would pin all six rows of every step priced), the
+    others of the pricing's (copied if the run was priced far past its cut). An uncut run pins 9 doubles a row (the
+    ring holds 11)."""
     pool = lane.pool
-    if dts.base is not None and dts.base.size > 4 * k + 64:  # slices of a run priced far past its cut: keep only
-        ends, dts, flops, byts = ends.copy(), dts.copy(), flops.copy(), byts.copy()  # what the history needs
+    dts, flops, byts, priced = steps
+    if priced > k:
+        ends = ends.copy()
+        if priced > 4 * k + 64:  # slices of a run priced far past its cut: keep only what the history needs
+            dts, flops, byts = dts.copy(), flops.copy(), byts.copy()
     lane.stats.hist.push_run(Run(ends, dts, flops, byts, used[0], used[1], pool.total, pool.util, lane.waiting, queue,
                                  n))
 

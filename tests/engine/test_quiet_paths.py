@@ -6,18 +6,22 @@ from __future__ import annotations
 import numpy as np
 
 from engine.serving.accounting import ITL_EDGES, Itl, fixed, fixed_sum
-from engine.serving.steps import _FEW_STEPS_PY, _FOLD_PY, fold_numpy, fold_totals, starts_before
+from engine.serving.steps import _FEW_STEPS_PY, fold_run, starts_before
 
 
-def test_short_folds_match_numpys_left_fold_bit_for_bit() -> None:
+def test_a_runs_fold_is_each_total_added_step_by_step() -> None:
+    """fold_run's one accumulate gives, at every column, the clock and the five totals as += one step at a time."""
     rng = np.random.default_rng(11)
-    for k in (*range(1, _FOLD_PY + 3), 40, 300):
+    for k in (1, 2, 7, 13, 40, 300):
         for scale in (1e-3, 1.0, 1e12):
-            totals = tuple(float(x) for x in rng.uniform(0, 1e3, 5) * scale)
+            start = tuple(float(x) for x in rng.uniform(0, 1e3, 6) * scale)
             dts, flops, byts = rng.lognormal(-4, 1, k), rng.uniform(1e9, 1e13, k), rng.uniform(1e6, 1e11, k)
-            got = fold_totals(totals, dts, flops, byts)  # type: ignore[arg-type]
-            assert got == fold_numpy(totals, dts, flops, byts)
-            assert all(type(x) is float for x in got)
+            got = fold_run(start, dts, flops, byts)
+            want = [list(start)]
+            for d, f, b in zip(dts.tolist(), flops.tolist(), byts.tolist(), strict=True):
+                w = want[-1]
+                want.append([w[0] + d, w[1] + d, w[2] + d, w[3] + f, w[4] + f, w[5] + b])
+            assert got.T.tolist() == want
 
 
 def test_starts_before_is_searchsorted_left() -> None:
