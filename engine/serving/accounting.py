@@ -107,8 +107,9 @@ ITL_EDGES = np.logspace(-6, 3, 2085)
 ITL_MID = np.sqrt(ITL_EDGES[:-1] * ITL_EDGES[1:])
 _ITL_EDGES = ITL_EDGES.tolist()  # for one step's bin: bisect on a list beats np.searchsorted on a scalar
 _TOP = ITL_MID.size - 1  # the last bin (longer gaps are counted in it)
-_FEW_STEPS = 6  # runs up to this many steps find their bins in Python (measured: faster than numpy below ~8)
-_SHORT_RUN = 40  # runs up to this many steps first check in Python whether all their steps share one bin
+_BINS = ITL_MID.size
+_RUNS_PENDING = 256  # quiet runs whose ITL waits to be counted together (Itl.add_steps), at most
+_STEPS_PENDING = 1 << 15  # and their steps, at most (the runs' step times are views they keep alive)
 
 
 # The ITL sum is kept in fixed point, in units of 2^-60 s, as Python ints: each gap is cut once (to 8.7e-19 s,
@@ -144,14 +145,43 @@ def fixed_sum(dts: np.ndarray, top: float | None = None) -> int:
 
 class Itl:
     """Inter-token latency histogram per stage: counts per bin, and the exact sum (fixed point) and count for
-    the mean."""
+    the mean.
 
-    __slots__ = ("counts", "sum", "n")
+    A quiet run's steps (add_steps) are noted as its step times and counted when read, many runs at once: a run
+    of a few rows costs ~6 numpy calls to bin and sum alone, and a lane runs thousands between reads (a headless
+    run reads once, at the end). Every figure is an integer sum (bins, counts, the fixed-point total), the same
+    whatever the grouping, so reading counts, sum or n (properties that count the pending runs first) gives
+    exactly what counting each run as it came gave."""
+
+    __slots__ = ("_counts", "_sum", "_n", "_pend", "_pend_steps")
 
     def __init__(self, stages: int = 1) -> None:
-        self.counts = np.zeros((stages, ITL_MID.size), dtype=np.int64)
-        self.sum = [0] * stages  # per stage: the sum of every token's gap, in 2^-60 s (see fixed)
-        self.n = np.zeros(stages, dtype=np.int64)
+        self._counts = np.zeros((stages, ITL_MID.size), dtype=np.int64)
+        self._sum = [0] * stages  # per stage: the sum of every token's gap, in 2^-60 s (see fixed)
+        self._n = np.zeros(stages, dtype=np.int64)
+        self._pend: list[tuple[np.ndarray, int, int]] = []  # (a run's step times, stage, rows of that stage)
+        self._pend_steps = 0
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Tokens per bin, per stage (stages x bins, int64)."""
+        if self._pend:
+            self._count_runs()
+        return self._counts
+
+    @property
+    def sum(self) -> list[int]:
+        """Per stage, the sum of every token's gap in 2^-60 s (Python ints: exact)."""
+        if self._pend:
+            self._count_runs()
+        return self._sum
+
+    @property
+    def n(self) -> np.ndarray:
+        """Tokens per stage (int64)."""
+        if self._pend:
+            self._count_runs()
+        return self._n
 
     def add(self, dt: float, stage: np.ndarray | int, k: int) -> None:
         """k tokens (of rows in `stage`, an array or one index) came dt seconds after their previous ones."""
@@ -159,78 +189,87 @@ class Itl:
             return
         b = min(max(bisect.bisect_left(_ITL_EDGES, dt) - 1, 0), ITL_MID.size - 1)  # np.searchsorted's side='left'
         v = fixed(dt)
-        if isinstance(stage, int) or self.n.size == 1:
+        if isinstance(stage, int) or self._n.size == 1:
             s = stage if isinstance(stage, int) else 0
-            self.counts[s, b] += k
-            self.sum[s] += v * k
-            self.n[s] += k
+            self._counts[s, b] += k
+            self._sum[s] += v * k
+            self._n[s] += k
             return
-        per = np.bincount(stage, minlength=self.n.size)
-        self.counts[:, b] += per
+        per = np.bincount(stage, minlength=self._n.size)
+        self._counts[:, b] += per
         for s, m in enumerate(per.tolist()):
-            self.sum[s] += v * m
-        self.n += per
+            self._sum[s] += v * m
+        self._n += per
 
     def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
-        """Several decode steps in a row, each giving n rows (in `stage`) their next token after dts[j]."""
+        """Several decode steps in a row, each giving n rows (in `stage`) their next token after dts[j]: noted, and
+        counted with the other pending runs when read or when _RUNS_PENDING runs (or _STEPS_PENDING steps) wait.
+        `dts` must not change afterwards (a run's step times are never written again)."""
         k = len(dts)
         if n <= 0 or not k:
             return
-        if isinstance(stage, int) or self.n.size == 1:
-            per = [(stage if isinstance(stage, int) else 0, n)]
+        if isinstance(stage, int) or self._n.size == 1:
+            self._pend.append((dts, stage if isinstance(stage, int) else 0, n))
         else:
-            cnt = np.bincount(stage, minlength=self.n.size)
-            per = [(s, int(cnt[s])) for s in np.flatnonzero(cnt).tolist()]
-        # Step times change slowly along a run, so its steps usually share one 1 %-wide bin (9 runs in 10 at rate 1,
-        # long ones included): the bins of its shortest and longest step (bins are monotone in dt) tell, with the
-        # extremes found in Python for a short run and by two reductions for a long one (the ufuncs' own, not
-        # ndarray.min's Python wrapper); the longest also bounds the fixed-point sum's terms.
-        if k <= _SHORT_RUN:
-            xs = dts.tolist()
-            shortest, longest = min(xs), max(xs)
-        else:
-            shortest, longest = float(np.minimum.reduce(dts)), float(np.maximum.reduce(dts))
-        v = fixed_sum(dts, longest)
-        lo = min(max(bisect.bisect_left(_ITL_EDGES, shortest) - 1, 0), _TOP)
-        if lo == min(max(bisect.bisect_left(_ITL_EDGES, longest) - 1, 0), _TOP):
-            for s, m in per:
-                self.counts[s, lo] += m * k
-                self.sum[s] += m * v
-                self.n[s] += m * k
-            return
-        if k <= _FEW_STEPS:  # a short run (the busy loops' usual): each step's bin found as add() finds it
-            bins = [min(max(bisect.bisect_left(_ITL_EDGES, x) - 1, 0), _TOP) for x in xs]
-            for s, m in per:
-                row = self.counts[s]
-                for b in bins:
-                    row[b] += m
-                self.sum[s] += m * v
-                self.n[s] += m * k
-            return
-        e = np.searchsorted(ITL_EDGES, dts)  # each step's bin is e - 1 (clipped to the histogram)
-        lo, hi = int(e.min()), int(e.max())
-        if lo >= 1 and hi <= _TOP + 1:  # no clipping: the run's steps fall in bins lo - 1 .. hi - 1
-            cnt = np.bincount(e - lo)  # a few bins of a long histogram: counted over their span only
-            for s, m in per:
-                self.counts[s, lo - 1:hi] += cnt * m if m != 1 else cnt
-                self.sum[s] += m * v
-                self.n[s] += m * k
-            return
-        b = np.minimum(np.maximum(e - 1, 0), _TOP)  # np.clip, 2 calls
-        for s, m in per:
-            np.add.at(self.counts[s], b, m)
-            self.sum[s] += m * v
-            self.n[s] += m * k
+            cnt = np.bincount(stage, minlength=self._n.size)
+            for s in np.flatnonzero(cnt).tolist():
+                self._pend.append((dts, s, int(cnt[s])))
+        self._pend_steps += k
+        if len(self._pend) >= _RUNS_PENDING or self._pend_steps >= _STEPS_PENDING:
+            self._count_runs()
+
+    def _count_runs(self) -> None:
+        """Count the pending runs: each run's fixed-point sum (exact, see fixed_sum) times its rows goes to its
+        stage, and every step's bin (as add finds it: np.searchsorted's side='left', clipped to the histogram)
+        gets its run's rows. A run's step times change slowly, so 9 runs in 10 fall in one 1 %-wide bin: the bins
+        of every run's shortest and longest step (bins are monotone in dt) are found at once, and only the runs
+        they differ for are binned step by step."""
+        pend = self._pend
+        d = np.concatenate([r[0] for r in pend]) if len(pend) > 1 else pend[0][0]
+        lens = [len(r[0]) for r in pend]
+        starts = np.cumsum([0, *lens[:-1]])
+        x = d * _FIX  # scaling by a power of two is exact
+        if float(np.maximum.reduce(x)) < _INT64_ROOM:  # every term fits in int64: each run's sum of its high and
+            i = x.astype(np.int64)  # low 31 bits apart (each half's total fits for any run below 2^32 steps)
+            hi = np.add.reduceat(i >> 31, starts).tolist()
+            lo = np.add.reduceat(i & _LOW31, starts).tolist()
+            sums = [(h << 31) + low for h, low in zip(hi, lo, strict=True)]
+        else:  # a gap past int64's room (over 4 s): each run alone, in Python ints
+            sums = [fixed_sum(r[0]) for r in pend]
+        ext = np.concatenate((np.minimum.reduceat(d, starts), np.maximum.reduceat(d, starts)))
+        ext = np.searchsorted(ITL_EDGES, ext)
+        ext -= 1
+        np.clip(ext, 0, _TOP, out=ext)
+        bins = ext.tolist()
+        tops = bins[len(pend):]
+        counts, total, added = self._counts, self._sum, [0] * len(self._sum)
+        at: list[int] = []  # one-bin runs: (stage, bin) as a flat index into counts, and the tokens it gets
+        tokens: list[int] = []
+        for (dts, s, m), v, k, b, top in zip(pend, sums, lens, bins, tops, strict=False):
+            total[s] += m * v
+            added[s] += m * k
+            if b == top:
+                at.append(s * _BINS + b)
+                tokens.append(m * k)
+            else:
+                e = np.searchsorted(ITL_EDGES, dts)
+                e -= 1
+                np.clip(e, 0, _TOP, out=e)
+                np.add.at(counts[s], e, m)
+        np.add.at(counts.reshape(-1), at, tokens)
+        self._n += added
+        pend.clear()
+        self._pend_steps = 0
 
     def summary(self, s: int | None = None) -> Summary:
         """Mean and percentiles of stage s (every stage if None)."""
-        c = self.counts.sum(axis=0) if s is None else self.counts[s]
-        n = int(self.n.sum() if s is None else self.n[s])
+        c = self.counts.sum(axis=0) if s is None else self.counts[s]  # (counts the pending runs first)
+        n = int(self._n.sum() if s is None else self._n[s])
         if n == 0:
             return Summary(None, None, None, None)
         cum = np.cumsum(c)
         p = [float(ITL_MID[int(np.searchsorted(cum, q * n / 100.0))]) for q in (50, 90, 99)]
-        total = sum(self.sum) if s is None else self.sum[s]
+        total = sum(self._sum) if s is None else self._sum[s]
         return Summary(total / (n << _FIX_BITS), p[0], p[1], p[2])  # int / int: correctly rounded
 
 
