@@ -108,8 +108,14 @@ ITL_MID = np.sqrt(ITL_EDGES[:-1] * ITL_EDGES[1:])
 _ITL_EDGES = ITL_EDGES.tolist()  # for one step's bin: bisect on a list beats np.searchsorted on a scalar
 _TOP = ITL_MID.size - 1  # the last bin (longer gaps are counted in it)
 _BINS = ITL_MID.size
-_RUNS_PENDING = 256  # quiet runs whose ITL waits to be counted together (Itl.add_steps), at most
-_STEPS_PENDING = 1 << 15  # and their steps, at most (the runs' step times are views they keep alive)
+# A gap's bin, np.searchsorted(ITL_EDGES, dt) - 1 clipped to 0.._TOP, in one call: the edges it passes but the first
+# and last (below every inner edge: bin 0; past them all: _TOP, as the clip gives).
+_INNER_EDGES = ITL_EDGES[1:-1].copy()
+# Quiet runs whose ITL waits to be counted together (Itl.add_steps), at most; and the doubles their step times keep
+# alive (views of a run's priced arrays), at most: a batch's temporaries stay small (below malloc's mmap threshold,
+# whose fresh pages cost more to fault in than the work on them), its fixed cost spread over tens of runs.
+_RUNS_PENDING = 64
+_HELD_PENDING = 1 << 13
 
 
 # The ITL sum is kept in fixed point, in units of 2^-60 s, as Python ints: each gap is cut once (to 8.7e-19 s,
@@ -153,14 +159,14 @@ class Itl:
     whatever the grouping, so reading counts, sum or n (properties that count the pending runs first) gives
     exactly what counting each run as it came gave."""
 
-    __slots__ = ("_counts", "_sum", "_n", "_pend", "_pend_steps")
+    __slots__ = ("_counts", "_sum", "_n", "_pend", "_pend_held")
 
     def __init__(self, stages: int = 1) -> None:
         self._counts = np.zeros((stages, ITL_MID.size), dtype=np.int64)
         self._sum = [0] * stages  # per stage: the sum of every token's gap, in 2^-60 s (see fixed)
         self._n = np.zeros(stages, dtype=np.int64)
         self._pend: list[tuple[np.ndarray, int, int]] = []  # (a run's step times, stage, rows of that stage)
-        self._pend_steps = 0
+        self._pend_held = 0
 
     @property
     def counts(self) -> np.ndarray:
@@ -203,7 +209,7 @@ class Itl:
 
     def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
         """Several decode steps in a row, each giving n rows (in `stage`) their next token after dts[j]: noted, and
-        counted with the other pending runs when read or when _RUNS_PENDING runs (or _STEPS_PENDING steps) wait.
+        counted with the other pending runs when read or when _RUNS_PENDING runs (or _HELD_PENDING doubles) wait.
         `dts` must not change afterwards (a run's step times are never written again)."""
         k = len(dts)
         if n <= 0 or not k:
@@ -214,16 +220,16 @@ class Itl:
             cnt = np.bincount(stage, minlength=self._n.size)
             for s in np.flatnonzero(cnt).tolist():
                 self._pend.append((dts, s, int(cnt[s])))
-        self._pend_steps += k
-        if len(self._pend) >= _RUNS_PENDING or self._pend_steps >= _STEPS_PENDING:
+        self._pend_held += k if dts.base is None else dts.base.size  # (a view keeps its whole base alive)
+        if len(self._pend) >= _RUNS_PENDING or self._pend_held >= _HELD_PENDING:
             self._count_runs()
 
     def _count_runs(self) -> None:
         """Count the pending runs: each run's fixed-point sum (exact, see fixed_sum) times its rows goes to its
-        stage, and every step's bin (as add finds it: np.searchsorted's side='left', clipped to the histogram)
-        gets its run's rows. A run's step times change slowly, so 9 runs in 10 fall in one 1 %-wide bin: the bins
-        of every run's shortest and longest step (bins are monotone in dt) are found at once, and only the runs
-        they differ for are binned step by step."""
+        stage, and every step's bin (as add finds it: np.searchsorted's side='left', clipped to the histogram:
+        _INNER_EDGES) gets its run's rows. A run's step times change slowly, so 9 runs in 10 fall in one 1 %-wide
+        bin: the bins of every run's shortest and longest step (bins are monotone in dt) are found at once, and only
+        the runs they differ for are binned step by step."""
         pend = self._pend
         d = np.concatenate([r[0] for r in pend]) if len(pend) > 1 else pend[0][0]
         lens = [len(r[0]) for r in pend]
@@ -237,10 +243,7 @@ class Itl:
         else:  # a gap past int64's room (over 4 s): each run alone, in Python ints
             sums = [fixed_sum(r[0]) for r in pend]
         ext = np.concatenate((np.minimum.reduceat(d, starts), np.maximum.reduceat(d, starts)))
-        ext = np.searchsorted(ITL_EDGES, ext)
-        ext -= 1
-        np.clip(ext, 0, _TOP, out=ext)
-        bins = ext.tolist()
+        bins = np.searchsorted(_INNER_EDGES, ext).tolist()
         tops = bins[len(pend):]
         counts, total, added = self._counts, self._sum, [0] * len(self._sum)
         at: list[int] = []  # one-bin runs: (stage, bin) as a flat index into counts, and the tokens it gets
@@ -252,14 +255,11 @@ class Itl:
                 at.append(s * _BINS + b)
                 tokens.append(m * k)
             else:
-                e = np.searchsorted(ITL_EDGES, dts)
-                e -= 1
-                np.clip(e, 0, _TOP, out=e)
-                np.add.at(counts[s], e, m)
+                np.add.at(counts[s], np.searchsorted(_INNER_EDGES, dts), m)
         np.add.at(counts.reshape(-1), at, tokens)
         self._n += added
         pend.clear()
-        self._pend_steps = 0
+        self._pend_held = 0
 
     def summary(self, s: int | None = None) -> Summary:
         """Mean and percentiles of stage s (every stage if None)."""

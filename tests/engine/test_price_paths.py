@@ -15,7 +15,7 @@ import pytest
 
 from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware, load_model
-from engine.physics.step import StepModel, StepOptions, StepParts
+from engine.physics.step import StepModel, StepOptions, StepParts, price_run
 from engine.serving.steps import run_batch
 
 # (hardware, model, options): dense, MoE, MLA with block FP8, sliding window, chunked attention, fp8 weights and KV,
@@ -149,3 +149,15 @@ def test_the_totals_priced_are_the_parts_summed_in_order(hw: str, model: str, op
                 if isinstance(x.sum_ctx, (int, float)):
                     st = sm.record(x, p)
                     assert _same(st.flops_total, float(p.flops_total)) and _same(st.bytes_total, float(p.bytes_total))
+
+
+@pytest.mark.parametrize(("hw", "model", "opts"), CASES)
+def test_a_quiet_runs_pricing_is_price(hw: str, model: str, opts: dict[str, Any]) -> None:
+    """price_run (a quiet run's entry, straight to _run where price would go) gives price's every field."""
+    sm = _model(hw, model, opts)
+    rng = np.random.default_rng(41)
+    for adapters in ((0, 3) if opts.get("max_loras") else (0,)):
+        for n in (1, 2, 37, 300):
+            b = run_batch(sm.model, rng.integers(0, 20_000, n), int(rng.integers(1, 300)))._replace(adapters=adapters)
+            got, want = price_run(_model(hw, model, opts), b), sm.price(b)
+            assert [(type(x), np.asarray(x).tobytes()) for x in got] == [(type(y), np.asarray(y).tobytes()) for y in want]
