@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _FEW_QUEUED = 16  # up to this many queued rows the async cut is found in a Python list
+_FEW_ADMIT = 8  # up to this many queued candidates are tried in Python (_admit_queued)
 _SEQ, _BLOCKS, _ADMIT = int(IntCol.SEQ), int(IntCol.BLOCKS), int(FloatCol.ADMIT)  # plain ints index faster
 
 
@@ -50,12 +51,20 @@ def blocked(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool) -
     elif P.n:
         j = int(np.argmin(P.col("id")))
         head = P.cols.pick(slice(j, j + 1))
-    else:
+    elif lane.caching and lane.shared_content:
         head = lane.Q.cols.pick(slice(lane.Q.head, lane.Q.head + 1))
+    else:  # the queue's head, nothing to look up in the cache: its target as an int is all the rule reads
+        return not _fits_one(lane, int(lane.Q.cols.target[lane.Q.head]), free, tokens_planned, prefill_planned)[1]
     if lane.caching and (lane.shared_content or P.n):  # _admit's own test for looking in the cache
         return admit_cached(lane, head, free, tokens_planned, prefill_planned, dry=True)[0] == 0
-    chunk, ok = lane.sched.admit_chunks(head.target.copy(), tokens_planned, prefill_planned)
-    return not (ok[0] and blocks_for(chunk[:1])[0] <= free)
+    return not _fits_one(lane, int(head.target[0]), free, tokens_planned, prefill_planned)[1]
+
+
+def _fits_one(lane: Lane, target: int, free: int, tokens_planned: int, prefill_planned: bool) -> tuple[int, bool]:
+    """One candidate's first chunk (Scheduler.admit_one) and whether it joins: it fits the token budget, and its
+    chunk's blocks (blocks_for on one int: the same integer arithmetic) fit the `free` blocks."""
+    chunk, ok = lane.sched.admit_one(target, tokens_planned, prefill_planned)
+    return chunk, ok and (chunk + BLOCK - 1) >> SHIFT <= free
 
 
 def _lora_allowed(lane: Lane, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -116,6 +125,18 @@ def admit(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool, t: 
     """
     if closed(lane):
         return _EMPTY, False
+    if not lane.P.n and lane.lora is None and not (lane.caching and lane.shared_content):
+        # Only the queue (no preempted row, no adapters, nothing to find in the cache), and a few candidates: the
+        # usual admission (the queue rarely holds more at moderate load; a busy batch frees a slot or a few a step).
+        Q = lane.Q
+        h = Q.head
+        mq = min(lane.sched.max_batch - lane.R.n, Q.n - h)
+        if mq <= _FEW_ADMIT:
+            if cut < t:  # async scheduling: those of them that arrived by the cut (the queue is in arrival order)
+                mq = bisect.bisect_right(Q.cols.arrival[h:h + mq].tolist(), cut)
+                if not mq:
+                    return _EMPTY, False
+            return _admit_queued(lane, mq, free, tokens_planned, prefill_planned, t)
     picked = _candidates(lane, t, cut)
     if picked is None:
         return _EMPTY, False
@@ -123,9 +144,6 @@ def admit(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool, t: 
     # Nothing can be found in the cache unless some content is shared or a preempted request left its own.
     if lane.caching and (lane.shared_content or lane.P.n > 0):
         return _admit_rows(lane, order, mq, True, free, tokens_planned, prefill_planned, t)
-    if mq == 1 and not len(order) and lane.lora is None:
-        # Most admissions are one queued request (the queue rarely holds more at moderate load): plain ints.
-        return _admit_lone(lane, target, free, tokens_planned, prefill_planned, t)
     return _admit_rows(lane, order, mq, False, free, tokens_planned, prefill_planned, t, target)
 
 
@@ -166,39 +184,55 @@ def _admit_rows(lane: Lane, order: np.ndarray, mq: int, cached_path: bool, free:
     return chunk, whole
 
 
-def _admit_lone(lane: Lane, target: np.ndarray, free: int, tokens_planned: int, prefill_planned: bool,
-                t: float) -> tuple[np.ndarray, bool]:
-    """_admit_rows for one candidate, the queue's head (no cache to look in, no preempted row, no adapters): the
-    same steps on plain ints and one table column, since numpy's per-call cost (~1 us) dwarfs one row's work.
-    The scheduler's chunk rule stays its own (one call on the 1-row `target`); the tests check this path
-    against _admit_rows on whole runs."""
+def _admit_queued(lane: Lane, mq: int, free: int, tokens_planned: int, prefill_planned: bool,
+                  t: float) -> tuple[np.ndarray, bool]:
+    """_admit_rows for the queue's first `mq` rows (a few: no cache to look in, no preempted row, no adapters): the
+    same steps on plain ints, lists and whole-column writes, since numpy's per-call cost (~1 us) dwarfs a few
+    rows' work. The scheduler's chunk rule is its admit_few (admit_one for one row); the tests check this path
+    against _admit_rows call by call and on whole runs."""
     sched = lane.sched
-    chunk, ok = sched.admit_chunks(target, tokens_planned, prefill_planned)
-    c = int(chunk[0])
-    nb = (c + BLOCK - 1) >> SHIFT  # blocks_for on one int: the same integer arithmetic
-    if not (ok[0] and nb <= free):
-        return _EMPTY, False
-    tg = int(target[0])
-    whole = sched.whole_prompts or c == tg
-    assert not (lane.spec.debug and sched.whole_prompts) or c == tg, \
-        f"scheduler {sched.name!r} says whole_prompts but split a prompt"
-    chunk = chunk[:1].copy()  # (a continuous scheduler's chunk is the queue's own target column)
     Q, R = lane.Q, lane.R
-    h, n = Q.head, R.n
-    R.reserve(1)  # (may grow R's arrays: read them after)
+    h = Q.head
+    if mq == 1:
+        tg = [int(Q.cols.target[h])]
+        rule = [sched.admit_one(tg[0], tokens_planned, prefill_planned)]
+    else:
+        tg = Q.cols.target[h:h + mq].tolist()
+        rule = sched.admit_few(tg, tokens_planned, prefill_planned)
+    # The leading run that fits the budget and, block counts added up (blocks_for on ints), the free blocks.
+    chunks: list[int] = []
+    blocks: list[int] = []
+    took = 0
+    for c, ok in rule:
+        nb = (c + BLOCK - 1) >> SHIFT
+        if not ok or took + nb > free:
+            break
+        chunks.append(c)
+        blocks.append(nb)
+        took += nb
+    k = len(chunks)
+    if not k:
+        return _EMPTY, False
+    whole = sched.whole_prompts or chunks == tg[:k]
+    assert not (lane.spec.debug and sched.whole_prompts) or chunks == tg[:k], \
+        f"scheduler {sched.name!r} says whole_prompts but split a prompt"
+    n = R.n
+    R.reserve(k)  # (may grow R's arrays: read them after)
     ri, rf = R.cols.i, R.cols.f
-    ri[:, n] = Q.cols.i[:, h]  # Table.append of one row
-    rf[:, n] = Q.cols.f[:, h]
-    R.n = n + 1
-    ri[_SEQ, n] = lane.seq
-    lane.seq += 1
-    lane.pool.alloc(nb)
-    ri[_BLOCKS, n] = nb  # a waiting request holds no cache: its chunk's blocks
-    if math.isnan(rf[_ADMIT, n]):  # _leave_waiting: first admitted now
-        rf[_ADMIT, n] = t
-    Q.pop(1)
-    lane.n_pf += 1
-    return chunk, whole
+    ri[:, n:n + k] = Q.cols.i[:, h:h + k]  # Table.append of the rows
+    rf[:, n:n + k] = Q.cols.f[:, h:h + k]
+    R.n = n + k
+    ri[_SEQ, n:n + k] = range(lane.seq, lane.seq + k)
+    lane.seq += k
+    lane.pool.alloc(took)
+    ri[_BLOCKS, n:n + k] = blocks  # a waiting request holds no cache: its chunk's blocks
+    adm = rf[_ADMIT]
+    for j in range(n, n + k):  # _leave_waiting: first admitted now
+        if math.isnan(adm[j]):
+            adm[j] = t
+    Q.pop(k)
+    lane.n_pf += k
+    return np.array(chunks, dtype=np.int64), whole
 
 
 def _candidates(lane: Lane, t: float, cut: float) -> tuple[np.ndarray, int, np.ndarray] | None:
@@ -305,19 +339,19 @@ def admit_cached(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefill
             if h and pool.tiers is not None:
                 h = keying.worth_loading(lane, kk[:h])
             rem = int(tg[i]) - h * BLOCK
-            ch, ok = lane.sched.admit_chunks(np.array([rem], dtype=np.int64), planned, pf_planned)
-            nb = int(blocks_for(h * BLOCK + ch[0])) - h
+            ch, ok = lane.sched.admit_one(rem, planned, pf_planned)
+            nb = ((h * BLOCK + ch + BLOCK - 1) >> SHIFT) - h  # blocks_for on one int
             if dry:
-                fits = bool(ok[0]) and nb <= pool.available - pool.revivable(kk[:h]) - reserve
+                fits = ok and nb <= pool.available - pool.revivable(kk[:h]) - reserve
                 return int(fits), chunks, hits, hkeys
-            if not ok[0] or not pool.admit(kk[:h], nb, reserve, len(kk)):
+            if not ok or not pool.admit(kk[:h], nb, reserve, len(kk)):
                 if j + i == 0:
                     lane.blocked_head = (*memo, free, tokens_planned)
                 return j + i, chunks, hits, hkeys
-            chunks[j + i], hits[j + i] = ch[0], h
+            chunks[j + i], hits[j + i] = ch, h
             if h:
                 hkeys[j + i] = np.int64(kk[h - 1].astype(np.int64))
-            planned += int(ch[0])
+            planned += ch
             pf_planned = True
         j += len(mh)
         batch *= 4

@@ -32,7 +32,7 @@ from engine.serving.lora_slots import LoraSlots
 from engine.serving.prefix_cache import BlockPool
 from engine.serving.scheduler import Scheduler
 from engine.serving.steps import StepPlan
-from engine.serving.tables import BLOCK, SHIFT, FloatCol, Queue, Rows, Table, blocks_for, spend
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Queue, Rows, Table, blocks_for, spend
 from engine.traffic.workload import Dist
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
 _DONE = int(FloatCol.DONE)  # (a plain int indexes faster than an IntEnum member: ~1 us less a call)
+_ID, _USER = int(IntCol.ID), int(IntCol.USER)
 _FEW_ROWS = 8  # up to this many running rows a decode plan's new blocks are counted in Python
 @dataclass(frozen=True, slots=True)
 class TickResult:
@@ -421,8 +422,9 @@ class Lane:
         R = self.R
         gone = done.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
         c = R.cols
-        d = Rows(c.i.take(gone, axis=1), c.f.take(gone, axis=1))
-        d.f[_DONE] = t
+        di, df = c.i.take(gone, axis=1), c.f.take(gone, axis=1)
+        d = Rows(di, df)
+        df[_DONE] = t
         k = gone.size
         keying.release(self, d)
         R.drop(gone, done)
@@ -443,8 +445,8 @@ class Lane:
         if self.on_done is not None:
             self.on_done(d)
         # Closed-loop users think, then send again (if still active and the run still takes requests).
-        self.source.wake(d.user, t)
-        return d.id
+        self.source.wake(di[_USER], t)  # (fields by plain ints: Rows' properties index by IntEnum, ~0.3 us each)
+        return di[_ID]
 
     def abort(self, rid: int) -> bool:
         """Drop request `rid` wherever it is (its client went away, as vLLM aborts a request on disconnect): a

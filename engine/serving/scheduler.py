@@ -13,6 +13,7 @@ while only decodes run, and those steps can be skipped together.
 
 from __future__ import annotations
 
+import itertools
 from typing import ClassVar
 
 import numpy as np
@@ -45,6 +46,19 @@ class Scheduler:
         this step, and which fit the token budget (the lane admits the leading run that also fits the pool)."""
         raise NotImplementedError
 
+    def admit_one(self, target: int, tokens_planned: int, prefill_planned: bool) -> tuple[int, bool]:
+        """admit_chunks for one candidate as plain ints: (its chunk, whether it fits the budget). A lone queued
+        request is the usual admission, and numpy's calls on a 1-row array cost more than the rule; a policy
+        may write its rule out on ints (the same integer arithmetic), else this asks admit_few."""
+        return self.admit_few([target], tokens_planned, prefill_planned)[0]
+
+    def admit_few(self, targets: list[int], tokens_planned: int, prefill_planned: bool) -> list[tuple[int, bool]]:
+        """admit_chunks for a few candidates as plain ints: each one's (chunk, fits the budget), in order. A policy
+        may write its rule out on ints (tests/engine/test_scheduler.py checks it against admit_chunks), else this
+        asks admit_chunks."""
+        chunk, ok = self.admit_chunks(np.array(targets, dtype=np.int64), tokens_planned, prefill_planned)
+        return list(zip(chunk.tolist(), ok.tolist(), strict=True))
+
 
 class Static(Scheduler):
     """A batch forms, runs until every request in it finishes, then the next one forms (no joins mid-run)."""
@@ -59,6 +73,12 @@ class Static(Scheduler):
                                                                                                    np.ndarray]:
         # A static batch reads every prompt in one step, whatever the token budget.
         return target, np.ones(len(target), dtype=bool)
+
+    def admit_one(self, target: int, tokens_planned: int, prefill_planned: bool) -> tuple[int, bool]:
+        return target, True
+
+    def admit_few(self, targets: list[int], tokens_planned: int, prefill_planned: bool) -> list[tuple[int, bool]]:
+        return [(x, True) for x in targets]
 
 
 class Continuous(Scheduler):
@@ -75,6 +95,16 @@ class Continuous(Scheduler):
         if not prefill_planned:
             ok[0] = True
         return target, ok
+
+    def admit_one(self, target: int, tokens_planned: int, prefill_planned: bool) -> tuple[int, bool]:
+        return target, target <= self.mbt - tokens_planned or not prefill_planned
+
+    def admit_few(self, targets: list[int], tokens_planned: int, prefill_planned: bool) -> list[tuple[int, bool]]:
+        room = self.mbt - tokens_planned
+        out = [(x, c <= room) for x, c in zip(targets, itertools.accumulate(targets), strict=True)]  # (cumsum)
+        if not prefill_planned:
+            out[0] = (targets[0], True)
+        return out
 
 
 class Chunked(Scheduler):
@@ -94,6 +124,20 @@ class Chunked(Scheduler):
         start = np.cumsum(target) - target
         chunk = np.clip(budget - start, 0, target)
         return chunk, chunk > 0
+
+    def admit_one(self, target: int, tokens_planned: int, prefill_planned: bool) -> tuple[int, bool]:
+        chunk = min(max(self.mbt - tokens_planned, 0), target)  # np.clip(budget - 0, 0, target)
+        return chunk, chunk > 0
+
+    def admit_few(self, targets: list[int], tokens_planned: int, prefill_planned: bool) -> list[tuple[int, bool]]:
+        budget = self.mbt - tokens_planned
+        out = []
+        start = 0  # the targets before this one (np.cumsum(target) - target)
+        for x in targets:
+            chunk = min(max(budget - start, 0), x)  # np.clip(budget - start, 0, target)
+            out.append((chunk, chunk > 0))
+            start += x
+        return out
 
 
 POLICIES: dict[str, type[Scheduler]] = {cls.name: cls for cls in (Static, Continuous, Chunked)}

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _FIRST_VISIBLE = slice(int(FloatCol.FIRST), int(FloatCol.VISIBLE) + 1)  # (plain ints: IntEnum indexes slower)
+_ADD = np.add.reduce  # an int array's sum: exact, as ndarray.sum (which calls it)
 _FEW_ADMITTED = 4  # up to this many rows admitted in a join step are checked in Python lists
 _FEW_STEPS_PY = 64  # runs priced up to this many steps find their arrival's step by bisect on a list
 _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
@@ -49,7 +50,7 @@ _NONE[0].flags.writeable = False
 def isum(a: np.ndarray) -> int:
     """The sum of an int array (exact either way): a Python sum for a few rows, where numpy's call costs more
     than the work."""
-    return sum(a.tolist()) if a.size <= _FEW_ROWS else int(a.sum())
+    return sum(a.tolist()) if a.size <= _FEW_ROWS else int(_ADD(a))  # (ndarray.sum's Python wrapper costs ~0.2 us)
 
 
 def no_rows(n: int) -> np.ndarray:
@@ -311,6 +312,13 @@ def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float
     n_run, n, chunks = s.n_run, s.n, s.chunks
     c = lane.R.cols
     # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
+    if n - n_run == 1:  # one admitted row (the usual join): its three fields as ints
+        was = int(c.input[n_run])
+        now = max(min(int(chunks[0]), int(c.prompt[n_run])), was)
+        in_new = now - was
+        if in_new:
+            c.input[n_run] = now
+        return _join_shares(s, p, b, attn_pf, in_new)
     inp = c.input[n_run:n]
     if n - n_run <= 4:  # the usual one or two admitted rows: Python ints (numpy's five calls cost more)
         was = inp.tolist()
@@ -323,6 +331,13 @@ def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float
         gained = np.maximum(np.minimum(chunks, c.prompt[n_run:n]) - inp, 0)
         in_new = int(gained.sum())
         inp += gained
+    return _join_shares(s, p, b, attn_pf, in_new)
+
+
+def _join_shares(s: StepPlan, p: StepParts, b: Batch, attn_pf: float, in_new: int) -> tuple[int, int, float]:
+    """_join_inputs' result: `in_new` prompt tokens read for the first time, the rest of the prefill recomputed,
+    and prefill's share of the step's time."""
+    n_run, n = s.n_run, s.n
     t_pf = b.tokens - n_run
     # mixed_step's cost rule: prefill's share of the step's FLOPs is charged to input tokens.
     ftot = p.flops_total
