@@ -33,6 +33,7 @@ from engine import budget
 from engine.config import EngineConfig
 from engine.errors import InputError
 from engine.fleet.autoscale import Autoscaler, cold_start_s
+from engine.fleet.feed import Feed
 from engine.fleet.lazy import DRAW_AHEAD_S, LazyLoop
 from engine.fleet.pd import KV_LINK_LATENCY_S, CopyState, KVCopies
 from engine.fleet.pool import pool_map
@@ -539,22 +540,28 @@ def _share_remote_tier(reps: list[Replica], policy: str) -> None:
 
 def _serve_share(job: tuple[Replica, Rows, float | None]) -> tuple[Replica, int]:
     """One dealt replica serving its share of the requests to the run's end (a pool worker may run this): the
-    event-ordered loop's steps for one replica. Returns the replica as it ended and the steps it took."""
+    event-ordered loop's steps for one replica, its share handed to its lane as its source (Feed: the lane draws
+    each request at its first step boundary after the arrival, as it is queued there on that loop). Returns the
+    replica as it ended and the steps it took."""
     r, rows, d = job
-    arrival = rows.arrival
-    m = len(rows)
-    j = n = 0
+    end = math.inf if d is None else d
+    feed = Feed(r, None)
+    for j in range(len(rows)):
+        feed.push(rows.pick(slice(j, j + 1)))
+    feed.install()
+    ln = r.lane
+    n = 0
     while True:
-        nxt = float(arrival[j]) if j < m else math.inf
-        if nxt < math.inf and (nxt <= r.clock or not r.busy):
-            r.inject(rows.pick(slice(j, j + 1)).copy())
-            j += 1
-            r.clock = max(r.clock, nxt)
-        elif r.busy and (d is None or r.clock < d):
-            n += r.step_before(nxt if d is None else min(nxt, d), 1 << 20)
-            r.finished_rows.clear()  # open loop: nobody to wake
-        else:
-            return r, n
+        if not ln.has_work:  # idle: it waits for its next request (as Fleet._give moves its clock)
+            if feed.next_time == math.inf:
+                break
+            r.clock = max(r.clock, feed.next_time)
+        if r.clock >= end:
+            break
+        n += r.step_before(end, 1 << 20)
+        r.finished_rows.clear()  # open loop: nobody to wake
+    feed.remove()
+    return r, n
 
 
 def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:

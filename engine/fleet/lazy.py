@@ -19,6 +19,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
+from engine.fleet.feed import Feed
 from engine.fleet.replica import Replica
 from engine.fleet.routers import Pick, RoutingSnapshot
 from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
@@ -42,6 +43,9 @@ class LazyLoop:
         # request is given, down as it finishes; only for a router that is not steady (the one reader).
         self.counting = not self.router.steady
         self.commit = [_commit(r) for r in self.reps]
+        # A steady router's requests are handed to their replicas' lanes as their sources (see Feed): a replica is
+        # moved up to an arrival only when its load could change before it, never because it gets the request.
+        self.feeds = [Feed(r, self.dt_min) for r in self.reps] if self.router.steady else []
 
     def run(self) -> int:
         """Every arrival in time order, then every replica to the run's end; returns the replica steps taken."""
@@ -49,6 +53,8 @@ class LazyLoop:
         end = math.inf if d is None else d
         n = 0
         reps = self.reps
+        for f in self.feeds:
+            f.install()
         while ahead := self.ahead():
             row = ahead.popleft()
             t = float(row.arrival[0])
@@ -59,14 +65,26 @@ class LazyLoop:
             n += self.arrive(row, t, stop)
         for r in reps:
             n += self.catch_up(r, end, calm=False)
+        for f in self.feeds:
+            f.remove()
         return n
 
     def arrive(self, row: Rows, t: float, stop: float) -> int:
-        """One request: the chosen replica takes its steps before t, then gets it. Returns the steps taken."""
+        """One request: the chosen replica takes its steps before t, then gets it. Returns the steps taken.
+        A steady router's replica is not moved: its lane draws the request itself (Feed)."""
         if self.router.steady:
-            choice, n = self.router.pick(self.snapshots(self.reps, row)), 0
-        else:
-            choice, n = self.decide(row, stop)
+            choice = self.router.pick(self.snapshots(self.reps, row))
+            rep = self.reps[choice.index]
+            self.fleet.route_log.append((row, choice, t))  # (Fleet._give, less what a lazy loop never has)
+            feed = rep.feed
+            assert feed is not None
+            if not feed.rows and not rep.lane.has_work:  # idle: it waits for the request (as Fleet._give moves it)
+                rep.clock = max(rep.clock, t)
+            feed.push(row)
+            self.snaps[rep.index] = None
+            rep.calm = self.calm(rep)
+            return 0
+        choice, n = self.decide(row, stop)
         rep = self.reps[choice.index]
         n += self.catch_up(rep, stop, calm=False)
         self.fleet._give(choice, row, t)
@@ -176,9 +194,16 @@ class LazyLoop:
     def catch_up(self, r: Replica, stop: float, calm: bool = True) -> int:
         """Take replica r's steps that start before `stop`; with `calm`, only as far as needed to be sure no
         request of its finishes in them unseen, keeping r.calm up to date. Without `calm`, r.calm is left for the
-        caller to set (it is read only at the next arrival). Returns the steps taken."""
+        caller to set (it is read only at the next arrival). Returns the steps taken. A replica with nothing to
+        run but requests handed to it (Feed) waits for the first of them (as Fleet._give moves its clock)."""
         n = 0
-        while r.busy and r.clock < stop and not (calm and r.calm >= stop):
+        ln = r.lane
+        feed = r.feed
+        while r.clock < stop and not (calm and r.calm >= stop):
+            if not ln.has_work:
+                if feed is None or feed.next_time >= stop:
+                    break
+                r.clock = max(r.clock, feed.next_time)
             n += r.step_before(stop, 1 << 20)
             if r.finished_rows:
                 if self.counting:
@@ -195,7 +220,8 @@ class LazyLoop:
         """A time before which no step of r can finish a request: after m - 1 more steps at the least, each no
         shorter than the cheapest step this model can take (every cost term grows with tokens and context)."""
         m = r.steps_to_finish()
-        return math.inf if not m else r.clock + (m - 1) * self.dt_min
+        c = math.inf if not m else r.clock + (m - 1) * self.dt_min
+        return c if r.feed is None else min(c, r.feed.calm)  # the requests its lane has not drawn yet (Feed.calm)
 
 
 def _commit(r: Replica) -> int:

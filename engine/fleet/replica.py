@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.config import EngineConfig
+from engine.fleet.feed import Feed
 from engine.fleet.routers import RoutingSnapshot
 from engine.serving import keying
 from engine.serving.accounting import H
@@ -65,6 +66,7 @@ class Replica(Engine):
         self.calm = -math.inf  # no step that could finish a request starts before this time (LazyLoop.calm)
         self.eventful = 0  # steps ahead that admit a new request, so cannot be a quiet run (see step_before)
         self.hint = False  # take those steps one by one (set by an open-loop fleet, see Fleet.__init__)
+        self.feed: Feed | None = None  # requests routed here that its lane draws itself (a fast loop's, see feed)
         self._stages = 1  # workload stages the lane keeps latencies for (see count_stages)
         # No users, no rate, no bounds, no script: the lane only serves what the fleet injects.
         super().__init__(replace(cfg, users=0, rate=0.0, requests=None, duration=None, fast_share=0.0,
@@ -179,7 +181,10 @@ class Replica(Engine):
         ln = self.lane
         pool = ln.pool
         if keys is None:
-            return RoutingSnapshot(self.index, ln.waiting, ln.R.n, pool.available, pool.total,
+            # Requests routed here and not yet drawn are queued here as the router sees it (a steady router's
+            # replica may be behind their arrivals: see Feed).
+            queued = ln.waiting if self.feed is None else ln.waiting + len(self.feed.rows)
+            return RoutingSnapshot(self.index, queued, ln.R.n, pool.available, pool.total,
                                    self.wanted_blocks() if wanted else 0)
         remote = pool.tiers is not None and pool.tiers.remote() is not None
         return RoutingSnapshot(self.index, ln.waiting, ln.R.n, pool.available, pool.total,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
+from engine.fleet.feed import Feed
 from engine.fleet.fleet import Fleet, FleetSpec
 from engine.fleet.lazy import LazyLoop, _commit
 from engine.fleet.replica import Replica
@@ -112,3 +113,39 @@ def test_room_bounds_hold_at_the_arrival(cfg: EngineConfig, monkeypatch: pytest.
     assert f.loop == "lazy"
     f.run()
     assert checked[0] > 50, checked
+
+
+def test_a_feed_queues_a_request_as_inject_does() -> None:
+    # A steady router's (and a dealt) replica's lane draws its requests from a Feed at its step boundaries; each
+    # draw must leave the replica as Replica.inject leaves it: the same queue rows, counts, content note and queue
+    # peak; what is never drawn is injected when the feed is removed, the clock moved up to each arrival.
+    cfg = EngineConfig(rate=12, users=0, requests=40, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
+                       prefix_caching=True)
+    f = Fleet(FleetSpec(cfg, replicas=2, router="least-loaded"))
+    rows = f.src.draw(30.0)
+    assert rows is not None and len(rows) > 6
+    a, b = f.reps
+    feed = Feed(b, f.dt_min)
+    feed.install()
+    assert b.lane.source is feed and b.feed is feed
+    for j in range(len(rows)):
+        feed.push(rows.pick(slice(j, j + 1)))
+    assert feed.next_time == float(rows.arrival[0])
+    assert feed.calm == min(float(rows.arrival[j]) + (int(rows.total[j]) - 1) * f.dt_min for j in range(len(rows)))
+    assert b.routing(False, None).queued == len(rows)
+    half = float(rows.arrival[len(rows) // 2])
+    for j in range(len(rows) // 2 + 1):
+        a.inject(rows.pick(slice(j, j + 1)))
+    b.lane._arrive(half)
+    assert len(feed.rows) == len(rows) - len(rows) // 2 - 1
+    a.clock = b.clock = 5.0
+    for j in range(len(rows) // 2 + 1, len(rows)):
+        a.clock = max(a.clock, float(rows.arrival[j]))
+        a.inject(rows.pick(slice(j, j + 1)))
+    feed.remove()
+    assert b.lane.source is feed.inner and b.feed is None and not feed.rows
+    for x, y in ((a.lane.Q.cols.i, b.lane.Q.cols.i), (a.lane.Q.cols.f, b.lane.Q.cols.f)):
+        assert np.array_equal(x[:, :a.lane.Q.n], y[:, :b.lane.Q.n], equal_nan=True)  # (unset times are NaN)
+    assert a.lane.Q.n == b.lane.Q.n == len(rows)
+    assert (a.lane.stats.accepted, a._budget.accepted, a.queue_peak, a.lane.shared_content, a.clock) == \
+        (b.lane.stats.accepted, b._budget.accepted, b.queue_peak, b.lane.shared_content, b.clock)

@@ -1,0 +1,97 @@
+"""A replica's requests as its lane's own source: the fast open-loop fleet loops hand a replica the requests routed
+to it, and its lane draws each at its first step boundary after the arrival, as one engine draws its own.
+
+The event-ordered loop moves a replica up to an arrival and queues the request there (Replica.inject); under async
+scheduling the step after that still decodes the batch chosen before the arrival, a lone step of its own. A lane
+that knows the arrival (its source's next_time) takes that step inside its quiet run instead (engine.serving.steps
+_cut_at_arrival), and draws the request at the step's start: the same steps and numbers, one engine call fewer per
+arrival at a busy replica, and the replica need not be moved up to the arrival at all.
+
+What Replica.inject does besides queueing is done here as the lane draws: the engine's accepted count, the content
+note, the replica's queue peak (the queue only grows between an arrival and the step that draws it, so its peak is
+the same). The lane counts its own accepted requests as it draws (Lane._arrive).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from engine.serving.tables import Rows, Table
+
+if TYPE_CHECKING:
+    from engine.fleet.replica import Replica
+
+
+class Feed:
+    """The requests routed to one replica and not yet drawn by its lane, in arrival order (one row each): the lane's
+    source while a fast loop runs (install/remove). Everything else a lane asks of its source (wake, arrivals for
+    its checks) goes to the replica's own source, which draws nothing."""
+
+    def __init__(self, rep: Replica, dt_min: float | None) -> None:
+        self.rep = rep
+        self.dt_min = dt_min  # None: calm is not kept (a dealt replica's whole share at once: nobody reads it)
+        self.inner = rep.lane.source
+        self.rows: deque[Rows] = deque()
+        self.next_time = math.inf  # the first row's arrival (what Lane.step and the quiet runs read)
+        self.clipped = 0  # the fleet's source clipped the rows already
+        self.script = None  # (Lane._arrive notes content only for a script: draw notes it for every row, as inject)
+        self.calm = math.inf  # no request here finishes in a step starting before this (see push)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def install(self) -> None:
+        """Become the replica's lane's source."""
+        self.rep.lane.source = self  # type: ignore[assignment]
+        self.rep.feed = self
+
+    def remove(self) -> None:
+        """Give the lane its own source back, queueing what is still undrawn (arrivals at or past the run's end,
+        or after the start of a replica's last step) as the fleet would: the clock moved up to each arrival."""
+        rep = self.rep
+        while self.rows:
+            row = self.rows.popleft()
+            rep.clock = max(rep.clock, float(row.arrival[0]))
+            rep.inject(row)
+        rep.lane.source = self.inner
+        rep.feed = None
+
+    def push(self, row: Rows) -> None:
+        """A request routed here (one row)."""
+        t = float(row.arrival[0])
+        if not self.rows:
+            self.next_time = t
+        self.rows.append(row)
+        if self.dt_min is not None:
+            self.calm = min(self.calm, self._calm(row))
+
+    def _calm(self, row: Rows) -> float:
+        """A time before which request `row` cannot finish: it joins at its arrival at the earliest, and writes one
+        token a step after that, each step no shorter than dt_min (the fleet's cheapest step, see LazyLoop.calm)."""
+        return float(row.arrival[0]) + (int(row.total[0]) - 1) * self.dt_min  # type: ignore[operator]
+
+    def draw(self, t: float, into: Table | None = None) -> Rows | None:
+        """The rows arrived by t, queued in `into` (the lane's queue) as Replica.inject queues them; a view of them
+        there (None: none due)."""
+        assert into is not None
+        rows = self.rows
+        rep = self.rep
+        ln = rep.lane
+        k = 0
+        while rows and self.next_time <= t:
+            row = rows.popleft()
+            ln.note_content(row)
+            into.append(row)
+            k += 1
+            self.next_time = float(rows[0].arrival[0]) if rows else math.inf
+        if not k:
+            return None
+        if self.dt_min is not None:
+            self.calm = min(map(self._calm, rows), default=math.inf)  # (a lazy loop's: rarely more than one row)
+        rep._budget.accepted += k
+        rep.queue_peak = max(rep.queue_peak, ln.waiting)
+        return into.cols.pick(slice(into.n - k, into.n))
