@@ -15,9 +15,9 @@ import gc
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -124,6 +124,14 @@ class Space:
         return out
 
 
+class Served(NamedTuple):
+    """What a point's run served beyond its figures: tokens in and out (its $/Mtok's divisor), and how many of its
+    replicas, counted from the first, received any request (the rest stayed untouched the whole run)."""
+
+    tokens: int
+    replicas_used: int
+
+
 @dataclass(frozen=True, slots=True)
 class PointResult:
     """One point served to the end: its cost, latency percentiles, goodput and volume (plain numbers).
@@ -152,6 +160,9 @@ class PointResult:
     kw_per_replica: float | None = None
     output_tok_s_per_mw: float | None = None
     energy_share_of_cost: float | None = None
+    # What the run served that no figure shows, for pricing the same run as a larger fleet (run_grid's idle chains):
+    # not in the JSON, not compared.
+    served: Served | None = field(default=None, compare=False, repr=False)
 
     def figures(self) -> dict[str, Any]:
         """Every field but the point, in order (the energy figures only when the plan priced energy)."""
@@ -168,7 +179,7 @@ class PointResult:
         return d
 
 
-_FIGURES = tuple(f for f in PointResult.__dataclass_fields__ if f != "point")
+_FIGURES = tuple(f for f in PointResult.__dataclass_fields__ if f not in ("point", "served"))
 _ENERGY = ("joules_per_output_token", "kw_per_replica", "output_tok_s_per_mw", "energy_share_of_cost")
 
 
@@ -371,13 +382,6 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
     q = slo.percentile
     sim = m["sim_time_s"]
     tokens = m["input_tokens"] + m["output_tokens"]
-    # Plan rents every GPU for the whole run, idle or not: $/Mtok is the fleet's bill over all tokens. An autoscaled
-    # fleet pays for the GPU-hours its replicas were on (loading or serving), so its $/h is their mean over the run.
-    gpu_h = m["autoscale"]["gpu_hours"] if point.scale is not None else point.gpus * sim / 3600.0
-    cost_h = cost_per_hour(point, base)
-    if point.scale is not None and sim:
-        cost_h *= gpu_h / (point.gpus * sim / 3600.0)
-    usd = cost_h * sim / 3600.0
     ok = np.ones(ttft.size, dtype=bool)
     if slo.ttft is not None:
         ok &= ttft <= slo.ttft
@@ -385,14 +389,45 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
         ok &= ~(tpot > slo.tpot)  # a one-token answer has no TPOT: it cannot miss it
     good = int(ok.sum())
     goodput = good / sim if sim else 0.0
+    cost_h, per_dollar, per_mtok, gpu_h = _costs(point, base, sim, tokens, goodput,
+                                                 m["autoscale"]["gpu_hours"] if point.scale is not None else None)
     watts = energy.run_energy(m, dep.step_model, point.gpus, point.replica_gpus, base.price_per_kwh,
                               cost_h / point.gpus) \
         if base.energy else {}
+    # A fleet's replicas from the first up to the last one that received a request (a replica that never did has
+    # neither an answer nor a queue peak); an engine is its one replica.
+    reps = m.get("replicas")
+    used = point.replicas if reps is None else \
+        1 + max((i for i, r in enumerate(reps) if r["requests_completed"] or r["queue_peak"]), default=-1)
     return PointResult(point, cost_h, _pct(ttft, q), _pct(tpot, q), _pct(ttft, 99), _pct(tpot, 99), goodput,
-                       goodput * 3600.0 / cost_h if cost_h else None, good / ttft.size if ttft.size else 0.0,
-                       usd / tokens * 1e6 if tokens else None,
+                       per_dollar, good / ttft.size if ttft.size else 0.0, per_mtok,
                        m["throughput_out_tok_s"], m["requests_completed"], sim, m["preemptions"], gpu_h,
-                       **{k: watts[k] for k in _ENERGY if k in watts})
+                       **{k: watts[k] for k in _ENERGY if k in watts}, served=Served(tokens, used))
+
+
+def _costs(point: Point, base: EngineConfig, sim: float, tokens: int, goodput: float,
+           gpu_h: float | None = None) -> tuple[float, float | None, float | None, float]:
+    """What a run of `sim` seconds serving `tokens` costs on the point's GPUs: $/h, goodput per $, $/Mtok, GPU-hours.
+
+    Plan rents every GPU for the whole run, idle or not: $/Mtok is the fleet's bill over all tokens. An autoscaled
+    fleet pays for the GPU-hours its replicas were on (`gpu_h`, loading or serving), so its $/h is their mean over
+    the run."""
+    if gpu_h is None:
+        gpu_h = point.gpus * sim / 3600.0
+    cost_h = cost_per_hour(point, base)
+    if point.scale is not None and sim:
+        cost_h *= gpu_h / (point.gpus * sim / 3600.0)
+    usd = cost_h * sim / 3600.0
+    return cost_h, goodput * 3600.0 / cost_h if cost_h else None, usd / tokens * 1e6 if tokens else None, gpu_h
+
+
+def as_point(r: PointResult, point: Point, base: EngineConfig) -> PointResult:
+    """`r`'s run as another point's result, for a point that provably runs the same simulation (see idle_chains):
+    the same figures, priced on the point's GPUs."""
+    assert r.served is not None and point.scale is None and not base.energy
+    cost_h, per_dollar, per_mtok, gpu_h = _costs(point, base, r.sim_time_s, r.served.tokens, r.goodput_rps)
+    return replace(r, point=point, cost_per_hour=cost_h, goodput_per_dollar=per_dollar, usd_per_mtok=per_mtok,
+                   gpu_hours=gpu_h)
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -442,8 +477,13 @@ def pool_map(jobs: list[Any], workers: int, fn: Callable[[Any], Any] = _evaluate
 
 
 def run_grid(jobs: list[Job], mapper: Callable[[list[Job]], Iterable[tuple[int, PointResult]]],
-             on_result: Callable[[int, PointResult], None] | None = None) -> list[PointResult]:
+             on_result: Callable[[int, PointResult], None] | None = None, share: bool = True) -> list[PointResult]:
     """Every job's result in grid order, whichever order the mapper finished them in.
+
+    Points that provably run the same simulation as a larger fleet (idle_chains) are not simulated again: the grid
+    runs in waves, the first every point but those that might, each later one the next of each chain that the
+    previous runs did not settle (`share` False: one wave, every point simulated; for a mapper that costs much to
+    call again).
 
     The heap as the grid starts is frozen for the grid's length (gc.freeze; a local pool's forked workers inherit
     it): each job ends with a full collection (_evaluate_job), which then walks only the objects the jobs made,
@@ -451,18 +491,74 @@ def run_grid(jobs: list[Job], mapper: Callable[[list[Job]], Iterable[tuple[int, 
     long-lived caller's garbage is collected as before.
     """
     out: list[PointResult | None] = [None] * len(jobs)
+    chains = idle_chains(jobs) if share else []
+    later = {i for c in chains for i in c[1:]}
+    wave = [i for i in range(len(jobs)) if i not in later]
     gc.freeze()
     try:
-        for i, r in mapper(jobs):
-            out[i] = r
-            if on_result is not None:
-                on_result(i, r)
+        while wave:
+            for k, r in mapper([jobs[i] for i in wave]):
+                out[wave[k]] = r
+                if on_result is not None:
+                    on_result(wave[k], r)
+            wave = _settle(chains, jobs, out, on_result)
     finally:
         gc.unfreeze()
     missing = [i for i, r in enumerate(out) if r is None]
     if missing:
         raise RuntimeError(f"{len(missing)} grid points returned no result")
     return [r for r in out if r is not None]
+
+
+# Routers that send a request to the lowest-numbered replica with nothing to do whenever one has nothing: each picks
+# the least replica of an order that ends in the index, and a replica that never received a request is least in every
+# other term (load 0, its whole pool free, nothing cached).
+IDLE_FIRST = ("least-loaded", "kv-aware", "prefix-aware")
+
+
+def idle_chains(jobs: list[Job]) -> list[list[int]]:
+    """Groups of jobs (indices, most replicas first) that differ only in their replica count, where a run that
+    never sent a request to its replicas from the u-th on is provably the run of every count from u up to its own.
+
+    Under an IDLE_FIRST router, a fleet of R whose replicas u.. never received a request routed every request as a
+    fleet of R' in [u, R] does (the least of a set is the least of any subset that holds it), so those fleets run
+    the same replicas through the same steps and report the same figures (idle replicas add nothing: no answer,
+    no token, a clock no later than the last arrival). Left out, where an untouched replica is not so plainly
+    inert or a figure counts it: one replica (the engine's own loop), P:D, autoscaling, expert parallel, energy
+    (idle replicas draw power), KV tiers below the GPU, closed loops, scripted workloads and a --duration bound."""
+    groups: dict[Any, list[int]] = {}
+    for i, (point, base, slo, kv) in enumerate(jobs):
+        if not isinstance(point, Point) or point.router not in IDLE_FIRST or point.replicas < 2 \
+                or point.pd is not None or point.scale is not None or point.ep != 1:
+            continue
+        if base.energy or base.kv_offload_gb or base.kv_disk_gb or base.kv_remote_gb or base.users \
+                or base.duration is not None or scripted(base):
+            continue
+        groups.setdefault((replace(point, replicas=1), base, slo, kv), []).append(i)
+    return [sorted(g, key=lambda i: -jobs[i][0].replicas) for g in groups.values() if len(g) > 1]
+
+
+def _settle(chains: list[list[int]], jobs: list[Job], out: list[PointResult | None],
+            on_result: Callable[[int, PointResult], None] | None) -> list[int]:
+    """Fill each chain's points that its latest run provably ran (as_point), and return the next wave: the first
+    point of each chain that is left (fewer replicas than that run used)."""
+    wave = []
+    for chain in chains:
+        ran = None
+        for i in chain:
+            r = out[i]
+            if r is not None:
+                ran = r
+                continue
+            point, base = jobs[i][0], jobs[i][1]
+            if ran is None or ran.served is None or point.replicas < ran.served.replicas_used:
+                if ran is not None:
+                    wave.append(i)
+                break
+            out[i] = as_point(ran, point, base)
+            if on_result is not None:
+                on_result(i, out[i])
+    return wave
 
 
 def pareto(results: list[PointResult]) -> list[PointResult]:

@@ -264,3 +264,56 @@ def test_ep_and_pp_are_grid_axes_that_count_every_gpu() -> None:
     assert ep2.as_dict()["config"]["gpus"] == 2 and pp2.as_dict()["config"]["pp"] == 2
     split = pl.Point("h100-sxm", "qwen3-30b-a3b", 1, 2, (1, 1), 256, 8192, "round-robin", ep=2)
     assert "not modelled" in (pl.prune(split, base) or "")
+
+
+def test_fleets_whose_last_replicas_stay_idle_are_simulated_once() -> None:
+    """Under a router that fills the lowest idle replica first, a fleet whose replicas from u on never received a
+    request is the run of every fleet of u or more: run_grid simulates it once and prices it per point; every
+    result equals the one simulated on its own, in the pool too, and only the candidates' first fleet always runs."""
+    base = replace(BASE, rate=1.0, requests=60)
+    pts = _space(hardware=("b200",), tp=(4,), replicas=tuple(range(1, 7)), router=tuple(pl.ROUTERS)).points()
+    jobs = [(p, base, SLO, None) for p in pts]
+    chains = pl.idle_chains(jobs)
+    assert {pts[c[0]].router for c in chains} == set(pl.IDLE_FIRST) and all(len(c) == 5 for c in chains)
+    ran: list[pl.Point] = []
+
+    def counted(js: list[pl.Job]) -> object:
+        ran.extend(j[0] for j in js)
+        return pl.serial_map(js)
+
+    shared = pl.run_grid(jobs, counted)
+    alone = pl.run_grid(jobs, pl.serial_map, share=False)
+    assert shared == alone and [r.as_dict() for r in shared] == [r.as_dict() for r in alone]
+    assert pl.run_grid(jobs, lambda js: pl.pool_map(js, 2)) == alone
+    assert len(ran) < len(jobs) and all(p in ran for p in pts if p.router == "round-robin" or p.replicas in (1, 6))
+    # Every shared point's run had its replicas from the point's count on untouched.
+    assert all(r.served is not None and r.served.replicas_used <= r.point.replicas for r in alone)
+    # Out of the chains: energy (idle replicas draw power), a closed loop, P:D.
+    assert pl.idle_chains([(p, replace(base, energy=True), SLO, None) for p in pts]) == []
+    assert pl.idle_chains([(p, replace(base, users=4, rate=0.0), SLO, None) for p in pts]) == []
+    assert pl.idle_chains([(replace(p, pd=(1, p.replicas - 1)), base, SLO, None) for p in pts if p.replicas > 1]) == []
+
+
+def test_idle_first_routers_pick_the_same_without_an_untouched_replica_they_passed_over() -> None:
+    """The rule idle_chains rests on: a replica that never received a request (last index, load 0, its whole pool
+    free, nothing cached) that a router did not pick leaves the pick unchanged when it is not there at all."""
+    import random
+
+    from engine.fleet.routers import RoutingSnapshot, make_router
+
+    rng = random.Random(7)
+    for name in pl.IDLE_FIRST:
+        router = make_router(name)
+        for _ in range(2000):
+            n = rng.randint(1, 6)
+            reps = []
+            for i in range(n):
+                free = rng.choice((100, rng.randint(0, 100)))
+                reps.append(RoutingSnapshot(i, rng.randint(0, 3) * (free < 100), rng.randint(0, 3) * (free < 100),
+                                            free, 100, rng.randint(0, 20), rng.choice((0, 0, rng.randint(1, 5)))))
+            untouched = RoutingSnapshot(n, 0, 0, 100, 100)
+            with_it = router.pick([*reps, untouched])
+            if with_it.index != n:
+                assert router.pick(reps) == with_it
+            if any(s.queued + s.running == 0 and s.free_blocks == 100 and s.wanted_blocks == 0 for s in reps):
+                assert with_it.index != n  # an idle replica of a lower index goes first

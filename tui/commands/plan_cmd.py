@@ -207,7 +207,9 @@ def run(args: argparse.Namespace) -> int:
     pruned += [{"config": pt.as_dict(), "why": why} for pt, why in beyond]
     budget.check_plan(sum(work[pt] for pt in keep), len(keep), base.force)  # the grid's work, not its size
     jobs: list[pl.Job] = [(pt, base, slo, args.kv_link_gbps) for pt in keep]
-    results, stopped = _run_jobs(jobs, mapper, show=sys.stderr.isatty() and not args.quiet, quiet=args.quiet)
+    # On Ray, one wave: each call of its mapper starts a Ray instance (see pl.run_grid's share).
+    results, stopped = _run_jobs(jobs, mapper, show=sys.stderr.isatty() and not args.quiet, quiet=args.quiet,
+                                 share=args.ray is None)
     out = pl.summarize(results, pruned, slo)
     bands.annotate_plan(out, [r.as_dict() for r in results], None if base.ideal else base.runtime, base.weight_dtype)
     if stopped is not None:  # a partial report: what finished before the signal, and how much that is
@@ -272,8 +274,8 @@ def _nothing_fits(pruned: list[dict[str, Any]], points: list[pl.Point], base: An
     return f"none of the {len(points)} configurations fits ({n} of them because: {why})"
 
 
-def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool,
-              quiet: bool = False) -> tuple[list[pl.PointResult], tuple[str, int] | None]:
+def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool, quiet: bool = False,
+              share: bool = True) -> tuple[list[pl.PointResult], tuple[str, int] | None]:
     """Run the grid, with a progress bar on stderr when it is a terminal (else, for logs, a plain line every few
     seconds: tui.commands.progress; neither with --quiet): every result in grid order, and None; or,
     stopped by Ctrl+C or SIGTERM once some points had finished, those results and (the signal, its exit code). The
@@ -285,7 +287,7 @@ def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool,
         if not show:
             where = lambda: f"{len(done):,} of {len(jobs):,} configurations simulated"  # noqa: E731
             with progress.heartbeat("plan", where, progress.wanted(quiet)):
-                return pl.run_grid(jobs, mapper, done.__setitem__), None
+                return pl.run_grid(jobs, mapper, done.__setitem__, share), None
         with Progress(TextColumn("[bold]planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=console(stderr=True), transient=True) as bar:
             task = bar.add_task("", total=len(jobs))
@@ -293,7 +295,7 @@ def _run_jobs(jobs: list[pl.Job], mapper: Any, show: bool,
             def seen(i: int, r: pl.PointResult) -> None:
                 done[i] = r
                 bar.advance(task)
-            return pl.run_grid(jobs, mapper, seen), None
+            return pl.run_grid(jobs, mapper, seen, share), None
     except (KeyboardInterrupt, Terminated) as e:
         if not done:
             raise
