@@ -891,7 +891,7 @@ def _run(sm: StepModel, c: dict[str, float], T: float, logits: float, sum_ctx: n
     else:
         full = sm._graph_full(T, f.inside, attn_full, attn_decode)
         over = add_over = f.busy * (c["overhead"] + c["layer_overhead"] * (1.0 - full))
-    kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time, flops, byts = _step_times(
+    kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time, flops, byts = _run_times(
         r.consts0, r.ops0, add_over, sum_ctx, sum_ctx_win, attn_full, attn_win, attn_decode, r.ideal)
     return tuple.__new__(StepParts, (f.weights, kv_read, f.kv_write, f.act, f.fl_mm, fl_attn, f.fl_lm, f.touched, t_mem,
                                      t_cmp, t_attn_mem, t_attn_cmp, f.t_comm, over, time, 0.0, 0.0, 0.0, 0.0, flops,
@@ -908,6 +908,49 @@ def price_run(sm: StepModel, b: Batch) -> StepParts:
             or not isinstance(b.attn_full, np.ndarray)):
         return sm.price(b)
     return _run(sm, sm._c, T, lg, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode)
+
+
+def _run_times(k: tuple[Any, ...], ops: tuple[Any, ...], over: Any, sum_ctx: np.ndarray, sum_win: Any,
+               attn_full: np.ndarray, attn_win: Any, attn_decode: Any, ideal: bool) -> tuple[Any, ...]:
+    """_step_times of a run (_run: sum_ctx and attn_full arrays of its steps, the constants and operands 0-d arrays
+    or None): the same operations in the same order, with each sum whose operands nobody keeps taken in place
+    (`x += y` is np.add(x, y, out=x): the same doubles, one new array fewer; a run's step costs ~20 numpy calls on
+    a few hundred elements, each allocation a good part of one) and roofline_time's array form written out."""
+    kv_full, kv_win, passes, bw_attn, fl_full, fl_dec, fl_win, peak_attn = k
+    kv_write, mem_base, t_pad_mem, cmp_base, t_comm, weights, act, fl_mm, fl_lm = ops
+    kv_read = kv_full * sum_ctx
+    if not (isinstance(sum_win, (int, float)) and sum_win == 0):  # `not _nil(x)`, as in _step_times
+        kv_read += kv_win * sum_win
+    if passes is not None:
+        kv_read *= passes
+    if attn_decode is attn_full:
+        fl_attn = fl_dec * attn_decode
+    else:
+        fl_attn = fl_full * (attn_full - attn_decode)
+        fl_attn += fl_dec * attn_decode
+    if not (isinstance(attn_win, (int, float)) and attn_win == 0):
+        fl_attn += fl_win * attn_win
+    t_attn_mem = kv_read + kv_write
+    t_attn_mem /= bw_attn
+    t_mem = mem_base + t_attn_mem
+    if t_pad_mem is not None:
+        t_mem += t_pad_mem
+    t_attn_cmp = fl_attn / peak_attn
+    t_cmp = cmp_base + t_attn_cmp
+    if ideal:
+        time = np.maximum(t_mem, t_cmp)
+    else:
+        time = np.maximum(t_attn_mem, t_attn_cmp)
+        time += np.maximum(t_mem - t_attn_mem, t_cmp - t_attn_cmp)
+    if t_comm is not None:
+        time += t_comm
+    time += over
+    flops = fl_mm + fl_attn
+    flops += fl_lm
+    byts = weights + kv_read
+    byts += kv_write
+    byts += act
+    return kv_read, fl_attn, t_attn_mem, t_mem, t_attn_cmp, t_cmp, time, flops, byts
 
 
 def _run_terms(sm: StepModel, c: dict[str, float], T: float, logits: Any) -> _Run:

@@ -45,7 +45,7 @@ class Growth(NamedTuple):
 class Run(NamedTuple):
     """A quiet run of k decode steps of `n` rows, noted as the arrays it was priced with (see Lane's jump)."""
 
-    ends: np.ndarray  # each step's end (the clock after it)
+    start: float  # the clock before the run (each step's end is the left fold of the times from it, as the lane's)
     dts: np.ndarray  # each step's time
     flops: np.ndarray
     byts: np.ndarray
@@ -59,11 +59,16 @@ class Run(NamedTuple):
 
 
 def run_rows(r: Run) -> np.ndarray:
-    """A run's k history rows, as the eager ring wrote them."""
-    k = len(r.ends)
+    """A run's k history rows, as the eager ring wrote them. The steps' ends are the clock folded again from the
+    run's start (np.add.accumulate, a left fold: the very doubles the run's clock held), here, when read, rather
+    than kept by every run noted."""
+    k = len(r.dts)
     h = np.empty((k, N_COLS))
     cols = h.T  # one column a row: each assignment is one strided write
-    cols[_TIME] = r.ends
+    clock = np.empty(k + 1)
+    clock[0] = r.start
+    clock[1:] = r.dts
+    cols[_TIME] = np.add.accumulate(clock, out=clock)[1:]
     cols[_DT] = r.dts
     cols[_COUT] = r.dts
     cols[_KV] = r.grown.array(k)
@@ -109,7 +114,7 @@ class History:
         """A quiet run's rows (built when read). Its arrays are kept as given: the caller copies slices of much
         longer arrays (a run priced far past where it was cut), so a pending run holds about its own rows."""
         self._pend.append(run)
-        self._total += len(run.ends)
+        self._total += len(run.dts)
         self._ends.append(self._total)
         if self._total - self._start >= 2 * self.cap:
             self._trim()

@@ -13,12 +13,11 @@ from engine.serving.tables import Ring
 def _random_run(rng: np.random.Generator, t: float) -> Run:
     k = int(rng.integers(2, 300))
     dts = rng.uniform(0.005, 0.05, k)
-    ends = t + np.add.accumulate(dts)
     n = int(rng.integers(1, 64))
     opens = np.bincount(rng.integers(0, 16, n), minlength=16).tolist()
     grown = Growth(n, tuple(itertools.accumulate(opens, initial=0)))
     j = int(rng.integers(0, k + 1))
-    return Run(ends, dts, rng.uniform(1e9, 1e12, k), rng.uniform(1e9, 1e11, k), int(rng.integers(0, 99)), grown,
+    return Run(t, dts, rng.uniform(1e9, 1e12, k), rng.uniform(1e9, 1e11, k), int(rng.integers(0, 99)), grown,
                1000, float(rng.uniform()),
                int(rng.integers(0, 5)), (j, int(rng.integers(0, 5))), n)
 
@@ -33,7 +32,7 @@ def test_lazy_history_matches_an_eager_ring_at_every_read() -> None:
                 r = _random_run(rng, t)
                 lazy.push_run(r)
                 eager.push(run_rows(r))
-                t = float(r.ends[-1])
+                t = float(run_rows(r)[-1, 0])
             else:
                 row = (t, float(rng.uniform()), float(rng.uniform()), int(rng.integers(0, 9)), 3, 3, 5, 0.1, 0.2,
                        1e9, 2e9)
@@ -46,11 +45,14 @@ def test_lazy_history_matches_an_eager_ring_at_every_read() -> None:
 
 
 def test_run_rows_follow_the_columns() -> None:
-    r = _random_run(np.random.default_rng(1), 0.0)
+    r = _random_run(np.random.default_rng(1), 3.7)
     h = run_rows(r)
     j, w = r.queue
-    assert np.array_equal(h[:, 0], r.ends) and np.array_equal(h[:, 1], r.dts) and np.array_equal(h[:, 8], r.dts)
-    assert np.array_equal(h[:-1, 2], (r.used0 + r.grown.array(len(r.ends))[:-1]) / r.total) and h[-1, 2] == r.last_kv
+    ends = [r.start]
+    for dt in r.dts.tolist():  # the clock, step by step
+        ends.append(ends[-1] + dt)
+    assert h[:, 0].tolist() == ends[1:] and np.array_equal(h[:, 1], r.dts) and np.array_equal(h[:, 8], r.dts)
+    assert np.array_equal(h[:-1, 2], (r.used0 + r.grown.array(len(r.dts))[:-1]) / r.total) and h[-1, 2] == r.last_kv
     assert (h[:j, 3] == w).all() and (h[j:, 3] == r.waiting).all()
     assert (h[:, 4] == r.n).all() and (h[:, 5] == r.n).all() and not h[:, 6:8].any()
 
@@ -78,6 +80,6 @@ def test_pending_rows_stay_bounded() -> None:
             h.push_row((t, 0.01, 0.5, 0, 1, 1, 0, 0.0, 0.01, 1e9, 1e9))
         else:
             h.push_run(r)
-            t = float(r.ends[-1])
-        held = sum(len(e.ends) if isinstance(e, Run) else 1 for e in h._pend)
+            t = float(run_rows(r)[-1, 0])
+        held = sum(len(e.dts) if isinstance(e, Run) else 1 for e in h._pend)
         assert held < 2 * 64 + 300  # at most twice the ring, plus the one run just pushed
