@@ -75,23 +75,23 @@ class Feed:
         return float(row.arrival[0]) + (int(row.total[0]) - 1) * self.dt_min  # type: ignore[operator]
 
     def draw(self, t: float, into: Table | None = None) -> Rows | None:
-        """The rows arrived by t, queued in `into` (the lane's queue) as Replica.inject queues them; a view of them
-        there (None: none due)."""
+        """The rows arrived by t, queued in `into` (the lane's queue) as Replica.inject queues them (None: none
+        due). The rows returned are the feed's own, not views of the queue: the lane reads only how many came."""
         assert into is not None
         rows = self.rows
         rep = self.rep
         ln = rep.lane
-        k = 0
+        drawn = []
         while rows and self.next_time <= t:
             row = rows.popleft()
             ln.note_content(row)
             into.append(row)
-            k += 1
+            drawn.append(row)
             self.next_time = float(rows[0].arrival[0]) if rows else math.inf
-        if not k:
+        if not drawn:
             return None
         if self.dt_min is not None:
-            self.calm = min(map(self._calm, rows), default=math.inf)  # (a lazy loop's: rarely more than one row)
-        rep._budget.accepted += k
+            self.calm = min(map(self._calm, rows)) if rows else math.inf  # (a lazy loop's: rarely a row left)
+        rep._budget.accepted += len(drawn)
         rep.queue_peak = max(rep.queue_peak, ln.waiting)
-        return into.cols.pick(slice(into.n - k, into.n))
+        return drawn[0] if len(drawn) == 1 else Rows.join(drawn)

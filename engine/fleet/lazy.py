@@ -7,6 +7,10 @@ steady (kv-aware) is given every replica's state at the arrival, unless `settled
 whose state there is already exact and bounds on the others' (LazyLoop.decide). The routes and every step are
 those of the event-ordered loop (Fleet._run_events): each replica still takes exactly its steps that start before
 each arrival, and how its steps are grouped into quiet runs changes no number (open loop: see Fleet.__init__).
+A steady router's request is handed to its replica's lane as that lane's source (engine.fleet.feed): the lane draws
+it at its first step boundary after the arrival, as one engine draws its own, so the replica is not moved up to
+the arrival for it, and under async scheduling the step after the arrival (which still decodes the batch chosen
+before it) rides in the quiet run rather than being a lone step.
 
 What it reads of a replica it reads once per change: each replica's routing snapshot is kept until the replica
 steps or takes a request (the only things that change its tables on this loop: no KV copies, no shared remote
