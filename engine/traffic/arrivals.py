@@ -289,22 +289,24 @@ class Arrivals:
             return
         v = self.think_time.take_same(k)
         if v is None:
-            times = (t + self.think_time.take(k)).tolist()  # (numpy's float64 sums are Python's, term for term)
+            tt = t + self.think_time.take(k)  # (numpy's float64 sums are Python's, term for term)
+            times = tt.tolist()
             m = min(times)
         else:  # one think time for everyone (e.g. none): one send time
-            m = t + v
-            times = [m] * k
+            tt = m = t + v
+            times = None
+        nxt, pending, sends = self.u_next, self.u_pending, self._sends
         if k <= _FEW_USERS:  # a tick's few finishers: scalar writes (~0.1 us each) beat two fancy-index writes
-            nxt, pending = self.u_next, self.u_pending
-            for x, j in zip(times, u, strict=True):
+            for n, j in enumerate(u):
+                x = m if times is None else times[n]
                 nxt[j] = x
                 pending[j] = True
+                heapq.heappush(sends, (x, j))
         else:
-            self.u_next[us] = times
-            self.u_pending[us] = True
-        sends = self._sends
-        for e in zip(times, u, strict=True):
-            heapq.heappush(sends, e)
+            nxt[us] = tt
+            pending[us] = True
+            for n, j in enumerate(u):
+                heapq.heappush(sends, (m if times is None else times[n], j))
         if m < self.next_user:
             self.next_user = m
 

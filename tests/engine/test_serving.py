@@ -311,7 +311,7 @@ def test_users_sends_come_due_as_a_scan_of_their_send_times_finds_them(limit: in
         a.think(np.array(done, dtype=np.int64), t)
 
 
-@pytest.mark.parametrize("k", [3, 32, 33, 200])
+@pytest.mark.parametrize("k", [1, 3, 32, 33, 200])
 def test_think_wakes_only_active_closed_loop_users(k: int) -> None:
     """think() checks the finishers' bounds on a list (a few) or by array reductions (many): either way an
     open-loop request (user -1) and a user past the active count never get a send time, and the rest do."""
