@@ -106,13 +106,22 @@ class Rows:
         self.i[:] = 0
         self.f[:] = BLANK_F[:, None]
 
-    def put_new(self, j: int, head: tuple[int, ...], arrival: float) -> None:
-        """Make row j a new request's: blank but for its first len(head) integer fields and its arrival time (a
-        lone arrival's row in four writes, rather than blank()'s three and then one per field)."""
-        self.i[:, j] = 0
-        self.i[:len(head), j] = head
-        self.f[:, j] = BLANK_F
-        self.f[_ARRIVAL, j] = arrival
+    def put_new(self, j: int, heads: list[tuple[int, ...]], arrivals: list[float]) -> None:
+        """Make rows j, j + 1, ... new requests': blank but for their first len(head) integer fields and their arrival
+        times (a tick's few arrivals' rows in a few writes, rather than blank()'s three and then one per field)."""
+        i, f = self.i, self.f
+        k = len(heads)
+        if k == 1:  # (column writes: a lone arrival's row in four)
+            i[:, j] = 0
+            i[:len(heads[0]), j] = heads[0]
+            f[:, j] = BLANK_F
+            f[_ARRIVAL, j] = arrivals[0]
+            return
+        i[:, j:j + k] = 0
+        for x, head in enumerate(heads):
+            i[:len(head), j + x] = head
+        f[:, j:j + k] = BLANK_F[:, None]
+        f[_ARRIVAL, j:j + k] = arrivals
 
     def __len__(self) -> int:
         return int(self.i.shape[1])
@@ -290,15 +299,16 @@ class Table:
         r.blank()
         return r
 
-    def add_new(self, head: tuple[int, ...], arrival: float) -> Rows:
-        """Append one new request's row (Rows.put_new) and return a view of it (writes go to the table)."""
-        if self.n >= self.cap:
-            self.reserve(1)
+    def add_new(self, heads: list[tuple[int, ...]], arrivals: list[float]) -> Rows:
+        """Append new requests' rows (Rows.put_new) and return a view of them (writes go to the table)."""
+        k = len(heads)
+        if self.n + k > self.cap:
+            self.reserve(k)
         n = self.n  # (after reserve: a queue slides its live rows down to make room)
         c = self.cols
-        c.put_new(n, head, arrival)
-        self.n = n + 1
-        return c.pick(slice(n, n + 1))
+        c.put_new(n, heads, arrivals)
+        self.n = n + k
+        return c.pick(slice(n, n + k))
 
     def keep(self, mask: np.ndarray) -> None:
         """Drop the live rows where mask is False, keeping order (each field compacts in place)."""

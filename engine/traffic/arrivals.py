@@ -7,6 +7,7 @@ would own the arrivals and hand each request to a lane; the lane only needs `due
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Protocol
 
@@ -16,8 +17,8 @@ from engine.traffic.trace import Trace
 from engine.traffic.workload import Sampler
 from engine.traffic.workload_file import Plan, Requests
 
-# Up to this many users, think() checks their bounds on a Python list: measured on numpy 2 (CPython 3.11), the list's
-# min and max beat two array reductions below ~40 rows (0.3 vs 2.1 us at 3, 1.1 vs 2.2 us at 30).
+# Up to this many finishers, think() writes their send times one scalar at a time (~0.1 us a write) rather than by two
+# fancy-index writes (~1 us each).
 _FEW_USERS = 32
 
 
@@ -55,7 +56,7 @@ class Arrivals:
     next Poisson arrival at `rate` per second."""
 
     __slots__ = ("budget", "fast", "fast_share", "think_time", "gap", "u_next", "u_pending", "next_user", "rate",
-                 "next_poisson", "_at", "_at_pos", "_at_list")
+                 "next_poisson", "_at", "_at_pos", "_at_list", "_sends")
 
     def __init__(self, budget: Budget, fast: bool, fast_share: float, rate: float, think_time: Sampler,
                  gap: Sampler) -> None:
@@ -66,6 +67,10 @@ class Arrivals:
         self.gap = gap  # exp(1) gaps, scaled by 1/rate
         self.u_next = np.full(0, np.inf)
         self.u_pending = np.zeros(0, dtype=bool)  # user waits to send (thinking or about to send)
+        # Every waiting user's (send time, user), a heap in the order due_tagged hands sends out; an entry whose user
+        # no longer waits with that time is stale, skipped when it comes up. A tick's sends are popped from it rather
+        # than found by scanning u_next (a scan and ~10 numpy calls per tick for the one or two users due).
+        self._sends: list[tuple[float, int]] = []
         self.next_user = math.inf
         self.rate = rate
         self.next_poisson = math.inf
@@ -74,7 +79,7 @@ class Arrivals:
         if rate > 0:
             self.next_poisson = float(gap.take(1)[0]) / rate
             self._at[0] = self.next_poisson
-        self._at_list = self._at.tolist()  # _at as Python floats, for lone_poisson
+        self._at_list = self._at.tolist()  # _at as Python floats, for due_lists
 
     def set_users(self, n: int, t: float, outstanding: np.ndarray) -> None:
         """Users [0, n) are active; ours (by fast flag) start sending at t if idle (not `outstanding`, not
@@ -96,14 +101,85 @@ class Arrivals:
         start = mine & ~self.u_pending & ~out
         self.u_next[start] = t
         self.u_pending[start] = True
+        for u in np.flatnonzero(start).tolist():
+            heapq.heappush(self._sends, (t, u))
         stop = ~mine & self.u_pending
         self.u_next[stop] = np.inf
         self.u_pending[stop] = False
         self._refresh()
 
     def _refresh(self) -> None:
-        """Recompute the earliest closed-loop send time."""
-        self.next_user = float(self.u_next.min()) if self.u_next.size else math.inf
+        """The earliest closed-loop send time (u_next's minimum): the first entry of the heap whose user still waits
+        with that time, stale ones dropped."""
+        sends, nxt, pending = self._sends, self.u_next, self.u_pending
+        while sends:
+            x, u = sends[0]
+            if pending[u] and nxt[u] == x:
+                self.next_user = x
+                return
+            heapq.heappop(sends)
+        self.next_user = math.inf
+
+    def _pop_sends(self, t: float) -> tuple[list[float], list[int]]:
+        """Every user's send at or before t, handed out (the user no longer waits), in the order due_tagged gives
+        them: by time, then user. Python lists: a tick's one or two sends cost no arrays."""
+        times: list[float] = []
+        users: list[int] = []
+        sends, nxt, pending = self._sends, self.u_next, self.u_pending
+        while sends and sends[0][0] <= t:
+            x, u = heapq.heappop(sends)
+            if pending[u] and nxt[u] == x:  # (else stale: the user's send moved or was called off)
+                times.append(x)
+                users.append(u)
+                nxt[u] = math.inf
+                pending[u] = False
+        self._refresh()
+        return times, users
+
+    def due_lists(self, t: float) -> tuple[list[float], list[int]] | None:
+        """due_tagged's answer, without a script (the caller's case), as Python lists, when only one source has
+        anything due at t: the users' sends, or the Poisson arrivals within the times computed ahead; else None, and
+        nothing changes (ask due_tagged). Those past the run's bounds never send (users) or are dropped (arrivals).
+        A tick's usual one or two requests without due_tagged's ~10 numpy calls on arrays of a few values
+        (tests/engine/test_serving.py compares the two)."""
+        if self.next_poisson > t:
+            if self.next_user > t:
+                return [], []
+            times, users = self._pop_sends(t)
+        elif self.next_user > t:
+            times = self._poisson_list(t)
+            if times is None:
+                return None
+            users = [-1] * len(times)
+        else:
+            return None
+        b = self.budget
+        if b.duration is not None and times[-1] > b.duration:  # sorted: the requests past --duration are a tail
+            k = len(times)
+            while k and times[k - 1] > b.duration:
+                k -= 1
+            del times[k:], users[k:]  # (handed out: a user never sends again, an arrival is dropped)
+        if b.limit is not None:
+            room = b.limit - b.accepted
+            if len(times) > room:
+                del times[room:], users[room:]
+        return times, users
+
+    def _poisson_list(self, t: float) -> list[float] | None:
+        """_poisson_until(t) in Python numbers, when the arrival after those handed out is already computed (else None,
+        nothing changed): the same arrivals, cap, next_poisson and stream position."""
+        b = self.budget
+        cap = math.inf if b.limit is None else max(0, b.limit - b.accepted) + 1
+        ahead, p = self._at_list, self._at_pos
+        size = len(ahead)
+        e = p
+        while e < size and ahead[e] <= t and e - p < cap:
+            e += 1
+        if e >= size:
+            return None  # _poisson_until computes more ahead
+        self._at_pos = e
+        self.next_poisson = ahead[e]
+        return ahead[p:e]
 
     def _poisson_until(self, t: float) -> np.ndarray:
         """Every Poisson arrival at or before t, never more than the run can still accept (plus the one a
@@ -133,27 +209,6 @@ class Arrivals:
         self._at_list = self._at.tolist()  # (once per _AHEAD arrivals or more: ~10 ns an arrival)
         return self._at
 
-    def lone_poisson(self, t: float) -> float | None:
-        """The time of the one Poisson arrival due at or before t, handed out, when it is all that is due (no
-        user's send, the next arrival already computed and past t) and the budget takes it; else None, and
-        nothing changes (ask due_tagged). The common tick with an arrival, in Python numbers: due_tagged's
-        state changes and time for it (m = 1 in _poisson_until) without its ~10 numpy calls on 1-element arrays
-        (tests/engine/test_serving.py compares the two)."""
-        if self.next_user <= t:
-            return None
-        p = self._at_pos
-        ahead = self._at_list
-        if p + 1 >= len(ahead):
-            return None
-        x, nxt = ahead[p], ahead[p + 1]
-        if x > t or nxt <= t:
-            return None
-        if self.budget.bound(x) == math.inf:
-            return None  # due_tagged drops it (past --duration) or stops (--requests reached)
-        self._at_pos = p + 1
-        self.next_poisson = nxt
-        return x
-
     def due(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Every send and Poisson arrival at or before t that the budget takes, in time order: (times, users)."""
         tt, uu, _ = self.due_tagged(t)
@@ -168,14 +223,11 @@ class Arrivals:
         tags: list[np.ndarray] = []
         scripted = script is not None
         if self.next_user <= t:
-            u = (self.u_next <= t).nonzero()[0]
-            times.append(self.u_next[u])
-            users.append(u)
+            ut, uu_ = self._pop_sends(t)
+            times.append(np.array(ut))
+            users.append(np.array(uu_, dtype=np.int64))
             if scripted:
-                tags.append(np.full(u.size, -1, dtype=np.int64))
-            self.u_next[u] = np.inf
-            self.u_pending[u] = False
-            self._refresh()
+                tags.append(np.full(len(ut), -1, dtype=np.int64))
         if self.next_poisson <= t:
             ts = self._poisson_until(t)
             times.append(ts)
@@ -224,27 +276,39 @@ class Arrivals:
         """Closed-loop users whose answer finished at t think, then send again (if still active)."""
         if not users.size or not self.budget.users:
             return  # (no active user: an open loop's finishers wake nobody)
-        us = users  # most often every one is a closed-loop user still active: the bounds checked, no masks
-        if users.size <= _FEW_USERS:  # a tick's few finishers: min and max of a list (0.3 us vs 2.1 us at 3 rows)
-            u = users.tolist()
-            lo, hi = min(u), max(u)
-        else:
-            lo, hi = int(users.min()), int(users.max())
+        u = users.tolist()  # (the heap takes Python numbers; min and max of a list beat two reductions below ~40)
+        lo, hi = min(u), max(u)
         if hi < 0:
             return  # open-loop arrivals only (user -1): nobody to wake
+        us = users  # most often every one is a closed-loop user still active: the bounds checked, no masks
         if lo < 0 or hi >= self.budget.users:
             us = users[(users >= 0) & (users < self.budget.users)]
-        if us.size:
-            v = self.think_time.take_same(us.size)
-            if v is None:
-                tt = t + self.think_time.take(us.size)
-                m = float(tt.min())
-            else:  # one think time for everyone (e.g. none): one send time
-                tt = m = t + v
-            self.u_next[us] = tt
-            self.u_pending[us] = True
-            if m < self.next_user:
-                self.next_user = m
+            u = us.tolist()
+        k = len(u)
+        if not k:
+            return
+        v = self.think_time.take_same(k)
+        if v is None:
+            tt = t + self.think_time.take(k)  # (numpy's float64 sums are Python's, term for term)
+            times = tt.tolist()
+            m = min(times)
+        else:  # one think time for everyone (e.g. none): one send time
+            tt = m = t + v
+            times = None
+        nxt, pending, sends = self.u_next, self.u_pending, self._sends
+        if k <= _FEW_USERS:  # a tick's few finishers: scalar writes (~0.1 us each) beat two fancy-index writes
+            for n, j in enumerate(u):
+                x = m if times is None else times[n]
+                nxt[j] = x
+                pending[j] = True
+                heapq.heappush(sends, (x, j))
+        else:
+            nxt[us] = tt
+            pending[us] = True
+            for n, j in enumerate(u):
+                heapq.heappush(sends, (m if times is None else times[n], j))
+        if m < self.next_user:
+            self.next_user = m
 
 
 class Script(Protocol):

@@ -33,6 +33,9 @@ from engine.validation import MAX_SECONDS
 
 _NOBODY = np.zeros(0, dtype=np.int64)
 _NOBODY.flags.writeable = False
+# Up to this many requests drawn at once are made in Python numbers (_create_few): per request ~3 us of scalar draws
+# and clipping against ~20 us of numpy calls for draw_lengths + new_rows on a few rows.
+_FEW_NEW = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,7 @@ def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, thin
         think = np.where(over, np.minimum(think, room - 1), think)
         output = np.where(over, np.maximum(1, room - think), output)
     r = Rows.new(k) if into is None else into
-    # The leading fields in IntCol order (id, user, prompt, think, total, target), as _create_one's head: one
+    # The leading fields in IntCol order (id, user, prompt, think, total, target), as _create_few's heads: one
     # numpy write of the six rather than six views, each a property call (~5 us less on a tick's few rows).
     r.i[:_HEAD] = (np.arange(b.next_id, b.next_id + k), uu, prompt, think, think + output, prompt)
     r.arrival[:] = tt
@@ -215,10 +218,17 @@ class RequestSource:
         due). `into`: a table (a lane's queue) to append them to, returning a view of them there; else fresh rows."""
         if self.next_stage <= t:
             self._enter_stages(t)
-        if self.script is None and self.lora_cdf is None:  # (LoRA's adapter draw takes the array path)
-            x = self.arrivals.lone_poisson(t)
-            if x is not None:
-                return self._create_one(x, -1, into)
+        if self.script is None:
+            # A tick's usual requests (one source due, within the times computed ahead) found in Python lists, a few
+            # made in Python numbers (LoRA's adapter draw takes the array path).
+            got = self.arrivals.due_lists(t)
+            if got is not None:
+                tl, ul = got
+                if not tl:
+                    return None
+                if len(tl) <= _FEW_NEW and self.lora_cdf is None:
+                    return self._create_few(tl, ul, into)
+                return self._create(np.array(tl), np.array(ul, dtype=np.int64), into, None)
         tt, uu, gg = self.arrivals.due_tagged(t, self.script)
         if not len(tt):
             return None
@@ -244,8 +254,8 @@ class RequestSource:
                 content: Requests | None) -> Rows:
         """k new requests with seeded (or scripted) lengths clipped to what the model and pool allow."""
         k = len(tt)
-        if content is None and k == 1 and self.lora_cdf is None:  # LoRA's adapter draw takes the array path
-            return self._create_one(float(tt[0]), int(uu[0]), into)
+        if content is None and k <= _FEW_NEW and self.lora_cdf is None:  # LoRA's adapter draw takes the array path
+            return self._create_few(tt.tolist(), uu.tolist(), into)
         if content is None:
             prompt, think, output, clipped = draw_lengths(self.s_prompt, self.s_think, self.s_output, k)
         else:
@@ -271,35 +281,45 @@ class RequestSource:
             r.stage[:] = content.stage
         return r
 
-    def _create_one(self, t: float, user: int, into: Table | None) -> Rows:
-        """_create for one unscripted request (the usual arrival of an open loop or a closed loop's send) in
-        Python numbers: the same draws, clip rule (new_rows) and row as the arrays would give, without ~20 numpy
-        calls on arrays of one value (tests/engine/test_workload.py compares the two)."""
-        prompt, c_p = self.s_prompt.take_scalar()
-        think, c_t = self.s_think.take_scalar()
-        output, c_o = self.s_output.take_scalar()
-        clipped = c_p or c_t or c_o
-        room = self.cap_tokens - prompt
-        if think + output > room:  # new_rows' rule: the whole cache fits the context and the pool
-            clipped = True
-            think = min(think, room - 1)
-            output = max(1, room - think)
+    def _create_few(self, times: list[float], users: list[int], into: Table | None) -> Rows:
+        """_create for a few unscripted requests (a tick's usual arrivals or closed-loop sends) in Python numbers: the
+        same draws, clip rule (new_rows) and rows as the arrays would give, without ~20 numpy calls on arrays of a
+        few values (tests/engine/test_workload.py compares the two). Each sampler is a stream of its own, so taking
+        a request's three lengths in turn draws what three takes of k values draw."""
+        sp, st, so = self.s_prompt, self.s_think, self.s_output
+        cap = self.cap_tokens
         b = self.budget
-        head = (b.next_id, user, prompt, think, think + output, prompt)
+        rid = b.next_id
+        heads = []
+        clips = 0
+        for user in users:
+            prompt, c_p = sp.take_scalar()
+            think, c_t = st.take_scalar()
+            output, c_o = so.take_scalar()
+            clipped = c_p or c_t or c_o
+            room = cap - prompt
+            if think + output > room:  # new_rows' rule: the whole cache fits the context and the pool
+                clipped = True
+                think = min(think, room - 1)
+                output = max(1, room - think)
+            heads.append((rid, user, prompt, think, think + output, prompt))
+            rid += 1
+            clips += clipped
+        k = len(heads)
         if into is None:
-            r = Rows(np.empty((len(IntCol), 1), dtype=np.int64), np.empty((len(FloatCol), 1)))
-            r.put_new(0, head, t)
+            r = Rows(np.empty((len(IntCol), k), dtype=np.int64), np.empty((len(FloatCol), k)))
+            r.put_new(0, heads, times)
         else:
-            r = into.add_new(head, t)
-        b.next_id += 1
-        b.accepted += 1
-        self.clipped += clipped
+            r = into.add_new(heads, times)
+        b.next_id = rid
+        b.accepted += k
+        self.clipped += clips
         if self.fast:
             r.fast[:] = 1
         return r
 
 
-# The fields new_rows and _create_one fill are the first of IntCol, in order: one write of a head tuple each.
+# The fields new_rows and _create_few fill are the first of IntCol, in order: one write of a head tuple each.
 _HEAD = int(IntCol.TARGET) + 1
 assert [c.name for c in IntCol][:_HEAD] == ["ID", "USER", "PROMPT", "THINK", "TOTAL", "TARGET"]
 

@@ -228,11 +228,11 @@ def test_poisson_times_computed_ahead_are_those_of_one_at_a_time_drawing(limit: 
 
 @pytest.mark.parametrize(("limit", "duration", "users"), [(None, None, 0), (150, None, 0), (None, 40.0, 0),
                                                          (300, 60.0, 3)])
-def test_a_lone_poisson_arrival_is_handed_out_as_due_tagged_hands_it(limit: int | None, duration: float | None,
-                                                                       users: int) -> None:
-    """Arrivals.lone_poisson (one arrival, Python numbers) gives the time, next_poisson and stream position that
-    due_tagged gives, and declines (changing nothing) whenever more is due: several arrivals, a user's send, the
-    end of the times computed ahead, --duration or --requests."""
+def test_one_sources_arrivals_are_handed_out_as_due_tagged_hands_them(limit: int | None, duration: float | None,
+                                                                      users: int) -> None:
+    """Arrivals.due_lists (one source due, Python numbers) gives the times, users, next_poisson and stream position
+    that due_tagged gives, and declines (changing nothing) when both sources are due or the arrival after those due
+    is not computed yet; --duration and --requests cut either."""
     from engine.traffic.arrivals import Arrivals, Budget
     from engine.traffic.workload import Dist, Sampler
 
@@ -244,25 +244,74 @@ def test_a_lone_poisson_arrival_is_handed_out_as_due_tagged_hands_it(limit: int 
         return a
 
     one, ref = arrivals(), arrivals()
-    lone = 0
+    lists = several = 0
     for t in np.cumsum(np.random.default_rng(3).exponential(0.5, 600)).tolist():
-        x = one.lone_poisson(t)
+        got = one.due_lists(t)
         tt, uu, _ = ref.due_tagged(t)
-        if x is None:
+        if got is None:
             tt1, uu1, _ = one.due_tagged(t)
             assert np.array_equal(tt1, tt) and np.array_equal(uu1, uu)
         else:
-            lone += 1
-            assert tt.tolist() == [x] and uu.tolist() == [-1]
+            lists += 1
+            several += len(got[0]) > 1
+            assert got == (tt.tolist(), uu.tolist())
         for a in (one, ref):
             a.budget.accepted += len(tt)
             a.think(uu, t)  # users send again (after their think time), so their sends interleave
         assert (one.next_poisson, one._at_pos, one.next_user) == (ref.next_poisson, ref._at_pos, ref.next_user)
         assert one._at_list == ref._at.tolist() and np.array_equal(one.u_next, ref.u_next)
-    assert lone > 20 and one.budget.accepted == ref.budget.accepted
+    assert lists > 20 and several > 5 and one.budget.accepted == ref.budget.accepted
 
 
-@pytest.mark.parametrize("k", [3, 32, 33, 200])
+@pytest.mark.parametrize(("limit", "duration", "think"), [(None, None, "exp:4"), (400, None, "exp:4"),
+                                                         (None, 30.0, "exp:4"), (500, 50.0, "uniform:0,3"),
+                                                         (None, None, "1.5"), (300, None, "0")])
+def test_users_sends_come_due_as_a_scan_of_their_send_times_finds_them(limit: int | None, duration: float | None,
+                                                                        think: str) -> None:
+    """The users' send times kept in a heap (due_lists' Python lists, due_tagged's arrays) hand out exactly the sends
+    a scan of u_next finds at or before t, ordered by time then user, cut at --duration and --requests, and
+    next_user stays u_next's minimum, while users think for drawn or fixed times (ties) and a stage stops some."""
+    from engine.traffic.arrivals import Arrivals, Budget
+    from engine.traffic.workload import Dist, Sampler, parse_dist
+
+    a = Arrivals(Budget(limit, 40, duration), False, 0.0, 0.0,
+                 Sampler(parse_dist(think, "--think-time"), np.random.default_rng(1), False, 0.0, 1e9),
+                 Sampler(Dist("exp", 1.0), np.random.default_rng(2), False, 0.0))
+    a.set_users(40, 0.0, np.zeros(0, dtype=np.int64))
+    rng = np.random.default_rng(5)
+    out: list[int] = []  # users with a request out
+    for step, t in enumerate(np.cumsum(rng.exponential(0.3, 500)).tolist()):
+        if step == 200:
+            a.budget.users = 25  # users 25 and up stop (a waiting one never sends; an outstanding one is not woken)
+            a.set_users(25, t, np.array(out, dtype=np.int64))
+        due = a.u_pending & (a.u_next <= t)
+        u = np.flatnonzero(due)
+        order = np.lexsort((u, a.u_next[u]))
+        want_t, want_u = a.u_next[u][order].tolist(), u[order].tolist()
+        if duration is not None:
+            want_u = [x for x, y in zip(want_u, want_t, strict=True) if y <= duration]
+            want_t = [y for y in want_t if y <= duration]
+        if limit is not None:
+            room = limit - a.budget.accepted
+            want_t, want_u = want_t[:room], want_u[:room]
+        if step % 2:
+            got = a.due_lists(t)  # (no Poisson arrivals: never declines)
+            assert got is not None
+            tt, uu = got
+        else:
+            tt_a, uu_a, _ = a.due_tagged(t)
+            tt, uu = tt_a.tolist(), uu_a.tolist()
+        assert (tt, uu) == (want_t, want_u)
+        assert not a.u_pending[u].any() and np.isinf(a.u_next[u]).all()  # due ones sent or, past the bounds, gone
+        assert a.next_user == (float(a.u_next.min()) if a.u_pending.any() else math.inf)
+        a.budget.accepted += len(tt)
+        out += uu
+        done = [x for x in out if rng.random() < 0.5]
+        out = [x for x in out if x not in done]
+        a.think(np.array(done, dtype=np.int64), t)
+
+
+@pytest.mark.parametrize("k", [1, 3, 32, 33, 200])
 def test_think_wakes_only_active_closed_loop_users(k: int) -> None:
     """think() checks the finishers' bounds on a list (a few) or by array reductions (many): either way an
     open-loop request (user -1) and a user past the active count never get a send time, and the rest do."""

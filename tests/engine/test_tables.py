@@ -111,7 +111,7 @@ def test_add_new_writes_a_blank_row_with_its_head_and_arrival(queue: bool) -> No
         t.pop(1)
     live = t.size
     for j in range(9):
-        v = t.add_new((100 + j, -1, 7 * j, 0, 9, 7 * j), 0.5 * j)
+        v = t.add_new([(100 + j, -1, 7 * j, 0, 9, 7 * j)], [0.5 * j])
         assert v.id.tolist() == [100 + j] and v.arrival.tolist() == [0.5 * j]  # the view is of the row written
     want = Rows.new(9)
     want.i[:6] = [range(100, 109), [-1] * 9, range(0, 63, 7), [0] * 9, [9] * 9, range(0, 63, 7)]

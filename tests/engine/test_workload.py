@@ -76,8 +76,8 @@ def test_a_block_of_draws_is_the_draws_one_at_a_time(spec: str) -> None:
 @pytest.mark.parametrize("prompt,output,think,cap", [("lognormal:900,1.2", "exp:300", "0", 2000),
                                                      ("uniform:10,4000", "lognormal:200,1.0", "exp:50", 3000),
                                                      ("300", "5000", "20", 4096), ("normal:500,400", "1", "0", 600)])
-def test_a_lone_request_is_drawn_as_the_arrays_draw_it(prompt: str, output: str, think: str, cap: int) -> None:
-    """RequestSource._create_one (one arrival, Python numbers) gives the rows, clip counts and stream positions of
+def test_a_few_requests_are_drawn_as_the_arrays_draw_them(prompt: str, output: str, think: str, cap: int) -> None:
+    """RequestSource._create_few (1 to 8 requests, Python numbers) gives the rows, clip counts and stream positions of
     the array path (draw_lengths + new_rows), clipped requests included (a small cap clips many)."""
     from engine.traffic.arrivals import Budget
     from engine.traffic.source import RequestSource, Workload, draw_lengths, new_rows
@@ -90,9 +90,10 @@ def test_a_lone_request_is_drawn_as_the_arrays_draw_it(prompt: str, output: str,
     one, arrays = source(), source()
     clipped = 0
     for j in range(2_000):
-        t, u = np.array([0.25 * j]), np.array([j % 7 - 1])
+        k = 1 + j % 9  # (9: _create's own array path, past _FEW_NEW)
+        t, u = 0.25 * j + 0.01 * np.arange(k), (j + np.arange(k)) % 7 - 1
         r1 = one._create(t, u, None, None)
-        p, th, o, c = draw_lengths(arrays.s_prompt, arrays.s_think, arrays.s_output, 1)
+        p, th, o, c = draw_lengths(arrays.s_prompt, arrays.s_think, arrays.s_output, k)
         r2, n = new_rows(arrays.budget, t, u, p, th, o, c, arrays.cap_tokens)
         clipped += n
         assert np.array_equal(r1.i, r2.i) and np.array_equal(r1.f, r2.f, equal_nan=True), j
@@ -101,9 +102,9 @@ def test_a_lone_request_is_drawn_as_the_arrays_draw_it(prompt: str, output: str,
         assert a.clipped == b.clipped and a._pos == b._pos
 
 
-@pytest.mark.parametrize("rate,users", [(3.0, 0), (40.0, 0), (2.0, 8)])
+@pytest.mark.parametrize("rate,users", [(3.0, 0), (40.0, 0), (2.0, 8), (2.0, 30)])
 def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int) -> None:
-    """RequestSource.draw into a lane's queue (a lone arrival: Table.add_new; several: extend + new_rows) gives the
+    """RequestSource.draw into a lane's queue (up to 8 rows: Table.add_new; more: extend + new_rows) gives the
     rows, in order, that drawing fresh rows gives, through the queue's growth and admissions from its head."""
     from engine.config import EngineConfig
     from engine.serving.tables import Queue, Rows
