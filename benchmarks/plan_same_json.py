@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from same_json import print_first_difference  # (benchmarks/, this script's own folder, is on sys.path)
+
 HERE = Path(__file__).resolve().parent.parent
 _VERSION = re.compile(rb'^  "schema_version": \d+,\n', re.MULTILINE)
 _WALL_JSON = re.compile(rb'^  "wall_s": [0-9.e+-]+,\n', re.MULTILINE)
@@ -75,10 +77,7 @@ def main() -> int:
             print(f"{i:2d} {what:5s} {'same' if same else 'DIFFERS'} ({len(mine)} bytes, exit {rc})  {' '.join(args)}",
                   flush=True)
             if not same:
-                for x, y in zip(mine.splitlines(), base.splitlines(), strict=False):
-                    if x != y:
-                        print(f"   this: {x[:160]!r}\n   base: {y[:160]!r}")
-                        break
+                print_first_difference(mine, base)
     return 1 if bad else 0
 
 

@@ -141,11 +141,16 @@ def main() -> int:
         for x in seen[:4]:
             print(f"   tolerated {x}")
         if not same:
-            for x, y in zip(mine.splitlines(), base.splitlines(), strict=False):
-                if x != y:
-                    print(f"   this: {x[:160]!r}\n   base: {y[:160]!r}")
-                    break
+            print_first_difference(mine, base)
     return 1 if bad else 0
+
+
+def print_first_difference(mine: str, base: str) -> None:
+    """The first line where two outputs differ, both sides cut to 160 characters (plan_same_json.py uses it too)."""
+    for x, y in zip(mine.splitlines(), base.splitlines(), strict=False):
+        if x != y:
+            print(f"   this: {x[:160]!r}\n   base: {y[:160]!r}")
+            return
 
 
 if __name__ == "__main__":
