@@ -3,11 +3,13 @@
     python benchmarks/instructions_vs_base.py BASE_TREE [--requests 300] [-- RUN ARGS...]
 
 CPU seconds on a shared 2-core machine move by 10 % from one run to the next with the load; an instruction count
-does not (within ~1 %, with PYTHONHASHSEED fixed): it is the steadier figure for a change of a few per cent, and a
-good proxy for CPU time in this interpreter-bound loop. Each tree runs the same `run` arguments twice in a fresh
-interpreter under callgrind, once with 1 request and once with --requests N; the difference is the run's own
-work (imports and start-up cancel out). Needs valgrind (Debian's package); about 20 s a count. A benchmark, not
-a test: it asserts nothing.
+moves less (with PYTHONHASHSEED fixed, ~1 % at a few thousand requests; up to ~5 % between counts of 1,000
+requests were seen, as memos keyed by object ids hash differently from run to run): it is the steadier figure for
+a change of a few per cent (repeat it, and prefer more requests, below ~5 %), and a good proxy for CPU time in this
+interpreter-bound loop. Each tree runs the same `run` arguments twice in a fresh interpreter under callgrind, once
+with 1 request and once with --requests N, after one run outside valgrind (bytecode cached for both); the
+difference is the run's own work (imports and start-up cancel out). Needs valgrind (Debian's package); about 20 s
+a count. A benchmark, not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ def count(tree: Path, args: list[str]) -> int:
     return int(m.group(1))
 
 
+def warm(tree: Path, args: list[str]) -> None:
+    """One run outside valgrind first, so both counted runs find the tree's bytecode cached: a source file changed
+    since its last run (another checkout at work on the same tree) is compiled there, and compiling it inside only
+    one of the two counted runs moved their difference by hundreds of millions, even below zero."""
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    subprocess.run([sys.executable, "-c", _WORKER, str(tree), *args], capture_output=True, env=env, cwd=tree,
+                   check=False)
+
+
 def main() -> int:
     """Count both trees and print the run's instructions per request and the ratio."""
     argv = sys.argv[1:]
@@ -64,6 +75,7 @@ def main() -> int:
         return 2
     got = {}
     for name, tree in (("base", args.base.resolve()), ("current", HERE)):
+        warm(tree, [*run_args, "--requests", "1"])
         one = count(tree, [*run_args, "--requests", "1"])
         full = count(tree, [*run_args, "--requests", str(args.requests)])
         got[name] = full - one
