@@ -91,6 +91,9 @@ def test_bench_json_engine_section() -> None:
     # The varied-length row: the same engine with prompt and output lengths spread around the same means.
     v = res["engine_varied"]
     assert v["ticks_per_s"] > 0 and v["sim_s_per_wall_s"] > 0 and v["ticks"] == 300
+    # ... in CPU time too (the figure issue 26 sets its target in): simulated seconds over the run's CPU seconds.
+    sim = v["sim_s_per_wall_s"] * v["wall_s"]
+    assert v["cpu_s"] > 0 and v["sim_s_per_cpu_s"] == pytest.approx(sim / v["cpu_s"])
     assert v["prompt"].startswith("uniform:") and v["output"].startswith("uniform:")
     # The open-loop rows run the issue's commands to their bound (a fifth of the requests at rate 1), in CPU time.
     for key, rate, n in (("run_rate_10", 10, 200), ("run_rate_1", 1, 40)):
