@@ -441,23 +441,42 @@ class Queue(Table):
             self.head = self.n = 0
 
 
-class Ring:
-    """A fixed-size ring of float rows: the last `cap` rows appended, for bounded statistics."""
+_RING_START = 1024  # a Ring's first array, in rows (it doubles up to its cap)
 
-    __slots__ = ("a", "pos", "count")
+
+class Ring:
+    """A fixed-size ring of float rows: the last `cap` rows appended, for bounded statistics.
+
+    The array starts small and doubles as rows come, up to `cap`: a lane's latency rings hold 65,536 rows, and a
+    plan point or a fleet replica that finishes a thousand requests would otherwise zero megabytes it never uses
+    (freed memory the allocator hands out again is zeroed by hand, not mapped fresh). Until the array reaches
+    `cap` the ring has never wrapped: its rows are a[:pos], oldest first."""
+
+    __slots__ = ("a", "pos", "count", "cap")
 
     def __init__(self, cap: int, cols: int) -> None:
-        self.a = np.zeros((cap, cols))
+        self.cap = cap
+        self.a = np.zeros((min(cap, _RING_START), cols))
         self.pos = 0
         self.count = 0
 
+    def _room(self, end: int) -> None:
+        """Grow the array (not yet at cap, never wrapped) to hold rows up to `end` (at most cap)."""
+        size = self.a.shape[0]
+        if end <= size or size >= self.cap:
+            return
+        a = np.zeros((min(self.cap, max(2 * size, end)), self.a.shape[1]))
+        a[:self.pos] = self.a[:self.pos]
+        self.a = a
+
     def push(self, rows: np.ndarray) -> None:
         """Append rows, overwriting the oldest once full."""
-        cap = self.a.shape[0]
+        cap = self.cap
         k = rows.shape[0]
         if k >= cap:
             rows, k = rows[-cap:], cap
         end = self.pos + k
+        self._room(end)
         if end <= cap:
             self.a[self.pos:end] = rows
         else:
@@ -469,11 +488,13 @@ class Ring:
 
     def claim(self, k: int) -> np.ndarray | None:
         """The next k rows as a view to write in place, counted as pushed (what push would overwrite); None when
-        they would wrap around the end or fill the ring (push those). Saves building the rows then copying them."""
+        they would wrap around the end or fill the ring (push those). Saves building the rows then copying them.
+        Write the view before the ring's next push or claim (either may move the rows to a larger array)."""
         end = self.pos + k
-        cap = self.a.shape[0]
+        cap = self.cap
         if end > cap or k >= cap:
             return None
+        self._room(end)
         view = self.a[self.pos:end]
         self.pos = end % cap
         self.count = min(self.count + k, cap)
@@ -481,14 +502,16 @@ class Ring:
 
     def push_row(self, row: tuple[float, ...]) -> None:
         """Append one row (a tuple of floats), overwriting the oldest once full."""
+        if self.pos >= self.a.shape[0]:
+            self._room(self.pos + 1)
         self.a[self.pos] = row
-        self.pos = (self.pos + 1) % self.a.shape[0]
-        if self.count < self.a.shape[0]:
+        self.pos = (self.pos + 1) % self.cap
+        if self.count < self.cap:
             self.count += 1
 
     def last(self, k: int | None = None) -> np.ndarray:
         """The last k rows (all valid rows if None), oldest first; a copy."""
-        cap = self.a.shape[0]
+        cap = self.cap
         k = self.count if k is None else min(k, self.count)
         start = (self.pos - k) % cap
         if start + k <= cap:

@@ -168,3 +168,30 @@ def test_ring_claim_then_write_equals_push(sizes: list[int], seed: int) -> None:
             slot[:] = rows
         assert (pushed.pos, pushed.count) == (claimed.pos, claimed.count)
         assert np.array_equal(pushed.last(), claimed.last())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["push", "claim", "row"]), st.integers(1, 40)), min_size=1, max_size=40),
+       st.integers(0, 2**31))
+def test_a_ring_that_grows_holds_what_a_full_size_one_holds(ops: list[tuple[str, int]], seed: int) -> None:
+    """A ring's array starts small and doubles up to its cap: pushes, claims and single rows leave it holding exactly
+    the rows (and the position and count) of a ring made at full size, through growth, wrap-around and over-full
+    batches."""
+    rng = np.random.default_rng(seed)
+    cap = 50
+    grows, full = tables.Ring(cap, 3), tables.Ring(cap, 3)
+    grows.a = np.zeros((4, 3))  # far below cap, so a few rows make it grow (the default start is larger)
+    full.a = np.zeros((cap, 3))
+    for op, k in ops:
+        rows = rng.random((k, 3))
+        for r in (grows, full):
+            if op == "row":
+                r.push_row(tuple(rows[0]))
+            elif op == "push" or (slot := r.claim(k)) is None:
+                r.push(rows)
+            else:
+                slot[:] = rows
+        assert (grows.pos, grows.count) == (full.pos, full.count)
+        assert np.array_equal(grows.last(), full.last())
+        assert grows.a.shape[0] <= cap
+    assert grows.a.shape[0] >= min(cap, grows.count)
