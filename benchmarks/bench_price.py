@@ -16,15 +16,14 @@ A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import pickle
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from speed_vs_base import worker_json  # (benchmarks/, this script's own folder, is on sys.path)
 
 HERE = Path(__file__).resolve().parent.parent
 WORKLOADS = {
@@ -101,12 +100,7 @@ def record(argv: list[str]) -> tuple[Any, Any, Any, list[tuple[tuple[Any, ...], 
 
 def measure(tree: Path, path: str, rounds: int) -> dict[str, float]:
     """CPU seconds per pass over each recording on `tree`, in a fresh interpreter."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", _WORKER, str(tree), path, str(rounds)], capture_output=True,
-                         text=True, env=env, cwd=tree, check=False)
-    if out.returncode:
-        raise SystemExit(f"pricing on {tree} failed:\n{out.stderr.strip()}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return worker_json(tree, _WORKER, [path, str(rounds)], "pricing")
 
 
 def main() -> int:
@@ -116,6 +110,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5, help="fresh-process measurements per tree (median taken)")
     ap.add_argument("--rounds", type=int, default=3, help="passes over each recording per measurement")
     args = ap.parse_args()
+    if not (args.base / "engine").is_dir():  # (as speed_vs_base and instructions_vs_base check theirs)
+        print(f"bench_price: {args.base} has no engine/ package; give a checkout of the base commit", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(HERE))
     rec = {}
     for name, argv in WORKLOADS.items():

@@ -78,9 +78,16 @@ print(json.dumps({"wall": sim / wall, "cpu": sim / cpu, "wall_s": wall, "sim_s":
 def measure(tree: Path, what: str, n: int, rate: float = 1.0) -> dict[str, Any]:
     """One measurement of `what` ("bench" or "run", at `rate` req/s) on `tree`, in a fresh interpreter."""
     run_args = [*RUN_ARGS[:-1], f"{rate:g}"]
+    return worker_json(tree, _WORKER, [what, str(n), json.dumps(run_args)], what)
+
+
+def worker_json(tree: Path, code: str, args: list[str], what: str) -> Any:
+    """Run `code` in a fresh interpreter on `tree` (its argv: the tree, then `args`; the tree first on the path)
+    and read the JSON of the last line it prints; a failed run ends this script with `what` and its stderr.
+    (bench_price.py measures with it too.)"""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", _WORKER, str(tree), what, str(n), json.dumps(run_args)],
-                         capture_output=True, text=True, env=env, cwd=tree, check=False)
+    out = subprocess.run([sys.executable, "-c", code, str(tree), *args], capture_output=True, text=True, env=env,
+                         cwd=tree, check=False)
     if out.returncode:
         raise SystemExit(f"{what} on {tree} failed:\n{out.stderr.strip()}")
     return json.loads(out.stdout.strip().splitlines()[-1])
