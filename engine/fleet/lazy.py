@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from engine.fleet.feed import Feed
 from engine.fleet.replica import Replica
 from engine.fleet.routers import Pick, RoutingSnapshot
-from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
+from engine.serving.tables import Rows, blocks_for
 
 if TYPE_CHECKING:
     from engine.fleet.fleet import Fleet
@@ -95,7 +95,7 @@ class LazyLoop:
         self.snaps[rep.index] = None
         rep.calm = self.calm(rep)
         if self.counting:
-            self.commit[rep.index] += (int(row.prompt[0]) + int(row.total[0]) + BLOCK - 1) >> SHIFT  # blocks_for
+            self.commit[rep.index] += blocks_for(int(row.prompt[0]) + int(row.total[0]))
         return n
 
     def decide(self, row: Rows, stop: float) -> tuple[Pick, int]:

@@ -62,9 +62,9 @@ def blocked(lane: Lane, free: int, tokens_planned: int, prefill_planned: bool) -
 
 def _fits_one(lane: Lane, target: int, free: int, tokens_planned: int, prefill_planned: bool) -> tuple[int, bool]:
     """One candidate's first chunk (Scheduler.admit_one) and whether it joins: it fits the token budget, and its
-    chunk's blocks (blocks_for on one int: the same integer arithmetic) fit the `free` blocks."""
+    chunk's blocks fit the `free` blocks."""
     chunk, ok = lane.sched.admit_one(target, tokens_planned, prefill_planned)
-    return chunk, ok and (chunk + BLOCK - 1) >> SHIFT <= free
+    return chunk, ok and blocks_for(chunk) <= free
 
 
 def _lora_allowed(lane: Lane, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,7 +204,7 @@ def _admit_queued(lane: Lane, mq: int, free: int, tokens_planned: int, prefill_p
     blocks: list[int] = []
     took = 0
     for c, ok in rule:
-        nb = (c + BLOCK - 1) >> SHIFT
+        nb = blocks_for(c)
         if not ok or took + nb > free:
             break
         chunks.append(c)
@@ -217,11 +217,8 @@ def _admit_queued(lane: Lane, mq: int, free: int, tokens_planned: int, prefill_p
     assert not (lane.spec.debug and sched.whole_prompts) or chunks == tg[:k], \
         f"scheduler {sched.name!r} says whole_prompts but split a prompt"
     n = R.n
-    R.reserve(k)  # (may grow R's arrays: read them after)
+    R.append_cols(Q.cols.i[:, h:h + k], Q.cols.f[:, h:h + k])  # (may grow R's arrays: read them after)
     ri, rf = R.cols.i, R.cols.f
-    ri[:, n:n + k] = Q.cols.i[:, h:h + k]  # Table.append of the rows
-    rf[:, n:n + k] = Q.cols.f[:, h:h + k]
-    R.n = n + k
     ri[_SEQ, n:n + k] = range(lane.seq, lane.seq + k)
     lane.seq += k
     lane.pool.alloc(took)
@@ -340,7 +337,7 @@ def admit_cached(lane: Lane, cand: Rows, free: int, tokens_planned: int, prefill
                 h = keying.worth_loading(lane, kk[:h])
             rem = int(tg[i]) - h * BLOCK
             ch, ok = lane.sched.admit_one(rem, planned, pf_planned)
-            nb = ((h * BLOCK + ch + BLOCK - 1) >> SHIFT) - h  # blocks_for on one int
+            nb = blocks_for(h * BLOCK + ch) - h
             if dry:
                 fits = ok and nb <= pool.available - pool.revivable(kk[:h]) - reserve
                 return int(fits), chunks, hits, hkeys

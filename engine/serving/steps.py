@@ -320,7 +320,7 @@ def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float
             c.input[n_run] = now
         return _join_shares(s, p, b, attn_pf, in_new)
     inp = c.input[n_run:n]
-    if n - n_run <= 4:  # the usual one or two admitted rows: Python ints (numpy's five calls cost more)
+    if n - n_run <= _FEW_ADMITTED:  # the usual one or two admitted rows: Python ints (numpy's five calls cost more)
         was = inp.tolist()
         now = [max(min(x, p), i) for x, p, i in zip(chunks.tolist(), c.prompt[n_run:n].tolist(), was,
                                                          strict=True)]

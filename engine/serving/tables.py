@@ -9,6 +9,7 @@ dtype), rather than recopying whole rows of a row-major table.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TypeVar
 
 import numpy as np
 
@@ -70,13 +71,16 @@ BLANK_F.flags.writeable = False
 _ARRIVAL = int(FloatCol.ARRIVAL)  # (a plain int indexes faster than an IntEnum member)
 
 
+_Count = TypeVar("_Count", np.ndarray, int)  # token counts: an array of them, or one
+
 BLOCK = KV_BLOCK_TOKENS
 SHIFT = 4  # log2(16): blocks for c cached tokens = (c + 15) >> 4
 assert 1 << SHIFT == BLOCK
 
 
-def blocks_for(tokens: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """KV blocks that hold `tokens` cached tokens (int64 arrays), written into `out` if given (no temporaries)."""
+def blocks_for(tokens: _Count, out: np.ndarray | None = None) -> _Count:
+    """KV blocks that hold `tokens` cached tokens (int64 arrays, or one Python int: the same integer arithmetic),
+    written into `out` if given (no temporaries)."""
     if out is None:
         return (tokens + BLOCK - 1) >> SHIFT
     np.add(tokens, BLOCK - 1, out=out)
@@ -274,14 +278,18 @@ class Table:
 
     def append(self, rows: Rows) -> None:
         """Append rows at the end."""
-        i = rows.i
+        self.append_cols(rows.i, rows.f)
+
+    def append_cols(self, i: np.ndarray, f: np.ndarray) -> None:
+        """Append the rows whose integer and float fields are the columns of `i` and `f` (another table's slice
+        needs no Rows made of it)."""
         k = i.shape[1]
         if self.n + k > self.cap:  # (reserve does nothing otherwise: a request's admission skips the call)
             self.reserve(k)
         n = self.n
         c = self.cols
         c.i[:, n:n + k] = i
-        c.f[:, n:n + k] = rows.f
+        c.f[:, n:n + k] = f
         self.n = n + k
 
     def append_view(self, rows: Rows) -> Rows:

@@ -42,6 +42,10 @@ class Budget:
             return math.inf
         return t
 
+    def room(self) -> float:
+        """Requests the run can still take (inf without --requests)."""
+        return math.inf if self.limit is None else max(0, self.limit - self.accepted)
+
 
 def is_fast_user(u: np.ndarray, share: float) -> np.ndarray:
     """Spread fast users evenly over user indices: user u is fast when floor((u+1)f) steps past floor(uf)."""
@@ -169,7 +173,7 @@ class Arrivals:
         """_poisson_until(t) in Python numbers, when the arrival after those handed out is already computed (else None,
         nothing changed): the same arrivals, cap, next_poisson and stream position."""
         b = self.budget
-        cap = math.inf if b.limit is None else max(0, b.limit - b.accepted) + 1
+        cap = b.room() + 1  # (the arrival a one-at-a-time draw stops on too)
         ahead, p = self._at_list, self._at_pos
         size = len(ahead)
         e = p
@@ -187,7 +191,7 @@ class Arrivals:
         gaps in the order drawn, so they are those of one-at-a-time drawing, bit for bit, and a tick with an
         arrival costs a search rather than a draw."""
         b = self.budget
-        cap = math.inf if b.limit is None else max(0, b.limit - b.accepted) + 1
+        cap = b.room() + 1  # (the arrival a one-at-a-time draw stops on too)
         at, p = self._at, self._at_pos
         m = int(np.searchsorted(at[p:], t, side="right"))
         while p + m >= at.size and m < cap:  # every time ahead is at or before t: compute more
