@@ -276,16 +276,29 @@ class Engine:
     def _ticks(self, limit: float, max_ticks: float) -> int:
         """At most `max_ticks` ticks at once: a run of quiet decode steps when skip_quiet allows (each counts
         as a tick, with the same result as stepping them one by one), else one tick. Returns ticks run."""
+        lanes = self._lanes
+        # One lane and no debug checks (the usual run): it is the next lane, and the engine's clock is its clock
+        # after it moves (_next_lane's and _moved's answers, without their calls: ~22k ticks in a 10k-request run).
+        lone = len(lanes) == 1 and not self._cfg.debug
         if self.skip_quiet and max_ticks >= 2:
-            lane = self._next_lane()
+            lane = lanes[0] if lone else self._next_lane()
             if lane is not None:
                 prev, lane_prev = self._clock, lane.clock
                 d = self._budget.duration
                 k = lane.jump(limit if d is None else min(limit, d), int(min(max_ticks, 1 << 20)))
                 if k:
                     self._tick += k
-                    self._moved(lane, prev, lane_prev)
+                    if lone:
+                        self._clock = lane.clock
+                    else:
+                        self._moved(lane, prev, lane_prev)
                     return k
+        if lone:  # _step's tick, wanting no result
+            lane = lanes[0]
+            self._tick += 1
+            lane.step(limit, self._tick, False)
+            self._clock = lane.clock
+            return 1
         self._step(limit, False)
         return 1
 

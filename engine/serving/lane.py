@@ -303,31 +303,39 @@ class Lane:
         if self.source.next_time <= t0:  # (self.next_arrival without its property call)
             self._arrive(t0)
         R = self.R
+        n_run = R.n
         # Under async scheduling this step's batch was chosen when the previous busy step started (chosen_at):
         # requests that arrived since wait for the next step (with nothing running, nothing was chosen ahead).
-        cut = t0 if self.chosen_at is None or R.n == 0 else self.chosen_at
+        cut = t0 if self.chosen_at is None or n_run == 0 else self.chosen_at
         self.chosen_at = t0 if self.async_sched else None
         pool = self.pool
         # 1. Keep the running batch going; under KV pressure evict the newest until the step fits.
         new, nb, need = self._plan_running()
+        free = pool.available - need  # (read once: nothing takes blocks until admission)
         preempted: list[int] = []
-        while need > pool.available:
-            preempted.append(self._preempt_newest())
-            new, nb, need = self._plan_running()
-        n_run = R.n
+        if free < 0:
+            while need > pool.available:
+                preempted.append(self._preempt_newest())
+                new, nb, need = self._plan_running()
+            n_run = R.n
+            free = pool.available - need
         tokens_planned = n_run if new is None else int(new.sum())
         # Decode rows add one token each; anything beyond that is prefill already in this step.
         prefill_planned = new is not None and tokens_planned > n_run - self.n_pf
         # 2. Admit while blocks, batch slots and the token budget allow.
-        chunks, whole = admission.admit(self, pool.available - need, tokens_planned, prefill_planned, t0, cut)
+        chunks, whole = admission.admit(self, free, tokens_planned, prefill_planned, t0, cut)
         n = R.n
-        k = n - n_run
-        admitted = R.cols.id[n_run:n].copy() if k and want else _EMPTY
-        pre = np.array(preempted, dtype=np.int64) if preempted and want else _EMPTY
+        if want:
+            admitted = R.cols.id[n_run:n].copy() if n > n_run else _EMPTY
+            pre = np.array(preempted, dtype=np.int64) if preempted else _EMPTY
+        else:
+            admitted = pre = _EMPTY
         if n == 0:
             return self._idle(limit, tick, admitted, pre)
         # 3. The first step kind that takes the plan builds its batch record, prices it and applies it.
-        return steps.run(self, StepPlan(n_run, n, new, nb, need, chunks, whole, tick, admitted, pre, want))
+        # (tuple.__new__ with every field: StepPlan's own __new__ costs ~0.3 us more)
+        return steps.run(self, tuple.__new__(StepPlan, (n_run, n, new, nb, need, chunks, whole, tick, admitted, pre,
+                                                        want)))
 
     def jump(self, stop: float, max_steps: int) -> int:
         """Run up to `max_steps` quiet decode steps at once (engine.serving.steps.jump); returns how many ran."""

@@ -297,14 +297,16 @@ class BlockPool:
         ones are left; False (nothing changed) if even that is not enough."""
         if n <= 0:
             return n == 0
-        if n > self.available:
+        avail = self.total - self.private - self.keyed_used  # (self.available and self.free = avail - cached, and
+        if n > avail:  # self.used below, without their property calls: ~40k allocations in a 10k-request run)
             return False
-        short = n - self.free
+        short = n - (avail - self.cached)
         if short > 0:
             self._evict(short)
-        self.private += n
-        if self.used > self.peak:
-            self.peak = self.used
+        private = self.private = self.private + n
+        used = private + self.keyed_used
+        if used > self.peak:
+            self.peak = used
         return True
 
     def take(self, n: int) -> None:

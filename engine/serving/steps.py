@@ -117,9 +117,10 @@ def decode_batch(model: Model, cached: np.ndarray) -> Batch:
     n = cached.size
     sum_ctx = float(isum(cached))
     attn = sum_ctx + 0.5 * n
-    sum_win, attn_win = window(model, cached)
-    return Batch(tokens=n, seqs=n, sum_ctx=sum_ctx, sum_win=sum_win, attn_full=attn, attn_win=attn_win, logits=n,
-                 attn_decode=attn)
+    sum_win, attn_win = window(model, cached) if model.sliding_layers > 0 else (0.0, 0.0)  # (window's 0s, no call)
+    # tuple.__new__ with every field (tokens, seqs, sum_ctx, sum_win, attn_full, attn_win, logits, attn_decode,
+    # adapters), as join_batch
+    return tuple.__new__(Batch, (n, n, sum_ctx, sum_win, attn, attn_win, n, attn, 0))
 
 
 def join_batch(model: Model, dec: np.ndarray, chunks: np.ndarray) -> tuple[Batch, float]:
@@ -127,8 +128,13 @@ def join_batch(model: Model, dec: np.ndarray, chunks: np.ndarray) -> tuple[Batch
     an empty cache: every row emits, so every row needs logits. Also the prefill rows' attention pairs (the
     step's cost rule charges them to input)."""
     n_run = dec.size
+    k = chunks.size
     s_dec = float(isum(dec))
-    if chunks.size <= 8:  # the usual one or two admitted rows: Python floats, the same products
+    if k == 1:  # the usual lone admitted row: its pairs as a Python float, as the few rows' sum of one term
+        x = int(chunks[0])
+        attn_pf = x * (x / 2)  # (a float: the sum of one term is it)
+        t_pf = x
+    elif k <= 8:  # a few admitted rows: Python floats, the same products
         cl = chunks.tolist()
         attn_pf = float(sum([x * (x / 2) for x in cl]))  # whole and half tokens: exact, in any order
         t_pf = sum(cl)
@@ -137,12 +143,16 @@ def join_batch(model: Model, dec: np.ndarray, chunks: np.ndarray) -> tuple[Batch
         attn_pf = float((nf * (nf / 2)).sum())
         t_pf = int(chunks.sum())
     attn_dec = s_dec + 0.5 * n_run
-    sum_win, attn_win = window(model, dec)
     if model.sliding_layers > 0:
+        sum_win, attn_win = window(model, dec)
         nf = chunks.astype(np.float64)
         attn_win += float(model.local_pairs(np.zeros(nf.size), nf).sum())
-    b = Batch(t_pf + n_run, n_run + chunks.size, s_dec, sum_win, attn_dec + attn_pf, attn_win, n_run + chunks.size,
-              attn_dec)
+    else:  # (window's answer without its call)
+        sum_win = attn_win = 0.0
+    # tuple.__new__ with every field (tokens, seqs, sum_ctx, sum_win, attn_full, attn_win, logits, attn_decode,
+    # adapters): a NamedTuple's own __new__ costs ~0.5 us more
+    b = tuple.__new__(Batch, (t_pf + n_run, n_run + k, s_dec, sum_win, attn_dec + attn_pf, attn_win, n_run + k,
+                              attn_dec, 0))
     return b, attn_pf
 
 
@@ -249,8 +259,9 @@ def fill_new_blocks(lane: Lane, n: int, cached: np.ndarray) -> None:
 
 def decode_step(lane: Lane, s: StepPlan) -> TickResult | None:
     """A pure decode step: every running row adds one token on top of its cache."""
-    n, nb = s.n, s.nb
-    lane.pool.alloc(s.need)
+    n, need = s.n, s.need
+    if need:  # (alloc(0) takes nothing)
+        lane.pool.alloc(need)
     c = lane.R.cols
     cached = c.cached[:n]
     dt, p = lane.price(decode_batch(lane.sm.model, cached))
@@ -258,12 +269,13 @@ def decode_step(lane: Lane, s: StepPlan) -> TickResult | None:
     gen = c.gen[:n]
     cached += 1
     gen += 1
-    if s.need:  # (nb has no row set otherwise)
-        c.blocks[:n] += nb
+    if need:  # (nb has no row set otherwise)
+        blocks = c.blocks[:n]
+        blocks += s.nb
     if lane.shared_content:
         keying.fill(lane, np.flatnonzero((cached & (BLOCK - 1)) == 0))  # rows whose last block just filled
     ids = c.id[:n].copy() if s.want else _EMPTY
-    vis_tokens = stamp_visible(lane, n, gen, None, t1)
+    vis_tokens = n if lane.think_zero else stamp_visible(lane, n, gen, None, t1)  # (its answer with nothing hidden)
     lane.stats.itl.add(dt, c.stage[:n] if lane.staged else 0, n)  # every row had its first token already
     return finish(lane, s, p, n, n, vis_tokens, t1, dt, ids, ones(n) if s.want else _EMPTY)
 
@@ -274,26 +286,33 @@ def join_step(lane: Lane, s: StepPlan) -> TickResult | None:
 
     Same aggregates as mixed_step (its sums are of whole and half tokens, exact in any order), same updates.
     """
-    n_run, n, chunks = s.n_run, s.n, s.chunks
-    lane.pool.alloc(s.need)
+    n_run, n, chunks, need = s.n_run, s.n, s.chunks, s.need
+    if need:  # (alloc(0) takes nothing)
+        lane.pool.alloc(need)
     c = lane.R.cols
-    b, attn_pf = join_batch(lane.sm.model, c.cached[:n_run], chunks)
+    cached = c.cached  # (the whole field: its slices below are views of the table)
+    b, attn_pf = join_batch(lane.sm.model, cached[:n_run], chunks)
     dt, p = lane.price(b)
     in_new, recomputed, share_in = _join_inputs(lane, s, p, b, attn_pf)
     t1 = lane.advance(dt)
     if lane.stats.preemptions:
         lane.end_recomputes(~np.isnan(c.mark[:n]), t1)  # every row emits: recomputes that end with this step
     if n_run:
-        c.cached[:n_run] += 1
-        if s.need:  # (nb has no row set otherwise)
-            c.blocks[:n_run] += s.nb
-    c.cached[n_run:n] = chunks
+        dec = cached[:n_run]
+        dec += 1
+        if need:  # (nb has no row set otherwise)
+            blocks = c.blocks[:n_run]
+            blocks += s.nb
+    if n - n_run == 1:
+        cached[n_run] = chunks[0]
+    else:
+        cached[n_run:n] = chunks
     if lane.shared_content:
-        fill_new_blocks(lane, n, c.cached[:n])
+        fill_new_blocks(lane, n, cached[:n])
     gen = c.gen[:n]
     gen += 1
     n_first, first = _stamp_first(lane, n_run, n, gen, t1)
-    vis_tokens = stamp_visible(lane, n, gen, None, t1)
+    vis_tokens = n if lane.think_zero else stamp_visible(lane, n, gen, None, t1)  # (its answer with nothing hidden)
     # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
     if lane.staged:
         st = c.stage[:n]
@@ -354,6 +373,11 @@ def _stamp_first(lane: Lane, n_run: int, n: int, gen: np.ndarray, t1: float) -> 
     every admitted row)."""
     c = lane.R.cols
     k = n - n_run
+    if k == 1 and int(gen[n_run]) == 1:  # the usual lone new row: two fields of one row (scalar writes)
+        c.first[n_run] = t1
+        if lane.think_zero:  # nothing hidden: the first token is the first visible one
+            c.visible[n_run] = t1
+        return 1, None
     # A few admitted rows are checked in Python (one call, against numpy's compare and count on a 1-row array).
     first = None if k <= _FEW_ADMITTED and gen[n_run:].tolist().count(1) == k else gen[n_run:] == 1
     n_first = k if first is None else int(np.count_nonzero(first))
@@ -746,6 +770,9 @@ STEP_KINDS: list[StepKind] = [
 ]
 
 
+_BUILT_IN = list(STEP_KINDS)  # the kinds above, in their order (run picks among them by the plan's shape)
+
+
 def register(kind: StepKind, before: str = "mixed") -> None:
     """Add a step kind, tried just before the kind named `before` (mixed, the general case, stays last)."""
     if any(k.name == kind.name for k in STEP_KINDS):
@@ -759,7 +786,15 @@ def unregister(name: str) -> None:
 
 
 def run(lane: Lane, s: StepPlan) -> TickResult | None:
-    """Run the plan with the first kind that takes it."""
+    """Run the plan with the first kind that takes it. With the built-in kinds alone, a plan with no prefill
+    planned and no speculation goes straight to decode (nothing admitted) or join (whole prompts, nothing loaded
+    from a tier): what their `when`s answer, without asking each in turn (tests/engine/test_batch_record.py
+    checks the two agree)."""
+    if STEP_KINDS == _BUILT_IN and s.new is None and not lane.spec_k:  # (a list compares its items by identity
+        if s.n == s.n_run:  # first: four reads)
+            return decode_step(lane, s)
+        if s.whole and not lane.load_s:
+            return join_step(lane, s)
     for _, when, go in STEP_KINDS:
         if when(lane, s):
             return go(lane, s)

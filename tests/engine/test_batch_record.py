@@ -7,6 +7,7 @@ passes; and a step kind registered from outside prices through the same entry po
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -155,3 +156,68 @@ def test_a_registered_step_kind_prices_through_the_one_entry_point(monkeypatch: 
     assert e.metrics() == base.metrics()  # the same physics through the same entry point: the same run
     steps.unregister("toy-decode")
     assert [k.name for k in steps.STEP_KINDS] == ["join", "spec", "decode", "mixed"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_lone_admitted_row_joins_as_a_few_rows_do(model: str) -> None:
+    """join_batch's lone-row path (Python ints) gives the few-rows path's record bit for bit: the general path's
+    sum of one term, with a twin row of no prompt (0 pairs, 0 tokens) added to take that path."""
+    m = load_model(model)
+    for n_run in (0, 1, 5, 20, 45):
+        dec = CACHED[:n_run]
+        for x in (1, 2, 15, 16, 17, 511, 4097, 8191, 39_999):
+            lone, pairs = steps.join_batch(m, dec, np.array([x], dtype=np.int64))
+            few, few_pairs = steps.join_batch(m, dec, np.array([x, 0], dtype=np.int64))
+            assert pairs == few_pairs and type(pairs) is float
+            assert lone._replace(seqs=0, logits=0) == few._replace(seqs=0, logits=0)  # (the twin row is a sequence)
+            assert (lone.seqs, lone.logits) == (n_run + 1, n_run + 1) and type(lone.tokens) is int
+
+
+def _plans() -> list[steps.StepPlan]:
+    """Plans of every shape the lane makes: decode, join, prefill planned, whole or split prompts."""
+    e = np.zeros(0, dtype=np.int64)
+    out = []
+    for n_run, n in ((3, 3), (3, 4), (0, 2), (5, 7)):
+        for new in (None, np.ones(n_run, dtype=np.int64)):
+            for whole in (True, False):
+                out.append(steps.StepPlan(n_run, n, new, None, 0, np.ones(n - n_run, dtype=np.int64), whole, 0, e, e,
+                                          False))
+    return out
+
+
+def test_the_built_in_kinds_are_picked_as_their_whens_pick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run's shortcut for the built-in kinds chooses the kind the `when` loop chooses, for every plan shape and lane
+    (speculation on or off, a tier load pending or not), and whole runs give the same figures either way."""
+    picked: list[str] = []
+
+    def rec(name: str) -> Any:
+        return lambda lane, s: picked.append(name)
+
+    kinds = [k._replace(run=rec(k.name)) for k in steps.STEP_KINDS]
+    monkeypatch.setattr(steps, "STEP_KINDS", kinds)
+    monkeypatch.setattr(steps, "_BUILT_IN", kinds)  # the shortcut is on: it calls the kinds below by name
+    monkeypatch.setattr(steps, "decode_step", rec("decode*"))
+    monkeypatch.setattr(steps, "join_step", rec("join*"))
+    lane = Engine(EngineConfig(users=2, requests=4))._lanes[0]
+    short = 0
+    for spec_k in (0, 3):
+        for load_s in (0.0, 0.5):
+            lane.spec_k, lane.load_s = spec_k, load_s
+            for s in _plans():
+                expect = next(k.name for k in kinds if k.when(lane, s))
+                steps.run(lane, s)
+                got = picked.pop()
+                short += got.endswith("*")
+                assert got.rstrip("*") == expect
+    assert short >= 4, "the shortcut never ran: the comparison would prove nothing"
+    monkeypatch.undo()
+    for cfg in (EngineConfig(rate=8, prompt="uniform:20,900", output="uniform:1,300", requests=300, seed=3),
+                EngineConfig(users=24, think="uniform:0,40", output="uniform:1,200", requests=200, seed=4)):
+        fast = Engine(cfg)
+        fast.run()
+        # The same kinds behind other objects: run asks each `when` in turn.
+        monkeypatch.setattr(steps, "STEP_KINDS", [k._replace(run=partial(k.run)) for k in steps.STEP_KINDS])
+        general = Engine(cfg)
+        general.run()
+        monkeypatch.undo()
+        assert fast.metrics() == general.metrics()
