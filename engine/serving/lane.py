@@ -45,8 +45,9 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
 _DONE = int(FloatCol.DONE)  # (a plain int indexes faster than an IntEnum member: ~1 us less a call)
-_ID, _USER = int(IntCol.ID), int(IntCol.USER)
+_ID, _USER, _STAGE = int(IntCol.ID), int(IntCol.USER), int(IntCol.STAGE)
 _FEW_ROWS = 8  # up to this many running rows a decode plan's new blocks are counted in Python
+_ONE_ROW = 1  # complete(): this many finished rows take the one-row path (tests set -1: the array path always)
 @dataclass(frozen=True, slots=True)
 class TickResult:
     """What one tick did. Id arrays are read-only; `cost` is None for an idle tick (no tokens, clock jumps)."""
@@ -426,22 +427,33 @@ class Lane:
         return idle_result(tick, t1, t1 - t0, self.fast, admitted, pre)
 
     def complete(self, done: np.ndarray, t: float) -> np.ndarray:
-        """Finished rows: hand them to the accounting, free their blocks, start their users thinking, drop them."""
+        """Finished rows: hand them to the accounting, free their blocks, start their users thinking, drop them.
+        A tick's usual one finished row takes the one-row calls (Table.drop_row, Source.wake_one) with its fields
+        read as Python ints: the same counts, moves and draws as the array path's."""
         R = self.R
         gone = done.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
         c = R.cols
         di, df = c.i.take(gone, axis=1), c.f.take(gone, axis=1)
         d = Rows(di, df)
-        df[_DONE] = t
         k = gone.size
-        keying.release(self, d)
-        R.drop(gone, done)
         st = self.stats
         st.completed += k
-        if self.staged:
-            st.stage_done += np.bincount(d.stage, minlength=st.stages)
+        one = k == _ONE_ROW
+        if one:
+            df[_DONE, 0] = t
+            keying.release(self, d)
+            R.drop_row(int(gone[0]))
+            st.stage_done[di.item(_STAGE, 0) if self.staged else 0] += 1
         else:
-            st.stage_done[0] += k
+            df[_DONE] = t
+            keying.release(self, d)
+            R.drop(gone, done)
+            if self.staged:
+                st.stage_done += np.bincount(d.stage, minlength=st.stages)
+            else:
+                st.stage_done[0] += k
+        di.flags.writeable = False  # the finished rows handed out (a TickResult's ids, a fleet's rows) read-only
+        df.flags.writeable = False
         st.finish(d)
         if self.spec.debug:
             total = d.total
@@ -453,7 +465,10 @@ class Lane:
         if self.on_done is not None:
             self.on_done(d)
         # Closed-loop users think, then send again (if still active and the run still takes requests).
-        self.source.wake(di[_USER], t)  # (fields by plain ints: Rows' properties index by IntEnum, ~0.3 us each)
+        if one:
+            self.source.wake_one(di.item(_USER, 0), t)
+        else:
+            self.source.wake(di[_USER], t)  # (fields by plain ints: Rows' properties index by IntEnum, ~0.3 us each)
         return di[_ID]
 
     def abort(self, rid: int) -> bool:

@@ -315,6 +315,19 @@ class Arrivals:
             self.next_user = m
 
 
+    def think_one(self, user: int, t: float) -> None:
+        """think() for one user (a Python int): the same bounds, think-time draw (Sampler.take_scalar: take(1)'s
+        value, stream position and clip count), send time and heap entry, without think()'s arrays."""
+        if user < 0 or user >= self.budget.users:
+            return  # an open-loop arrival (-1), or a user no longer active (an open loop has none)
+        x = t + self.think_time.take_scalar()[0]  # (Python's float sum is numpy's t + take(1))
+        self.u_next[user] = x
+        self.u_pending[user] = True
+        heapq.heappush(self._sends, (x, user))
+        if x < self.next_user:
+            self.next_user = x
+
+
 class Script(Protocol):
     """Requests that arrive on a script rather than from users: a workload file's Poisson stages, or a trace.
     `pop_until` hands out (times, tags) in order; `content` says what the tagged requests send."""

@@ -212,6 +212,10 @@ class RequestSource:
         """Closed-loop users whose answers finished at t think, then send again (if still active)."""
         self.arrivals.think(users, t)
 
+    def wake_one(self, user: int, t: float) -> None:
+        """wake() for one finished request's user (a tick's usual finisher), a Python int."""
+        self.arrivals.think_one(user, t)
+
     # ---- drawing ------------------------------------------------------------------------------
     def draw(self, t: float, into: Table | None = None) -> Rows | None:
         """Every send, Poisson and scripted arrival at or before t as request rows, in time order (None: none

@@ -64,23 +64,39 @@ def test_dropping_the_first_rows_then_growing_again(n: int, cap: int, k: int) ->
     assert np.array_equal(t.rows().f[:, -3:], more.f)
 
 
-@pytest.mark.parametrize("few_moves", [0, 4, 1 << 20])
-def test_removing_one_row_anywhere_keeps_the_others_in_order(few_moves: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # One row leaving (a tick's usual finisher) closes the gap one column at a time when few rows follow it, with
-    # one 2-D move per part otherwise (tables._FEW_MOVES set both ways): the same rows either way.
+@pytest.mark.parametrize("flat_span", [0, 8, 1 << 20])
+@pytest.mark.parametrize("few_moves", [0, 2, 1 << 20])
+def test_removing_one_row_anywhere_keeps_the_others_in_order(few_moves: int, flat_span: int,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # One row leaving (a tick's usual finisher, Table.drop_row) closes the gap one column at a time when few rows
+    # follow it, by shifting each part's whole buffer when it is the first row (of a table not much longer than
+    # its rows), with one 2-D move per part otherwise (tables._FEW_MOVES and _FLAT_SPAN set every way): the same
+    # rows either way, in tables of several lengths and in a queue past its head; rows added after it (a blank
+    # one and appended ones) see none of the stale values a move leaves past the live rows.
     monkeypatch.setattr(tables, "_FEW_MOVES", few_moves)
+    monkeypatch.setattr(tables, "_FLAT_SPAN", flat_span)
     for n in range(1, 12):
-        for a in range(n):
-            r = _rows(n, 100 * n + a)
-            for how in ("drop", "remove_at"):
-                t = Table(16)
-                t.append(r)
-                if how == "drop":
-                    t.drop(np.array([a]))
-                else:
-                    t.remove_at(a)
-                keep = np.arange(n) != a
-                assert t.n == n - 1 and (t.rows().i == r.i[:, keep]).all() and np.array_equal(t.rows().f, r.f[:, keep])
+        for cap in sorted({n, 16, 64}):
+            for head in (0, 2):
+                for a in range(n):
+                    r = _rows(n + head, 100 * n + a + cap)
+                    for how in ("drop", "remove_at"):
+                        t = Queue(cap) if head else Table(cap)
+                        t.append(r)
+                        if head:
+                            t.pop(head)
+                        if how == "drop":
+                            t.drop(np.array([head + a]))
+                        else:
+                            t.remove_at(a)
+                        keep = np.arange(n + head) != head + a
+                        keep[:head] = False
+                        assert t.size == n - 1 and (t.rows().i == r.i[:, keep]).all()
+                        assert np.array_equal(t.rows().f, r.f[:, keep])
+                        blank, more = t.extend(1), _rows(2, a)
+                        assert (blank.i == 0).all() and np.array_equal(blank.f, Rows.new(1).f, equal_nan=True)
+                        t.append(more)
+                        assert (t.rows().i[:, -2:] == more.i).all() and (t.rows().i[:, :n - 1] == r.i[:, keep]).all()
 
 
 def test_extend_and_append_view_write_into_the_table() -> None:
