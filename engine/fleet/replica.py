@@ -26,6 +26,7 @@ from engine.serving.lane import Lane
 from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
 
 KV_HISTORY = 128  # steps of KV fill each replica's row carries (ReplicaState.kv_history)
+_FEW_RUNNING = 4  # steps_to_finish reads a batch of up to this many rows one row at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,15 +160,22 @@ class Replica(Engine):
         """The fewest steps after which a request here can finish: each step emits at most one token per request
         (no speculative decoding), so a request needs as many steps as tokens it has left (0: nothing here)."""
         ln = self.lane
-        # The lazy loop asks after every step it takes (LazyLoop.calm): the running batch is read through its columns'
-        # views (R's live rows are [0, n)), its least as a Python min over a list (a batch of a few rows: 2 us
-        # against numpy's 4; exact, they are integers), and the queue and the preempted only when some request waits.
+        # The lazy loop asks after every step it takes (LazyLoop.calm): the running batch is read through its columns
+        # (R's live rows are [0, n)), a few rows one by one as Python ints (0.3 us a row against 0.8 us for
+        # slicing, subtracting and listing them), more as a Python min over a list (2 us against numpy's 4; exact,
+        # they are integers), and the queue and the preempted only when some request waits.
         R = ln.R
         n = R.n
         m = 0
         if n:
             c = R.cols
-            m = min((c.total[:n] - c.gen[:n]).tolist())
+            if n <= _FEW_RUNNING:
+                total, gen = c.total.item, c.gen.item
+                m = total(0) - gen(0)
+                for i in range(1, n):
+                    m = min(m, total(i) - gen(i))
+            else:
+                m = min((c.total[:n] - c.gen[:n]).tolist())
         if ln.waiting:
             for t in (ln.P, ln.Q):
                 if t.size:
