@@ -151,6 +151,8 @@ class Fleet:
         self.dt_min = 0.999 * min(sm.price(Batch(tokens=1, seqs=1, sum_ctx=0.0, sum_win=0.0, attn_full=0.5,
                                                  attn_win=0.5, logits=lg, attn_decode=ad)).time
                                   for lg, ad in ((1, 0.5), (0, 0.0)))
+        for r in self.reps:  # (each bounds its quiet runs' length with it: see Replica.step_before)
+            r.dt_min = self.dt_min
 
     def _loop(self, open_loop: bool) -> str:
         """The loop run() takes for a whole run: "dealt" or "lazy" when the router and an open-loop workload allow

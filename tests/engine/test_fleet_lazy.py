@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import numpy as np
@@ -198,3 +199,51 @@ def test_least_loaded_is_the_least_load_then_the_lowest_index() -> None:
         reps = [RoutingSnapshot(int(i), int(rng.integers(0, 3)), int(rng.integers(0, 3)), 10, 20)
                 for i in rng.permutation(k)]
         assert least_loaded(reps) == min(reps, key=lambda s: (s.load, s.index))
+
+
+# Fleets on each loop: the lazy and dealt loops (open loop), the event-ordered one (closed loop, P/D, a stretch of the
+# app's advance_to), with async scheduling and without, sliding windows, chunked prompts.
+STEP_BOUND = [
+    (EngineConfig(rate=12, users=0, requests=300, prompt="lognormal:1000,0.8", output="lognormal:200,0.8"),
+     {"router": "least-loaded"}),
+    (EngineConfig(rate=12, users=0, requests=300, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
+                  kv_pool_blocks=1500), {"router": "kv-aware"}),
+    (EngineConfig(rate=12, users=0, requests=300, output="exp:150", runtime="sglang"),
+     {"router": "round-robin"}),
+    (EngineConfig(users=24, requests=300, think_time="exp:2", output="uniform:50,150", model="gpt-oss-20b"),
+     {"router": "least-loaded"}),
+    (EngineConfig(rate=6, users=0, requests=200, prompt="3000", output="lognormal:200,0.5", scheduler="chunked",
+                  max_batched_tokens=1024), {"pd": (1, 2)}),
+    (EngineConfig(rate=4, users=0, requests=150, model="llama-4-scout", tp=8), {"router": "least-loaded"}),
+]
+
+
+@pytest.mark.parametrize(("cfg", "kw"), STEP_BOUND)
+def test_the_quiet_run_bound_never_cuts_a_run(cfg: EngineConfig, kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Replica.step_before asks its lane for at most (T - clock) / dt_min + 3 quiet steps: a run must never be as long
+    # as that (it would be the bound, not the cut, that ended it), and the fleet's figures must be those of fleets
+    # whose replicas ask for runs of any length (dt_min 0).
+    from engine.serving.lane import Lane
+
+    jump = Lane.jump
+    bounded = [0]
+
+    def checked(self: Lane, stop: float, max_steps: int) -> int:
+        k = jump(self, stop, max_steps)
+        if max_steps < 1 << 19:
+            bounded[0] += 1
+            assert k < max_steps
+        return k
+
+    def run(bound: bool) -> str:
+        f = Fleet(FleetSpec(cfg, replicas=3, **kw))
+        if not bound:
+            for r in f.reps:
+                r.dt_min = 0.0
+        f.run()
+        return json.dumps([f.metrics(), f.ticks, f.latencies().tolist()], sort_keys=True)  # (NaN as NaN: equal)
+
+    plain = run(False)
+    monkeypatch.setattr(Lane, "jump", checked)
+    assert run(True) == plain
+    assert bounded[0] > 50
