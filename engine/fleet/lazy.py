@@ -14,7 +14,8 @@ before it) rides in the quiet run rather than being a lone step.
 
 What it reads of a replica it reads once per change: each replica's routing snapshot is kept until the replica
 steps or takes a request (the only things that change its tables on this loop: no KV copies, no shared remote
-tier, no scaler), so most arrivals re-read one or two replicas, not all of them.
+tier, no scaler), so most arrivals re-read one replica or two, not all of them; a request a steady router hands
+to a replica's feed only adds one to the kept snapshot's queue.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ class LazyLoop:
             if not feed.rows and not rep.lane.has_work:  # idle: it waits for the request (as Fleet._give moves it)
                 rep.clock = max(rep.clock, t)
             feed.push(row, t)
-            self.snaps[rep.index] = None
+            # Its snapshot (read just now) with the request queued: routing counts the rows its feed holds as
+            # queued, and the push changed nothing else it reads (a _replace, not a fresh read: ~1 us less).
+            s = self.snaps[rep.index]
+            self.snaps[rep.index] = None if s is None else s._replace(queued=s.queued + 1)
             # calm(rep) is the least of its steps' bound and feed.calm; rep.calm is it before the push (the loop
             # keeps it so), and the push changed only the feed's: so the new one is rep.calm and the new feed.calm's
             # least (no steps_to_finish read).
