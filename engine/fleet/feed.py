@@ -29,11 +29,15 @@ class Feed:
     source while a fast loop runs (install/remove). Everything else a lane asks of its source (wake, arrivals for
     its checks) goes to the replica's own source, which draws nothing."""
 
-    def __init__(self, rep: Replica, dt_min: float | None) -> None:
+    def __init__(self, rep: Replica, dt_min: float | None, content: bool) -> None:
         self.rep = rep
         self.dt_min = dt_min  # None: calm is not kept (a dealt replica's whole share at once: nobody reads it)
+        # Whether a row can carry content another could share (a group prefix, a body): only a script's requests do
+        # (the rule Lane._arrive follows), so only then does a draw note it (Lane.note_content, ~2 us a row).
+        self.content = content
         self.inner = rep.lane.source
         self.rows: deque[Rows] = deque()
+        self.times: deque[float] = deque()  # each row's arrival, as a float (read at every draw)
         self.next_time = math.inf  # the first row's arrival (what Lane.step and the quiet runs read)
         self.clipped = 0  # the fleet's source clipped the rows already
         self.script = None  # (Lane._arrive notes content only for a script: draw notes it for every row, as inject)
@@ -55,43 +59,46 @@ class Feed:
         rep = self.rep
         while self.rows:
             row = self.rows.popleft()
-            rep.clock = max(rep.clock, float(row.arrival[0]))
+            rep.clock = max(rep.clock, self.times.popleft())
             rep.inject(row)
         rep.lane.source = self.inner
         rep.feed = None
 
-    def push(self, row: Rows) -> None:
-        """A request routed here (one row)."""
-        t = float(row.arrival[0])
+    def push(self, row: Rows, t: float) -> None:
+        """A request routed here (one row, arriving at t)."""
         if not self.rows:
             self.next_time = t
         self.rows.append(row)
+        self.times.append(t)
         if self.dt_min is not None:
-            self.calm = min(self.calm, self._calm(row))
+            self.calm = min(self.calm, self._calm(row, t))
 
-    def _calm(self, row: Rows) -> float:
-        """A time before which request `row` cannot finish: it joins at its arrival at the earliest, and writes one
-        token a step after that, each step no shorter than dt_min (the fleet's cheapest step, see LazyLoop.calm)."""
-        return float(row.arrival[0]) + (int(row.total[0]) - 1) * self.dt_min  # type: ignore[operator]
+    def _calm(self, row: Rows, t: float) -> float:
+        """A time before which request `row` (arriving at t) cannot finish: it joins at its arrival at the earliest,
+        and writes one token a step after that, each step no shorter than dt_min (the fleet's cheapest step, see
+        LazyLoop.calm)."""
+        return t + (int(row.total[0]) - 1) * self.dt_min  # type: ignore[operator]
 
     def draw(self, t: float, into: Table | None = None) -> Rows | None:
         """The rows arrived by t, queued in `into` (the lane's queue) as Replica.inject queues them (None: none
         due). The rows returned are the feed's own, not views of the queue: the lane reads only how many came."""
         assert into is not None
-        rows = self.rows
+        if self.next_time > t:
+            return None
+        rows, times = self.rows, self.times
         rep = self.rep
         ln = rep.lane
         drawn = []
-        while rows and self.next_time <= t:
+        while times and times[0] <= t:
+            times.popleft()
             row = rows.popleft()
-            ln.note_content(row)
+            if self.content:
+                ln.note_content(row)
             into.append(row)
             drawn.append(row)
-            self.next_time = float(rows[0].arrival[0]) if rows else math.inf
-        if not drawn:
-            return None
-        if self.dt_min is not None:
-            self.calm = min(map(self._calm, rows)) if rows else math.inf  # (a lazy loop's: rarely a row left)
+        self.next_time = times[0] if times else math.inf
+        if self.dt_min is not None:  # (a lazy loop's: rarely a row left)
+            self.calm = min(map(self._calm, rows, times)) if rows else math.inf
         rep._budget.accepted += len(drawn)
         rep.queue_peak = max(rep.queue_peak, ln.waiting)
         return drawn[0] if len(drawn) == 1 else Rows.join(drawn)

@@ -151,6 +151,8 @@ class Fleet:
         self.dt_min = 0.999 * min(sm.price(Batch(tokens=1, seqs=1, sum_ctx=0.0, sum_win=0.0, attn_full=0.5,
                                                  attn_win=0.5, logits=lg, attn_decode=ad)).time
                                   for lg, ad in ((1, 0.5), (0, 0.0)))
+        for r in self.reps:  # (each bounds its quiet runs' length with it: see Replica.step_before)
+            r.dt_min = self.dt_min
 
     def _loop(self, open_loop: bool) -> str:
         """The loop run() takes for a whole run: "dealt" or "lazy" when the router and an open-loop workload allow
@@ -341,7 +343,8 @@ class Fleet:
         blind = [RoutingSnapshot(r.index, 0, 0, 0, 0) for r in self.front]  # it reads nothing but the indices
         picks = [self.router.pick(blind) for _ in range(len(rows))]
         where = np.fromiter((p.index for p in picks), dtype=np.int64, count=len(picks))
-        shares = [(r, rows.pick(where == r.index), self.duration) for r in self.reps]
+        content = self.src.script is not None  # only a script's requests carry content to note (Feed.content)
+        shares = [(r, rows.pick(where == r.index), self.duration, content) for r in self.reps]
         if len(rows) < PARALLEL_MIN_REQUESTS:
             done = [_serve_share(job) for job in shares]
         else:
@@ -538,16 +541,16 @@ def _share_remote_tier(reps: list[Replica], policy: str) -> None:
         r.lane.pool.tiers.share_remote(shared)  # type: ignore[union-attr]
 
 
-def _serve_share(job: tuple[Replica, Rows, float | None]) -> tuple[Replica, int]:
+def _serve_share(job: tuple[Replica, Rows, float | None, bool]) -> tuple[Replica, int]:
     """One dealt replica serving its share of the requests to the run's end (a pool worker may run this): the
     event-ordered loop's steps for one replica, its share handed to its lane as its source (Feed: the lane draws
     each request at its first step boundary after the arrival, as it is queued there on that loop). Returns the
     replica as it ended and the steps it took."""
-    r, rows, d = job
+    r, rows, d, content = job
     end = math.inf if d is None else d
-    feed = Feed(r, None)
-    for j in range(len(rows)):
-        feed.push(rows.pick(slice(j, j + 1)))
+    feed = Feed(r, None, content)
+    for j, t in enumerate(rows.arrival.tolist()):
+        feed.push(rows.pick(slice(j, j + 1)), t)
     feed.install()
     ln = r.lane
     n = 0

@@ -14,7 +14,8 @@ before it) rides in the quiet run rather than being a lone step.
 
 What it reads of a replica it reads once per change: each replica's routing snapshot is kept until the replica
 steps or takes a request (the only things that change its tables on this loop: no KV copies, no shared remote
-tier, no scaler), so most arrivals re-read one or two replicas, not all of them.
+tier, no scaler), so most arrivals re-read one replica or two, not all of them; a request a steady router hands
+to a replica's feed only adds one to the kept snapshot's queue.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class LazyLoop:
         self.commit = [_commit(r) for r in self.reps]
         # A steady router's requests are handed to their replicas' lanes as their sources (see Feed): a replica is
         # moved up to an arrival only when its load could change before it, never because it gets the request.
-        self.feeds = [Feed(r, self.dt_min) for r in self.reps] if self.router.steady else []
+        content = fleet.src.script is not None  # only a script's requests carry content to note (Feed.content)
+        self.feeds = [Feed(r, self.dt_min, content) for r in self.reps] if self.router.steady else []
 
     def run(self) -> int:
         """Every arrival in time order, then every replica to the run's end; returns the replica steps taken."""
@@ -59,6 +61,8 @@ class LazyLoop:
         reps = self.reps
         for f in self.feeds:
             f.install()
+        for r in reps:  # each replica's calm as `calm` gives it, kept so from here on (see arrive)
+            r.calm = self.calm(r)
         while ahead := self.ahead():
             row = ahead.popleft()
             t = float(row.arrival[0])
@@ -84,9 +88,15 @@ class LazyLoop:
             assert feed is not None
             if not feed.rows and not rep.lane.has_work:  # idle: it waits for the request (as Fleet._give moves it)
                 rep.clock = max(rep.clock, t)
-            feed.push(row)
-            self.snaps[rep.index] = None
-            rep.calm = self.calm(rep)
+            feed.push(row, t)
+            # Its snapshot (read just now) with the request queued: routing counts the rows its feed holds as
+            # queued, and the push changed nothing else it reads (a _replace, not a fresh read: ~1 us less).
+            s = self.snaps[rep.index]
+            self.snaps[rep.index] = None if s is None else s._replace(queued=s.queued + 1)
+            # calm(rep) is the least of its steps' bound and feed.calm; rep.calm is it before the push (the loop
+            # keeps it so), and the push changed only the feed's: so the new one is rep.calm and the new feed.calm's
+            # least (no steps_to_finish read).
+            rep.calm = min(rep.calm, feed.calm)
             return 0
         choice, n = self.decide(row, stop)
         rep = self.reps[choice.index]
@@ -201,18 +211,19 @@ class LazyLoop:
         caller to set (it is read only at the next arrival). Returns the steps taken. A replica with nothing to
         run but requests handed to it (Feed) waits for the first of them (as Fleet._give moves its clock)."""
         n = 0
-        ln = r.lane
+        ln = r.lane  # (its clock is r.clock, read here without the property)
         feed = r.feed
-        while r.clock < stop and not (calm and r.calm >= stop):
+        done = r.finished_rows
+        while ln.clock < stop and not (calm and r.calm >= stop):
             if not ln.has_work:
                 if feed is None or feed.next_time >= stop:
                     break
-                r.clock = max(r.clock, feed.next_time)
+                ln.clock = max(ln.clock, feed.next_time)
             n += r.step_before(stop, 1 << 20)
-            if r.finished_rows:
+            if done:
                 if self.counting:
-                    self.commit[r.index] -= sum(int(blocks_for(d.prompt + d.total).sum()) for d in r.finished_rows)
-                r.finished_rows.clear()  # open loop: no user to wake (Fleet._think would wake nobody)
+                    self.commit[r.index] -= sum(int(blocks_for(d.prompt + d.total).sum()) for d in done)
+                done.clear()  # open loop: no user to wake (Fleet._think would wake nobody)
             if calm:
                 r.calm = self.calm(r)
         if n:
@@ -224,8 +235,9 @@ class LazyLoop:
         """A time before which no step of r can finish a request: after m - 1 more steps at the least, each no
         shorter than the cheapest step this model can take (every cost term grows with tokens and context)."""
         m = r.steps_to_finish()
-        c = math.inf if not m else r.clock + (m - 1) * self.dt_min
-        return c if r.feed is None else min(c, r.feed.calm)  # the requests its lane has not drawn yet (Feed.calm)
+        c = math.inf if not m else r.lane.clock + (m - 1) * self.dt_min  # (r.clock without the property)
+        feed = r.feed
+        return c if feed is None else min(c, feed.calm)  # the requests its lane has not drawn yet (Feed.calm)
 
 
 def _commit(r: Replica) -> int:

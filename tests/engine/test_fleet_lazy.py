@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import math
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from engine.fleet.feed import Feed
 from engine.fleet.fleet import Fleet, FleetSpec
 from engine.fleet.lazy import LazyLoop, _commit
 from engine.fleet.replica import Replica
-from engine.fleet.routers import RoutingSnapshot
+from engine.fleet.routers import RoutingSnapshot, least_loaded
 
 # Open loop on the lazy loop; a small KV pool so requests queue and get preempted (P and Q are not empty).
 TIGHT = EngineConfig(rate=12, users=0, requests=400, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
@@ -125,11 +127,11 @@ def test_a_feed_queues_a_request_as_inject_does() -> None:
     rows = f.src.draw(30.0)
     assert rows is not None and len(rows) > 6
     a, b = f.reps
-    feed = Feed(b, f.dt_min)
+    feed = Feed(b, f.dt_min, True)
     feed.install()
     assert b.lane.source is feed and b.feed is feed
     for j in range(len(rows)):
-        feed.push(rows.pick(slice(j, j + 1)))
+        feed.push(rows.pick(slice(j, j + 1)), float(rows.arrival[j]))
     assert feed.next_time == float(rows.arrival[0])
     assert feed.calm == min(float(rows.arrival[j]) + (int(rows.total[j]) - 1) * f.dt_min for j in range(len(rows)))
     assert b.routing(False, None).queued == len(rows)
@@ -149,3 +151,99 @@ def test_a_feed_queues_a_request_as_inject_does() -> None:
     assert a.lane.Q.n == b.lane.Q.n == len(rows)
     assert (a.lane.stats.accepted, a._budget.accepted, a.queue_peak, a.lane.shared_content, a.clock) == \
         (b.lane.stats.accepted, b._budget.accepted, b.queue_peak, b.lane.shared_content, b.clock)
+
+
+@pytest.mark.parametrize("router", ["least-loaded", "kv-aware"])
+def test_kept_calm_is_the_replicas_calm_read_afresh(router: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each replica's calm is kept from one arrival to the next (a steady router's arrival lowers it to its feed's
+    # new calm instead of reading the replica again): at every arrival, before and after, each must be what
+    # LazyLoop.calm gives now.
+    original = LazyLoop.arrive
+    seen = [0]
+
+    def checked(self: LazyLoop, row: object, t: float, stop: float) -> int:
+        assert [r.calm for r in self.reps] == [self.calm(r) for r in self.reps]
+        n = original(self, row, t, stop)  # type: ignore[arg-type]
+        assert [r.calm for r in self.reps] == [self.calm(r) for r in self.reps]
+        seen[0] += 1
+        return n
+
+    monkeypatch.setattr(LazyLoop, "arrive", checked)
+    f = Fleet(FleetSpec(TIGHT, replicas=4, router=router))
+    f.run()
+    assert seen[0] == 400 and f.metrics()["requests_completed"] == 400
+
+
+def test_only_a_scripts_requests_carry_content() -> None:
+    # A feed notes a drawn row's content (Lane.note_content) only when the fleet's source has a script: the rows an
+    # unscripted source draws never carry a group prefix or a body, so noting them could change nothing.
+    cfg = EngineConfig(rate=12, users=0, requests=300, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
+                       prefix_caching=True)
+    f = Fleet(FleetSpec(cfg, replicas=2, router="least-loaded"))
+    assert f.src.script is None
+    drawn = 0
+    while f.src.next_time < math.inf:
+        rows = f.src.draw(f.src.next_time + 10.0)
+        if rows is not None:
+            drawn += len(rows)
+            assert not rows.group.any() and not rows.body.any()
+    assert drawn == 300
+
+
+def test_least_loaded_is_the_least_load_then_the_lowest_index() -> None:
+    # The router's loop must give min by (load, index), whatever the order the replicas come in and however many
+    # tie on load.
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        k = int(rng.integers(1, 12))
+        reps = [RoutingSnapshot(int(i), int(rng.integers(0, 3)), int(rng.integers(0, 3)), 10, 20)
+                for i in rng.permutation(k)]
+        assert least_loaded(reps) == min(reps, key=lambda s: (s.load, s.index))
+
+
+# Fleets on each loop: the lazy and dealt loops (open loop), the event-ordered one (closed loop, P/D, a stretch of the
+# app's advance_to), with async scheduling and without, sliding windows, chunked prompts.
+STEP_BOUND = [
+    (EngineConfig(rate=12, users=0, requests=300, prompt="lognormal:1000,0.8", output="lognormal:200,0.8"),
+     {"router": "least-loaded"}),
+    (EngineConfig(rate=12, users=0, requests=300, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
+                  kv_pool_blocks=1500), {"router": "kv-aware"}),
+    (EngineConfig(rate=12, users=0, requests=300, output="exp:150", runtime="sglang"),
+     {"router": "round-robin"}),
+    (EngineConfig(users=24, requests=300, think_time="exp:2", output="uniform:50,150", model="gpt-oss-20b"),
+     {"router": "least-loaded"}),
+    (EngineConfig(rate=6, users=0, requests=200, prompt="3000", output="lognormal:200,0.5", scheduler="chunked",
+                  max_batched_tokens=1024), {"pd": (1, 2)}),
+    (EngineConfig(rate=4, users=0, requests=150, model="llama-4-scout", tp=8), {"router": "least-loaded"}),
+]
+
+
+@pytest.mark.parametrize(("cfg", "kw"), STEP_BOUND)
+def test_the_quiet_run_bound_never_cuts_a_run(cfg: EngineConfig, kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Replica.step_before asks its lane for at most (T - clock) / dt_min + 3 quiet steps: a run must never be as long
+    # as that (it would be the bound, not the cut, that ended it), and the fleet's figures must be those of fleets
+    # whose replicas ask for runs of any length (dt_min 0).
+    from engine.serving.lane import Lane
+
+    jump = Lane.jump
+    bounded = [0]
+
+    def checked(self: Lane, stop: float, max_steps: int) -> int:
+        k = jump(self, stop, max_steps)
+        if max_steps < 1 << 19:
+            bounded[0] += 1
+            assert k < max_steps
+        return k
+
+    def run(bound: bool) -> str:
+        f = Fleet(FleetSpec(cfg, replicas=3, **kw))
+        if not bound:
+            for r in f.reps:
+                r.dt_min = 0.0
+        f.run()
+        return json.dumps([f.metrics(), f.ticks, f.latencies().tolist()], sort_keys=True)  # (NaN as NaN: equal)
+
+    plain = run(False)
+    monkeypatch.setattr(Lane, "jump", checked)
+    assert run(True) == plain
+    assert bounded[0] > 50
