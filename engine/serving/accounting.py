@@ -157,9 +157,10 @@ class Itl:
     of a few rows costs ~6 numpy calls to bin and sum alone, and a lane runs thousands between reads (a headless
     run reads once, at the end). Every figure is an integer sum (bins, counts, the fixed-point total), the same
     whatever the grouping, so reading counts, sum or n (properties that count the pending runs first) gives
-    exactly what counting each run as it came gave."""
+    exactly what counting each run as it came gave. A single step's tokens (add) wait in Python ints the same way
+    (a dict of bin to tokens, and tokens per stage) until a read: two numpy scalar updates a step cost more."""
 
-    __slots__ = ("_counts", "_sum", "_n", "_pend", "_pend_held")
+    __slots__ = ("_counts", "_sum", "_n", "_pend", "_pend_held", "_one", "_one_n")
 
     def __init__(self, stages: int = 1) -> None:
         self._counts = np.zeros((stages, ITL_MID.size), dtype=np.int64)
@@ -167,12 +168,16 @@ class Itl:
         self._n = np.zeros(stages, dtype=np.int64)
         self._pend: list[tuple[np.ndarray, int, int]] = []  # (a run's step times, stage, rows of that stage)
         self._pend_held = 0
+        self._one: dict[int, int] = {}  # single steps' tokens not yet in _counts: flat bin index (stage, bin) -> tokens
+        self._one_n = [0] * stages  # and per stage, not yet in _n
 
     @property
     def counts(self) -> np.ndarray:
         """Tokens per bin, per stage (stages x bins, int64)."""
         if self._pend:
             self._count_runs()
+        if self._one:
+            self._count_one()
         return self._counts
 
     @property
@@ -187,6 +192,8 @@ class Itl:
         """Tokens per stage (int64)."""
         if self._pend:
             self._count_runs()
+        if self._one:
+            self._count_one()
         return self._n
 
     def add(self, dt: float, stage: np.ndarray | int, k: int) -> None:
@@ -197,15 +204,24 @@ class Itl:
         v = fixed(dt)
         if isinstance(stage, int) or self._n.size == 1:
             s = stage if isinstance(stage, int) else 0
-            self._counts[s, b] += k
+            one, at = self._one, s * _BINS + b
+            one[at] = one.get(at, 0) + k  # (counted at the next read: _count_one)
             self._sum[s] += v * k
-            self._n[s] += k
+            self._one_n[s] += k
             return
         per = np.bincount(stage, minlength=self._n.size)
         self._counts[:, b] += per
         for s, m in enumerate(per.tolist()):
             self._sum[s] += v * m
         self._n += per
+
+    def _count_one(self) -> None:
+        """Count the single steps' tokens waiting since the last read (integer sums: the same in any grouping)."""
+        one = self._one
+        self._counts.reshape(-1)[list(one)] += list(one.values())  # (distinct indices: a fancy += adds each once)
+        self._n += self._one_n
+        one.clear()
+        self._one_n = [0] * len(self._one_n)
 
     def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
         """Several decode steps in a row, each giving n rows (in `stage`) their next token after dts[j]: noted, and
