@@ -19,7 +19,7 @@ import numpy as np
 from engine.physics.step import StepCost
 from engine.serving.history import N_COLS, History
 from engine.serving.prefix_cache import BlockPool
-from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, IntCol, Ring, Rows, done_rows
+from engine.serving.tables import BLOCK, DONE_COLS, FloatCol, Ring, Rows, done_rows
 
 HISTORY_POINTS = 512  # per-tick UI history (kv_util, queue, tok/s, step time): the last 512 ticks
 LATENCY_SAMPLES = 65_536  # per-request latencies for percentiles: a ring of the last 65,536 completions
@@ -330,8 +330,7 @@ class LaneStats:
     _recent: Ring = field(init=False)
     _slo_ok: int = field(init=False, default=0)
     _slo_ok_tokens: int = field(init=False, default=0)
-    _pend_i: np.ndarray = field(init=False)  # finished rows waiting to be derived (see finish): their fields
-    _pend_f: np.ndarray = field(init=False)
+    _pending: list[Rows] = field(init=False)
     _n_pending: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -340,31 +339,21 @@ class LaneStats:
         self._lat = Ring(LATENCY_SAMPLES, len(L))
         self._times = Ring(LATENCY_SAMPLES, len(T))
         self._recent = Ring(RECENT_DONE, DONE_COLS)
-        self._pend_i = np.empty((len(IntCol), FINISH_BATCH), dtype=np.int64)
-        self._pend_f = np.empty((len(FloatCol), FINISH_BATCH))
+        self._pending = []
         self.itl = Itl(self.stages)
         self.stage_done = np.zeros(self.stages, dtype=np.int64)
 
     # ---- finished requests ----------------------------------------------------------------------
     def finish(self, d: Rows) -> None:
-        """Rows of requests that just finished (done time set): their latency, times and snapshot records are
-        derived later, many ticks' worth in one pass (a tick finishes a few requests, and the fixed cost of the
-        numpy calls that derive them outweighs their work), when a reader asks or FINISH_BATCH rows wait. The rows
-        are copied into the pending buffers (two small moves; a list of a tick's rows joined later cost more), so
-        the caller's rows stay its own. The records are element by element of each row: batching changes no value."""
-        i = d.i
-        k = i.shape[1]
-        p = self._n_pending
-        if p + k > FINISH_BATCH:
-            self._derive()
-            p = 0
-            if k > FINISH_BATCH:  # (more than a batch at once: derived from the rows themselves)
-                self._derive_rows(d)
-                return
-        self._pend_i[:, p:p + k] = i
-        self._pend_f[:, p:p + k] = d.f
-        self._n_pending = p = p + k
-        if p == FINISH_BATCH:
+        """Rows of requests that just finished (their own copies, done time set): their latency, times and
+        snapshot records are derived later, many ticks' worth in one pass (a tick finishes a few requests, and
+        the fixed cost of the numpy calls that derive them outweighs their work), when a reader asks or
+        FINISH_BATCH rows wait. The records are element by element of each row, so batching changes no value."""
+        d.i.flags.writeable = False  # whoever else holds the rows (a TickResult, a fleet) reads them: the records
+        d.f.flags.writeable = False  # are derived from them later
+        self._pending.append(d)
+        self._n_pending += d.i.shape[1]
+        if self._n_pending >= FINISH_BATCH:
             self._derive()
 
     @property
@@ -399,13 +388,12 @@ class LaneStats:
 
     def _derive(self) -> None:
         """Turn the waiting finished rows into their latency, times and recent records and SLO counts."""
-        p = self._n_pending
-        if p:
-            self._n_pending = 0
-            self._derive_rows(Rows(self._pend_i[:, :p], self._pend_f[:, :p]))
-
-    def _derive_rows(self, d: Rows) -> None:
-        """Finished rows' latency, times and recent records and SLO counts (views of d are not kept)."""
+        parts = self._pending
+        if not parts:
+            return
+        d = parts[0] if len(parts) == 1 else Rows.join(parts)
+        self._pending = []
+        self._n_pending = 0
         f = d.f
         k = d.i.shape[1]
         total = d.total

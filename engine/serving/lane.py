@@ -452,8 +452,6 @@ class Lane:
                 st.stage_done += np.bincount(d.stage, minlength=st.stages)
             else:
                 st.stage_done[0] += k
-        di.flags.writeable = False  # the finished rows handed out (a TickResult's ids, a fleet's rows) read-only
-        df.flags.writeable = False
         st.finish(d)
         if self.spec.debug:
             total = d.total

@@ -2,8 +2,9 @@
 
 A request lives in exactly one table of its lane: the queue (FIFO), the preempted set, or the running
 batch. Rows move between tables as `Rows` (the same fields, k entries each); no Python object exists
-per request. Dropping finished rows moves each field's contiguous run once, in two numpy calls (one per
-dtype), rather than recopying whole rows of a row-major table.
+per request. A table's integer and float fields share one buffer (TableRows), so dropping finished rows moves
+each field's contiguous run once, in one numpy call for all of them, rather than recopying whole rows of a
+row-major table.
 """
 
 from __future__ import annotations
@@ -196,24 +197,37 @@ for _c in FloatCol:
 FIELDS = tuple(c.name.lower() for c in IntCol) + tuple(c.name.lower() for c in FloatCol)
 
 
+_NI = len(IntCol)
+
+
 class TableRows(Rows):
     """A table's own rows: each field's view is made once, when the rows are (a table replaces its rows only as it
     grows), and kept in a slot, so the serving loop's many reads of rows.cached, rows.gen, ... are slot reads
-    (~0.05 us) rather than property calls (~0.3 us; ~800k of them in a plan's 20 points)."""
+    (~0.05 us) rather than property calls (~0.3 us; ~800k of them in a plan's 20 points). Both parts are views of
+    one int64 buffer `b`, the integer fields' rows then the float fields' (their float64 bits), so the table moves
+    rows with one numpy call for every field (moving bits, exact), not one per part."""
 
-    __slots__ = FIELDS
+    __slots__ = (*FIELDS, "b")
 
-    def __init__(self, i: np.ndarray, f: np.ndarray) -> None:
-        super().__init__(i, f)
+    def __init__(self, b: np.ndarray) -> None:
+        super().__init__(b[:_NI], b[_NI:].view(np.float64))
+        self.b = b
         for c in IntCol:
-            setattr(self, c.name.lower(), i[c])
+            setattr(self, c.name.lower(), self.i[c])
         for c in FloatCol:
-            setattr(self, c.name.lower(), f[c])
+            setattr(self, c.name.lower(), self.f[c])
 
-    def __reduce__(self) -> tuple[type[TableRows], tuple[np.ndarray, np.ndarray]]:
-        # Pickled (a replica sent to a pool worker) as its two parts: the views are made again from them, so they
-        # stay views rather than arriving as copies of their own.
-        return TableRows, (self.i, self.f)
+    @classmethod
+    def new(cls, k: int) -> TableRows:
+        """k blank rows in one buffer."""
+        r = cls(np.empty((_NI + len(FloatCol), k), dtype=np.int64))
+        r.blank()
+        return r
+
+    def __reduce__(self) -> tuple[type[TableRows], tuple[np.ndarray]]:
+        # Pickled (a replica sent to a pool worker) as its buffer: the parts and field views are made again from it,
+        # so they stay views rather than arriving as copies of their own.
+        return TableRows, (self.b,)
 
 
 _FEW_MOVES = 2  # drop_row(): up to this many rows after the one removed move one column at a time
@@ -273,8 +287,7 @@ class Table:
             while cap < need:
                 cap *= 2
             grown = TableRows.new(cap)
-            grown.i[:, :self.n] = self.cols.i[:, :self.n]
-            grown.f[:, :self.n] = self.cols.f[:, :self.n]
+            grown.b[:, :self.n] = self.cols.b[:, :self.n]
             self.cols, self.cap = grown, cap
 
     def append(self, rows: Rows) -> None:
@@ -336,14 +349,13 @@ class Table:
         if k == 1:  # one row (a tick's usual finisher)
             self.drop_row(int(gone[0]))
             return
-        if gone[0] == 0 and gone[k - 1] == k - 1 and self.start == 0 and c.i.flags.c_contiguous \
-                and c.f.flags.c_contiguous:
+        b = c.b
+        if gone[0] == 0 and gone[k - 1] == k - 1 and self.start == 0:
             # The first k rows (in a batch of equal lengths the oldest requests finish first, every time): shift
-            # each part's whole buffer left by k in one move. A field's first k values land in the previous
-            # field's tail, past its n - k live rows: dead space, which extend() blanks and append() overwrites.
-            fi, ff = c.i.reshape(-1), c.f.reshape(-1)  # views (C-contiguous parts: Rows.new's, always)
-            fi[:-k] = fi[k:]
-            ff[:-k] = ff[k:]
+            # the whole buffer left by k in one move. A field's first k values land in the previous field's tail,
+            # past its n - k live rows: dead space, which extend() blanks and append() overwrites.
+            fb = b.reshape(-1)  # a view (the buffer is C-contiguous: TableRows.new's)
+            fb[:-k] = fb[k:]
             self.n = n - k
             return
         gaps = _gap_runs(gone) if gone.size <= _RUN_ROWS else None
@@ -351,11 +363,10 @@ class Table:
             # A few runs of finished rows (requests admitted together finish together, side by side): slide each
             # run of kept rows left over the gaps (contiguous moves per part, nothing before the first gap moves).
             w = gaps[0][0]
-            for (_, b), (a, _) in zip(gaps, gaps[1:] + [(n, n)], strict=True):
-                seg = a - b
+            for (_, lo), (a, _) in zip(gaps, gaps[1:] + [(n, n)], strict=True):
+                seg = a - lo
                 if seg:
-                    c.i[:, w:w + seg] = c.i[:, b:a]
-                    c.f[:, w:w + seg] = c.f[:, b:a]
+                    b[:, w:w + seg] = b[:, lo:a]
                 w += seg
         else:
             m = n - gone.size
@@ -365,14 +376,10 @@ class Table:
             else:
                 mask = ~gone_mask
             if n <= _GATHER_ROWS:
-                # A small table: gather the kept columns of each part at once (4 numpy calls, not 2 per field).
-                kept = np.flatnonzero(mask)
-                c.i[:, :m] = c.i.take(kept, axis=1)
-                c.f[:, :m] = c.f.take(kept, axis=1)
+                # A small table: gather the kept columns at once (3 numpy calls, not 2 per field).
+                b[:, :m] = b.take(np.flatnonzero(mask), axis=1)
             else:
-                for row in c.i:
-                    row[:m] = row[:n][mask]
-                for row in c.f:
+                for row in b:  # (every field's bits, integer and float alike)
                     row[:m] = row[:n][mask]
         self.n = n - gone.size
 
@@ -386,25 +393,22 @@ class Table:
 
     def drop_row(self, a: int) -> None:
         """Remove row `a` (a row number, not counted from the first live row), keeping order: the live rows after it
-        move up one, in the cheapest of three moves (measured, 22 + 13 fields): one column at a time for a few
-        rows (a 1-D copy of a column costs about half a 2-D slide, whose overlapping source numpy copies first);
-        the whole buffer of each part shifted left by one for the first row, when the buffer is not much longer than
-        the live rows (a 1-D move numpy makes in place, no copy first); else a 2-D slide per part."""
-        c, n = self.cols, self.n
-        i, f = c.i, c.f
+        move up one, every field at once (TableRows' one buffer), in the cheapest of three moves (measured): one
+        column at a time for a few rows (a 1-D copy of a column costs less than a 2-D slide, whose overlapping
+        source numpy copies first); the whole buffer shifted left by one for the first row, when it is not much
+        longer than the live rows (a 1-D move numpy makes in place, no copy first); else one 2-D slide."""
+        n = self.n
+        b = self.cols.b
         if n - 1 - a <= _FEW_MOVES:  # (none after it: nothing moves)
             for j in range(a, n - 1):
-                i[:, j] = i[:, j + 1]
-                f[:, j] = f[:, j + 1]
-        elif a == 0 and self.cap <= _FLAT_SPAN * n and i.flags.c_contiguous and f.flags.c_contiguous:
+                b[:, j] = b[:, j + 1]
+        elif a == 0 and self.cap <= _FLAT_SPAN * n:
             # (a is the first live row, so the table starts at 0.) A field's first value lands in the previous
             # field's last slot, past its live rows: dead space, which extend() blanks and append() overwrites.
-            fi, ff = i.reshape(-1), f.reshape(-1)  # views (C-contiguous parts: Rows.new's, always)
-            fi[:-1] = fi[1:]
-            ff[:-1] = ff[1:]
+            fb = b.reshape(-1)  # a view (the buffer is C-contiguous: TableRows.new's)
+            fb[:-1] = fb[1:]
         else:
-            i[:, a:n - 1] = i[:, a + 1:n]
-            f[:, a:n - 1] = f[:, a + 1:n]
+            b[:, a:n - 1] = b[:, a + 1:n]
         self.n = n - 1
 
     def pop_last(self) -> Rows:
@@ -434,9 +438,8 @@ class Queue(Table):
         # Slide the live rows down before growing: admitted rows at the front are dead space.
         if self.head and self.n + extra > self.cap:
             live = self.n - self.head
-            c = self.cols
-            c.i[:, :live] = c.i[:, self.head:self.n]
-            c.f[:, :live] = c.f[:, self.head:self.n]
+            b = self.cols.b
+            b[:, :live] = b[:, self.head:self.n]
             self.n, self.head = live, 0
         super().reserve(extra)
 

@@ -314,7 +314,6 @@ class Arrivals:
         if m < self.next_user:
             self.next_user = m
 
-
     def think_one(self, user: int, t: float) -> None:
         """think() for one user (a Python int): the same bounds, think-time draw (Sampler.take_scalar: take(1)'s
         value, stream position and clip count), send time and heap entry, without think()'s arrays."""

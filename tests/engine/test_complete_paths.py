@@ -184,37 +184,3 @@ def test_think_one_matches_think_of_one_user(think: str) -> None:
         assert one.think_time.clipped == arr.think_time.clipped
     assert one.think_time.take(5).tobytes() == arr.think_time.take(5).tobytes()
     assert one.think_time.clipped > 0 and math.isfinite(one.next_user)
-
-
-@pytest.mark.parametrize("batch", [1, 7, 512])
-def test_finished_records_are_the_same_however_the_rows_are_batched(batch: int,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    # LaneStats.finish copies rows into its pending buffers and derives them FINISH_BATCH at a time (a call of more
-    # rows than a batch: from the rows themselves): with batches of 1, 7 and 512 rows, and calls of 1 to 700 rows
-    # crossing their edges, the latency, times and recent records and SLO counts must be those of each call
-    # derived at once. The caller's rows are left as they were.
-    from engine.serving import accounting
-
-    rng = np.random.default_rng(batch)
-    calls = []
-    for k in rng.choice([1, 1, 1, 2, 3, 6, 8, 40, 700], size=40):
-        r = Rows.new(int(k))
-        r.i[:] = rng.integers(1, 400, r.i.shape)
-        r.stage[:] = rng.integers(0, 2, int(k))
-        r.f[:5] = np.sort(rng.random((5, int(k))) * 10, axis=0)
-        r.f[2:4, rng.random(int(k)) < 0.1] = np.nan  # no (visible) token: NaN latencies
-        calls.append(r)
-    kw = dict(max_batch=64, stages=2, path_s=0.01, slo_ttft=3.0, slo_tpot=0.05)
-    want = accounting.LaneStats(**kw)  # type: ignore[arg-type]
-    for r in calls:
-        want._derive_rows(r.copy())
-    monkeypatch.setattr(accounting, "FINISH_BATCH", batch)
-    got = accounting.LaneStats(**kw)  # type: ignore[arg-type]
-    for r in calls:
-        before = r.copy()
-        got.finish(r)
-        assert (r.i == before.i).all() and np.array_equal(r.f, before.f, equal_nan=True)
-    for ring in ("lat", "times", "recent"):
-        a, b = getattr(got, ring), getattr(want, ring)
-        assert a.count == b.count and a.last().tobytes() == b.last().tobytes(), ring
-    assert (got.slo_ok, got.slo_ok_tokens) == (want.slo_ok, want.slo_ok_tokens)

@@ -149,6 +149,7 @@ def test_a_tables_field_views_follow_its_rows_through_growth_moves_and_pickling(
     t.keep(np.arange(t.n) % 2 == 0)
     for c in (t.cols, pickle.loads(pickle.dumps(t)).cols):
         assert isinstance(c, tables.TableRows)
+        assert np.shares_memory(c.i, c.b) and np.shares_memory(c.f, c.b)  # one buffer: a drop moves both parts
         fields = [(c.i, col) for col in tables.IntCol] + [(c.f, col) for col in tables.FloatCol]
         for part, col in fields:
             v = getattr(c, col.name.lower())
