@@ -36,7 +36,7 @@ class Feed:
         self.rows: deque[Rows] = deque()
         self.next_time = math.inf  # the first row's arrival (what Lane.step and the quiet runs read)
         self.clipped = 0  # the fleet's source clipped the rows already
-        self.script = None  # (Lane._arrive notes content only for a script: draw notes it for every row, as inject)
+        self.script = None  # (Lane._arrive notes only a script's content: draw_into notes every row's, as inject)
         self.calm = math.inf  # no request here finishes in a step starting before this (see push)
 
     def __getattr__(self, name: str) -> Any:
@@ -74,24 +74,23 @@ class Feed:
         token a step after that, each step no shorter than dt_min (the fleet's cheapest step, see LazyLoop.calm)."""
         return float(row.arrival[0]) + (int(row.total[0]) - 1) * self.dt_min  # type: ignore[operator]
 
-    def draw(self, t: float, into: Table | None = None) -> Rows | None:
-        """The rows arrived by t, queued in `into` (the lane's queue) as Replica.inject queues them (None: none
-        due). The rows returned are the feed's own, not views of the queue: the lane reads only how many came."""
-        assert into is not None
+    def draw_into(self, t: float, q: Table) -> int:
+        """The rows arrived by t, queued in q (the lane's queue) as Replica.inject queues them; returns how many (0:
+        none due; the lane reads only the count)."""
         rows = self.rows
         rep = self.rep
         ln = rep.lane
-        drawn = []
+        k = 0
         while rows and self.next_time <= t:
             row = rows.popleft()
             ln.note_content(row)
-            into.append(row)
-            drawn.append(row)
+            q.append(row)
+            k += 1
             self.next_time = float(rows[0].arrival[0]) if rows else math.inf
-        if not drawn:
-            return None
+        if not k:
+            return 0
         if self.dt_min is not None:
             self.calm = min(map(self._calm, rows)) if rows else math.inf  # (a lazy loop's: rarely a row left)
-        rep._budget.accepted += len(drawn)
+        rep._budget.accepted += k
         rep.queue_peak = max(rep.queue_peak, ln.waiting)
-        return drawn[0] if len(drawn) == 1 else Rows.join(drawn)
+        return k

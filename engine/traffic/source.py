@@ -213,22 +213,45 @@ class RequestSource:
         self.arrivals.think(users, t)
 
     # ---- drawing ------------------------------------------------------------------------------
-    def draw(self, t: float, into: Table | None = None) -> Rows | None:
-        """Every send, Poisson and scripted arrival at or before t as request rows, in time order (None: none
-        due). `into`: a table (a lane's queue) to append them to, returning a view of them there; else fresh rows."""
+    def draw(self, t: float) -> Rows | None:
+        """Every send, Poisson and scripted arrival at or before t as fresh request rows, in time order (None: none
+        due): a fleet's draw, which routes each row to a replica."""
+        got = self._due_lists(t)
+        if got is None:
+            return self._draw_arrays(t, None)
+        tl, ul = got
+        if not tl:
+            return None
+        if len(tl) <= _FEW_NEW and self.lora_cdf is None:
+            return self._create_few(tl, ul, None)
+        return self._create(np.array(tl), np.array(ul, dtype=np.int64), None, None)
+
+    def draw_into(self, t: float, q: Table) -> int:
+        """draw(t)'s rows appended to q (a lane's queue) instead, returning how many (0: none due). The lane reads
+        only the count (a script's rows, whose content it notes, are q's last): a tick's usual arrival is written
+        into the queue and no view of it is made."""
+        got = self._due_lists(t)
+        if got is None:
+            r = self._draw_arrays(t, q)
+            return 0 if r is None else len(r)
+        tl, ul = got
+        k = len(tl)
+        if k <= _FEW_NEW and self.lora_cdf is None:
+            if k:
+                self._queue_few(tl, ul, q)
+            return k
+        self._create(np.array(tl), np.array(ul, dtype=np.int64), q, None)
+        return k
+
+    def _due_lists(self, t: float) -> tuple[list[float], list[int]] | None:
+        """Stages begun by t entered; then, without a script, the arrivals due at t as Python lists when one source
+        has them (Arrivals.due_lists); None: draw them as arrays (_draw_arrays)."""
         if self.next_stage <= t:
             self._enter_stages(t)
-        if self.script is None:
-            # A tick's usual requests (one source due, within the times computed ahead) found in Python lists, a few
-            # made in Python numbers (LoRA's adapter draw takes the array path).
-            got = self.arrivals.due_lists(t)
-            if got is not None:
-                tl, ul = got
-                if not tl:
-                    return None
-                if len(tl) <= _FEW_NEW and self.lora_cdf is None:
-                    return self._create_few(tl, ul, into)
-                return self._create(np.array(tl), np.array(ul, dtype=np.int64), into, None)
+        return self.arrivals.due_lists(t) if self.script is None else None
+
+    def _draw_arrays(self, t: float, into: Table | None) -> Rows | None:
+        """Every arrival due at t (with a script's content) as rows, through the arrays (None: none due)."""
         tt, uu, gg = self.arrivals.due_tagged(t, self.script)
         if not len(tt):
             return None
@@ -284,8 +307,31 @@ class RequestSource:
     def _create_few(self, times: list[float], users: list[int], into: Table | None) -> Rows:
         """_create for a few unscripted requests (a tick's usual arrivals or closed-loop sends) in Python numbers: the
         same draws, clip rule (new_rows) and rows as the arrays would give, without ~20 numpy calls on arrays of a
-        few values (tests/engine/test_workload.py compares the two). Each sampler is a stream of its own, so taking
-        a request's three lengths in turn draws what three takes of k values draw."""
+        few values (tests/engine/test_workload.py compares the two). `into`: the table to append them to (the
+        rows returned are a view of them there)."""
+        if into is not None:
+            n = self._queue_few(times, users, into)
+            return into.cols.pick(slice(n, n + len(times)))
+        heads = self._few_heads(users)
+        r = Rows(np.empty((len(IntCol), len(heads)), dtype=np.int64), np.empty((len(FloatCol), len(heads))))
+        r.put_new(0, heads, times)
+        if self.fast:
+            r.fast[:] = 1
+        return r
+
+    def _queue_few(self, times: list[float], users: list[int], q: Table) -> int:
+        """_create_few's rows appended to q (Table.add_new), no view of them made; returns the first one's row."""
+        heads = self._few_heads(users)
+        n = q.add_new(heads, times)
+        if self.fast:
+            q.cols.i[_FAST, n:n + len(heads)] = 1
+        return n
+
+    def _few_heads(self, users: list[int]) -> list[tuple[int, int, int, int, int, int]]:
+        """The leading integer fields (_HEAD) of a few new requests sent by `users`: the next ids, and seeded
+        lengths clipped by new_rows' rule, taken from the budget and counted (clipped) as new_rows does. Each
+        sampler is a stream of its own, so taking a request's three lengths in turn draws what three takes of k
+        values draw."""
         sp, st, so = self.s_prompt, self.s_think, self.s_output
         cap = self.cap_tokens
         b = self.budget
@@ -306,22 +352,16 @@ class RequestSource:
             rid += 1
             clips += clipped
         k = len(heads)
-        if into is None:
-            r = Rows(np.empty((len(IntCol), k), dtype=np.int64), np.empty((len(FloatCol), k)))
-            r.put_new(0, heads, times)
-        else:
-            r = into.add_new(heads, times)
         b.next_id = rid
         b.accepted += k
         self.clipped += clips
-        if self.fast:
-            r.fast[:] = 1
-        return r
+        return heads
 
 
 # The fields new_rows and _create_few fill are the first of IntCol, in order: one write of a head tuple each.
 _HEAD = int(IntCol.TARGET) + 1
 assert [c.name for c in IntCol][:_HEAD] == ["ID", "USER", "PROMPT", "THINK", "TOTAL", "TARGET"]
+_FAST = int(IntCol.FAST)  # (a plain int indexes faster than an IntEnum member)
 
 
 def _nobody() -> np.ndarray:

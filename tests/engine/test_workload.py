@@ -102,10 +102,12 @@ def test_a_few_requests_are_drawn_as_the_arrays_draw_them(prompt: str, output: s
         assert a.clipped == b.clipped and a._pos == b._pos
 
 
-@pytest.mark.parametrize("rate,users", [(3.0, 0), (40.0, 0), (2.0, 8), (2.0, 30)])
-def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int) -> None:
-    """RequestSource.draw into a lane's queue (up to 8 rows: Table.add_new; more: extend + new_rows) gives the
-    rows, in order, that drawing fresh rows gives, through the queue's growth and admissions from its head."""
+@pytest.mark.parametrize("rate,users,fast", [(3.0, 0, False), (40.0, 0, False), (2.0, 8, False), (2.0, 30, False),
+                                             (3.0, 0, True), (2.0, 8, True)])
+def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int, fast: bool) -> None:
+    """RequestSource.draw_into a lane's queue (up to 8 rows: Table.add_new; more: extend + new_rows) gives the
+    rows, in order, that drawing fresh rows gives, and counts them, through the queue's growth and admissions
+    from its head (the fast lane's rows too)."""
     from engine.config import EngineConfig
     from engine.serving.tables import Queue, Rows
     from engine.traffic.source import RequestSource
@@ -113,13 +115,15 @@ def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int
     cfg = EngineConfig(users=users, rate=rate, requests=3000, prompt="lognormal:900,1.2", output="exp:300",
                        think_time="exp:1")
     into, fresh = RequestSource.for_config(cfg, 4000), RequestSource.for_config(cfg, 4000)
+    into.fast = fresh.fast = fast
     q = Queue(4)
     got: list[Rows] = []
     want: list[Rows] = []
     for t in np.arange(0.05, 60.0, 0.05).tolist():
-        a, b = into.draw(t, q), fresh.draw(t)
-        assert (a is None) == (b is None), t
-        if a is not None:
+        k, b = into.draw_into(t, q), fresh.draw(t)
+        assert k == (0 if b is None else len(b)), t
+        if k:
+            a = q.cols.pick(slice(q.n - k, q.n))  # the queue's last k rows
             got.append(a.copy())
             want.append(b)
             for src, r in ((into, a), (fresh, b)):
@@ -128,4 +132,5 @@ def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int
             q.pop(q.size - 2)  # admitted from the head
     g, w = Rows.join(got), Rows.join(want)
     assert len(g) > 100 and (g.i == w.i).all() and np.array_equal(g.f, w.f, equal_nan=True)
+    assert (g.fast == int(fast)).all()
     assert into.clipped == fresh.clipped and into.budget.next_id == fresh.budget.next_id
