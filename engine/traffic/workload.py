@@ -152,7 +152,7 @@ class Sampler:
     Values are drawn _BLOCK at a time and handed out by slicing, so a request costs no generator call.
     """
 
-    __slots__ = ("dist", "integer", "lo", "hi", "_rng", "_buf", "_vals", "_pos", "clipped", "last_clipped")
+    __slots__ = ("dist", "integer", "lo", "hi", "_rng", "_buf", "_pos", "clipped", "last_clipped")
 
     def __init__(self, dist: Dist, rng: np.random.Generator, integer: bool, lo: float = 0.0,
                  hi: float = math.inf) -> None:
@@ -162,7 +162,6 @@ class Sampler:
         self.hi = hi
         self._rng = rng
         self._buf = np.empty(0)
-        self._vals: list[float] | None = None  # _buf as Python floats, made when take_scalar first reads it
         self._pos = 0
         self.clipped = 0  # draws pulled down to `hi` (e.g. a sampled prompt longer than the context)
         self.last_clipped = np.zeros(0, dtype=bool)  # which of the last take's values were pulled down to `hi`
@@ -181,7 +180,6 @@ class Sampler:
             left = self._buf[self._pos:]
             fresh = self._draw(max(_BLOCK, n - left.size))
             self._buf = np.concatenate([left, fresh])
-            self._vals = None
             self._pos = 0
         out = self._buf[self._pos:self._pos + n]
         self._pos += n
@@ -228,27 +226,6 @@ class Sampler:
         if self.integer:
             v = np.rint(v)
         return np.maximum(v, self.lo)
-
-    def take_scalar(self) -> tuple[float | int, bool]:
-        """take(1)[0] as a Python number, and whether it was pulled down to `hi`: the same value, stream position
-        and clip count as take(1), without its arrays (a lone arrival's lengths; last_clipped is not set)."""
-        if self.dist.kind == "fixed":  # (Dist.is_fixed, without a property call per request)
-            return self._fixed(1)
-        pos = self._pos
-        vals = self._vals
-        if pos >= self._buf.size:  # take(1) on an empty buffer: a fresh block, nothing left to keep
-            self._buf = self._draw(_BLOCK)
-            vals = None
-            pos = 0
-        if vals is None:  # (once a block: a list item reads in a fifth of a numpy scalar's time)
-            vals = self._vals = self._buf.tolist()
-        x = vals[pos]
-        self._pos = pos + 1
-        over = x > self.hi
-        if over:
-            self.clipped += 1
-            x = float(self.hi)  # np.minimum(out, hi) in take: the float64 of hi
-        return (int(x) if self.integer else x), over
 
     def take_one(self) -> float:
         """One value as a Python number."""
