@@ -40,7 +40,7 @@ class Feed:
         self.times: deque[float] = deque()  # each row's arrival, as a float (read at every draw)
         self.next_time = math.inf  # the first row's arrival (what Lane.step and the quiet runs read)
         self.clipped = 0  # the fleet's source clipped the rows already
-        self.script = None  # (Lane._arrive notes content only for a script: draw notes it for every row, as inject)
+        self.script = None  # (Lane._arrive notes only a script's content: draw_into notes every row's, as inject)
         self.calm = math.inf  # no request here finishes in a step starting before this (see push)
 
     def __getattr__(self, name: str) -> Any:
@@ -79,26 +79,25 @@ class Feed:
         LazyLoop.calm)."""
         return t + (int(row.total[0]) - 1) * self.dt_min  # type: ignore[operator]
 
-    def draw(self, t: float, into: Table | None = None) -> Rows | None:
-        """The rows arrived by t, queued in `into` (the lane's queue) as Replica.inject queues them (None: none
-        due). The rows returned are the feed's own, not views of the queue: the lane reads only how many came."""
-        assert into is not None
+    def draw_into(self, t: float, q: Table) -> int:
+        """The rows arrived by t, queued in q (the lane's queue) as Replica.inject queues them; returns how many (0:
+        none due; the lane reads only the count)."""
         if self.next_time > t:
-            return None
+            return 0
         rows, times = self.rows, self.times
         rep = self.rep
         ln = rep.lane
-        drawn = []
+        k = 0
         while times and times[0] <= t:
             times.popleft()
             row = rows.popleft()
             if self.content:
                 ln.note_content(row)
-            into.append(row)
-            drawn.append(row)
+            q.append(row)
+            k += 1
         self.next_time = times[0] if times else math.inf
         if self.dt_min is not None:  # (a lazy loop's: rarely a row left)
             self.calm = min(map(self._calm, rows, times)) if rows else math.inf
-        rep._budget.accepted += len(drawn)
+        rep._budget.accepted += k
         rep.queue_peak = max(rep.queue_peak, ln.waiting)
-        return drawn[0] if len(drawn) == 1 else Rows.join(drawn)
+        return k

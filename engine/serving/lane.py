@@ -219,13 +219,14 @@ class Lane:
         """Every request this lane's source has due at or before t joins the queue (drawn into its tail)."""
         src = self.source
         before = src.clipped
-        r = src.draw(t, self.Q)
-        if r is not None:
+        q = self.Q
+        k = src.draw_into(t, q)
+        if k:
             st = self.stats
             st.clipped += src.clipped - before
-            st.accepted += len(r)
+            st.accepted += k
             if src.script is not None:  # only a script's requests carry content (group, body) that can be shared
-                self.note_content(r)
+                self.note_content(q.cols.pick(slice(q.n - k, q.n)))
 
     def note_content(self, r: Rows) -> None:
         """Requests joining this lane: once any shares content with another (a group prefix or a body), blocks

@@ -321,16 +321,16 @@ class Table:
         r.blank()
         return r
 
-    def add_new(self, heads: list[tuple[int, ...]], arrivals: list[float]) -> Rows:
-        """Append new requests' rows (Rows.put_new) and return a view of them (writes go to the table)."""
+    def add_new(self, heads: list[tuple[int, ...]], arrivals: list[float]) -> int:
+        """Append new requests' rows (Rows.put_new); returns the first one's row in `cols` (no view is made: a lane
+        queueing a tick's arrival needs none)."""
         k = len(heads)
         if self.n + k > self.cap:
             self.reserve(k)
         n = self.n  # (after reserve: a queue slides its live rows down to make room)
-        c = self.cols
-        c.put_new(n, heads, arrivals)
+        self.cols.put_new(n, heads, arrivals)
         self.n = n + k
-        return c.pick(slice(n, n + k))
+        return n
 
     def keep(self, mask: np.ndarray) -> None:
         """Drop the live rows where mask is False, keeping order (each field compacts in place)."""

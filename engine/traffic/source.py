@@ -33,9 +33,12 @@ from engine.validation import MAX_SECONDS
 
 _NOBODY = np.zeros(0, dtype=np.int64)
 _NOBODY.flags.writeable = False
-# Up to this many requests drawn at once are made in Python numbers (_create_few): per request ~3 us of scalar draws
-# and clipping against ~20 us of numpy calls for draw_lengths + new_rows on a few rows.
+# Up to this many requests drawn at once are made in Python numbers (_create_few): per request a list pop of lengths
+# taken ahead (_lengths_ahead) against ~20 us of numpy calls for draw_lengths + new_rows on a few rows.
 _FEW_NEW = 8
+# Requests' lengths taken ahead at once for the few-rows path (_lengths_ahead): ~30 us a block against ~1.5 us a
+# request in three sampler calls.
+_LENGTHS_AHEAD = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,18 +103,26 @@ def draw_lengths(s_prompt: Sampler, s_think: Sampler, s_output: Sampler,
     return prompt, think, output, s_prompt.last_clipped | s_think.last_clipped | s_output.last_clipped
 
 
-def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, think: np.ndarray, output: np.ndarray,
-             clipped: np.ndarray, cap_tokens: int, into: Rows | None = None) -> tuple[Rows, int]:
-    """New request rows with the next ids, lengths clipped so a request's whole cache (prompt + every generated
-    token) fits the context and the pool; also the number of requests clipped, each counted once. `into`: blank
-    rows to fill (a table's, see Table.extend), else fresh ones."""
-    k = len(tt)
+def clip_lengths(prompt: np.ndarray, think: np.ndarray, output: np.ndarray, clipped: np.ndarray,
+                 cap_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Think and output lengths cut so a request's whole cache (prompt + every generated token) fits the context
+    and the pool, and which requests were clipped (by a sampler or here)."""
     room = cap_tokens - prompt
     over = think + output > room
     if np.count_nonzero(over):  # (on a tick's few rows count_nonzero costs a quarter of .any())
         clipped = clipped | over
         think = np.where(over, np.minimum(think, room - 1), think)
         output = np.where(over, np.maximum(1, room - think), output)
+    return think, output, clipped
+
+
+def new_rows(b: Budget, tt: np.ndarray, uu: np.ndarray, prompt: np.ndarray, think: np.ndarray, output: np.ndarray,
+             clipped: np.ndarray, cap_tokens: int, into: Rows | None = None) -> tuple[Rows, int]:
+    """New request rows with the next ids, lengths clipped so a request's whole cache (prompt + every generated
+    token) fits the context and the pool; also the number of requests clipped, each counted once. `into`: blank
+    rows to fill (a table's, see Table.extend), else fresh ones."""
+    k = len(tt)
+    think, output, clipped = clip_lengths(prompt, think, output, clipped, cap_tokens)
     r = Rows.new(k) if into is None else into
     # The leading fields in IntCol order (id, user, prompt, think, total, target), as _create_few's heads: one
     # numpy write of the six rather than six views, each a property call (~5 us less on a tick's few rows).
@@ -131,7 +142,7 @@ class RequestSource:
     """
 
     __slots__ = ("budget", "arrivals", "script", "fast", "s_prompt", "s_output", "s_think", "cap_tokens", "stage",
-                 "next_stage", "clipped", "outstanding", "lora_cdf", "lora_rng")
+                 "next_stage", "clipped", "outstanding", "lora_cdf", "lora_rng", "_lengths")
 
     def __init__(self, wl: Workload, budget: Budget, rngs: list[np.random.Generator], cap_tokens: int,
                  script: Script | None = None, fast: bool = False, fast_share: float = 0.0,
@@ -144,6 +155,8 @@ class RequestSource:
         self.s_output = Sampler(wl.output, rngs[1], True, 1, max(1, cap_tokens))
         self.s_think = Sampler(wl.think, rngs[2], True, 0, max(0, cap_tokens))
         self.cap_tokens = cap_tokens
+        # The next requests' clipped lengths, taken ahead from the samplers (_lengths_ahead), last due at the end.
+        self._lengths: list[tuple[int, int, int, bool]] = []
         # Multi-LoRA: which adapter each request uses, from a stream of its own (LoRA on leaves the others as they
         # were), Zipf over the adapters: a few popular ones and a long tail.
         self.lora_cdf = zipf_cdf(wl.lora_adapters, wl.lora_zipf) if wl.lora_adapters else None
@@ -199,6 +212,7 @@ class RequestSource:
     # ---- changes ------------------------------------------------------------------------------
     def set_cap(self, cap_tokens: int) -> None:
         """The servers' longest request changed (a resized pool): lengths drawn from now on fit the new one."""
+        self.give_back_lengths()  # (clipped to the old cap)
         self.cap_tokens = cap_tokens
         self.s_prompt.hi = max(1, cap_tokens - 1)
         self.s_output.hi = max(1, cap_tokens)
@@ -217,22 +231,45 @@ class RequestSource:
         self.arrivals.think_one(user, t)
 
     # ---- drawing ------------------------------------------------------------------------------
-    def draw(self, t: float, into: Table | None = None) -> Rows | None:
-        """Every send, Poisson and scripted arrival at or before t as request rows, in time order (None: none
-        due). `into`: a table (a lane's queue) to append them to, returning a view of them there; else fresh rows."""
+    def draw(self, t: float) -> Rows | None:
+        """Every send, Poisson and scripted arrival at or before t as fresh request rows, in time order (None: none
+        due): a fleet's draw, which routes each row to a replica."""
+        got = self._due_lists(t)
+        if got is None:
+            return self._draw_arrays(t, None)
+        tl, ul = got
+        if not tl:
+            return None
+        if len(tl) <= _FEW_NEW and self.lora_cdf is None:
+            return self._create_few(tl, ul, None)
+        return self._create(np.array(tl), np.array(ul, dtype=np.int64), None, None)
+
+    def draw_into(self, t: float, q: Table) -> int:
+        """draw(t)'s rows appended to q (a lane's queue) instead, returning how many (0: none due). The lane reads
+        only the count (a script's rows, whose content it notes, are q's last): a tick's usual arrival is written
+        into the queue and no view of it is made."""
+        got = self._due_lists(t)
+        if got is None:
+            r = self._draw_arrays(t, q)
+            return 0 if r is None else len(r)
+        tl, ul = got
+        k = len(tl)
+        if k <= _FEW_NEW and self.lora_cdf is None:
+            if k:
+                self._queue_few(tl, ul, q)
+            return k
+        self._create(np.array(tl), np.array(ul, dtype=np.int64), q, None)
+        return k
+
+    def _due_lists(self, t: float) -> tuple[list[float], list[int]] | None:
+        """Stages begun by t entered; then, without a script, the arrivals due at t as Python lists when one source
+        has them (Arrivals.due_lists); None: draw them as arrays (_draw_arrays)."""
         if self.next_stage <= t:
             self._enter_stages(t)
-        if self.script is None:
-            # A tick's usual requests (one source due, within the times computed ahead) found in Python lists, a few
-            # made in Python numbers (LoRA's adapter draw takes the array path).
-            got = self.arrivals.due_lists(t)
-            if got is not None:
-                tl, ul = got
-                if not tl:
-                    return None
-                if len(tl) <= _FEW_NEW and self.lora_cdf is None:
-                    return self._create_few(tl, ul, into)
-                return self._create(np.array(tl), np.array(ul, dtype=np.int64), into, None)
+        return self.arrivals.due_lists(t) if self.script is None else None
+
+    def _draw_arrays(self, t: float, into: Table | None) -> Rows | None:
+        """Every arrival due at t (with a script's content) as rows, through the arrays (None: none due)."""
         tt, uu, gg = self.arrivals.due_tagged(t, self.script)
         if not len(tt):
             return None
@@ -261,6 +298,7 @@ class RequestSource:
         if content is None and k <= _FEW_NEW and self.lora_cdf is None:  # LoRA's adapter draw takes the array path
             return self._create_few(tt.tolist(), uu.tolist(), into)
         if content is None:
+            self.give_back_lengths()  # (the samplers hand out the lengths taken ahead again, in order)
             prompt, think, output, clipped = draw_lengths(self.s_prompt, self.s_think, self.s_output, k)
         else:
             prompt = np.minimum(content.prompt, self.s_prompt.hi).astype(np.int64)
@@ -288,44 +326,73 @@ class RequestSource:
     def _create_few(self, times: list[float], users: list[int], into: Table | None) -> Rows:
         """_create for a few unscripted requests (a tick's usual arrivals or closed-loop sends) in Python numbers: the
         same draws, clip rule (new_rows) and rows as the arrays would give, without ~20 numpy calls on arrays of a
-        few values (tests/engine/test_workload.py compares the two). Each sampler is a stream of its own, so taking
-        a request's three lengths in turn draws what three takes of k values draw."""
-        sp, st, so = self.s_prompt, self.s_think, self.s_output
-        cap = self.cap_tokens
+        few values (tests/engine/test_workload.py compares the two). `into`: the table to append them to (the
+        rows returned are a view of them there)."""
+        if into is not None:
+            n = self._queue_few(times, users, into)
+            return into.cols.pick(slice(n, n + len(times)))
+        heads = self._few_heads(users)
+        r = Rows(np.empty((len(IntCol), len(heads)), dtype=np.int64), np.empty((len(FloatCol), len(heads))))
+        r.put_new(0, heads, times)
+        if self.fast:
+            r.fast[:] = 1
+        return r
+
+    def _queue_few(self, times: list[float], users: list[int], q: Table) -> int:
+        """_create_few's rows appended to q (Table.add_new), no view of them made; returns the first one's row."""
+        heads = self._few_heads(users)
+        n = q.add_new(heads, times)
+        if self.fast:
+            q.cols.i[_FAST, n:n + len(heads)] = 1
+        return n
+
+    def _few_heads(self, users: list[int]) -> list[tuple[int, int, int, int, int, int]]:
+        """The leading integer fields (_HEAD) of a few new requests sent by `users`: the next ids, and the seeded
+        lengths new_rows would give them (taken ahead in blocks: _lengths_ahead), taken from the budget and counted
+        (clipped) as new_rows does."""
+        ahead = self._lengths
         b = self.budget
         rid = b.next_id
         heads = []
         clips = 0
         for user in users:
-            prompt, c_p = sp.take_scalar()
-            think, c_t = st.take_scalar()
-            output, c_o = so.take_scalar()
-            clipped = c_p or c_t or c_o
-            room = cap - prompt
-            if think + output > room:  # new_rows' rule: the whole cache fits the context and the pool
-                clipped = True
-                think = min(think, room - 1)
-                output = max(1, room - think)
-            heads.append((rid, user, prompt, think, think + output, prompt))
+            if not ahead:
+                ahead = self._lengths = self._lengths_ahead()
+            prompt, think, total, clipped = ahead.pop()
+            heads.append((rid, user, prompt, think, total, prompt))
             rid += 1
             clips += clipped
-        k = len(heads)
-        if into is None:
-            r = Rows(np.empty((len(IntCol), k), dtype=np.int64), np.empty((len(FloatCol), k)))
-            r.put_new(0, heads, times)
-        else:
-            r = into.add_new(heads, times)
         b.next_id = rid
-        b.accepted += k
+        b.accepted += len(heads)
         self.clipped += clips
-        if self.fast:
-            r.fast[:] = 1
-        return r
+        return heads
+
+    def _lengths_ahead(self) -> list[tuple[int, int, int, bool]]:
+        """The next _LENGTHS_AHEAD requests' (prompt, think, total, clipped), last due first: draw_lengths and
+        new_rows' clip rule on one block, so a lone request costs a list pop rather than three sampler calls. Each
+        sampler is a stream of its own, so taking a block of each draws what taking a request's three lengths in
+        turn draws; whatever is left unused goes back (give_back_lengths) before the samplers hand out anything
+        else or the cap changes."""
+        n = _LENGTHS_AHEAD
+        prompt, think, output, clipped = draw_lengths(self.s_prompt, self.s_think, self.s_output, n)
+        think, output, clipped = clip_lengths(prompt, think, output, clipped, self.cap_tokens)
+        return list(zip(prompt[::-1].tolist(), think[::-1].tolist(), (think + output)[::-1].tolist(),
+                        clipped[::-1].tolist(), strict=True))
+
+    def give_back_lengths(self) -> None:
+        """Return the lengths taken ahead and unused to the samplers (their streams, positions and clip counts as if
+        never taken): the next take hands them out again."""
+        n = len(self._lengths)
+        if n:
+            for s in (self.s_prompt, self.s_think, self.s_output):
+                s.give_back(n)
+            self._lengths = []
 
 
 # The fields new_rows and _create_few fill are the first of IntCol, in order: one write of a head tuple each.
 _HEAD = int(IntCol.TARGET) + 1
 assert [c.name for c in IntCol][:_HEAD] == ["ID", "USER", "PROMPT", "THINK", "TOTAL", "TARGET"]
+_FAST = int(IntCol.FAST)  # (a plain int indexes faster than an IntEnum member)
 
 
 def _nobody() -> np.ndarray:

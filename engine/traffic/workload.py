@@ -213,9 +213,14 @@ class Sampler:
         return (round(v) if self.integer else v), over
 
     def give_back(self, n: int) -> None:
-        """Return the last n values taken, unused: the next take hands them out again (same sequence)."""
-        if not self.dist.is_fixed:
-            self._pos -= n
+        """Return the last n values taken, unused: the next take hands them out again (same sequence), and those
+        it pulled down to `hi` (unchanged since) are no longer counted in `clipped`."""
+        if self.dist.kind == "fixed":
+            if self.dist.a > self.hi:
+                self.clipped -= n
+            return
+        self._pos -= n
+        self.clipped -= int(np.count_nonzero(self._buf[self._pos:self._pos + n] > self.hi))
 
     def _draw(self, n: int) -> np.ndarray:
         """Draw a block, rounded to whole tokens where integer, and raised to the lower bound."""

@@ -127,8 +127,9 @@ def test_add_new_writes_a_blank_row_with_its_head_and_arrival(queue: bool) -> No
         t.pop(1)
     live = t.size
     for j in range(9):
-        v = t.add_new([(100 + j, -1, 7 * j, 0, 9, 7 * j)], [0.5 * j])
-        assert v.id.tolist() == [100 + j] and v.arrival.tolist() == [0.5 * j]  # the view is of the row written
+        n = t.add_new([(100 + j, -1, 7 * j, 0, 9, 7 * j)], [0.5 * j])
+        v = t.cols.pick(slice(n, n + 1))
+        assert v.id.tolist() == [100 + j] and v.arrival.tolist() == [0.5 * j]  # n is the row written
     want = Rows.new(9)
     want.i[:6] = [range(100, 109), [-1] * 9, range(0, 63, 7), [0] * 9, [9] * 9, range(0, 63, 7)]
     want.arrival[:] = np.arange(9) * 0.5

@@ -77,8 +77,9 @@ def test_a_block_of_draws_is_the_draws_one_at_a_time(spec: str) -> None:
                                                      ("uniform:10,4000", "lognormal:200,1.0", "exp:50", 3000),
                                                      ("300", "5000", "20", 4096), ("normal:500,400", "1", "0", 600)])
 def test_a_few_requests_are_drawn_as_the_arrays_draw_them(prompt: str, output: str, think: str, cap: int) -> None:
-    """RequestSource._create_few (1 to 8 requests, Python numbers) gives the rows, clip counts and stream positions of
-    the array path (draw_lengths + new_rows), clipped requests included (a small cap clips many)."""
+    """RequestSource._create_few (1 to 8 requests, lengths taken ahead in blocks) gives the rows, clip counts and
+    stream positions of the array path (draw_lengths + new_rows), clipped requests included (a small cap clips many),
+    across blocks, the array path's and a new cap's give_back_lengths."""
     from engine.traffic.arrivals import Budget
     from engine.traffic.source import RequestSource, Workload, draw_lengths, new_rows
 
@@ -90,22 +91,28 @@ def test_a_few_requests_are_drawn_as_the_arrays_draw_them(prompt: str, output: s
     one, arrays = source(), source()
     clipped = 0
     for j in range(2_000):
-        k = 1 + j % 9  # (9: _create's own array path, past _FEW_NEW)
-        t, u = 0.25 * j + 0.01 * np.arange(k), (j + np.arange(k)) % 7 - 1
+        k = 9 if j % 40 == 39 else 1 + j % 8  # (9: _create's own array path, past _FEW_NEW: gives back the
+        t, u = 0.25 * j + 0.01 * np.arange(k), (j + np.arange(k)) % 7 - 1  # lengths taken ahead)
+        if j == 1_010:  # a resized pool: lengths taken ahead for the old cap go back
+            one.set_cap(cap // 2)
+            arrays.set_cap(cap // 2)
         r1 = one._create(t, u, None, None)
         p, th, o, c = draw_lengths(arrays.s_prompt, arrays.s_think, arrays.s_output, k)
         r2, n = new_rows(arrays.budget, t, u, p, th, o, c, arrays.cap_tokens)
         clipped += n
         assert np.array_equal(r1.i, r2.i) and np.array_equal(r1.f, r2.f, equal_nan=True), j
     assert one.clipped == clipped and clipped > 0
+    one.give_back_lengths()  # the streams, clip counts included, as if nothing had been taken ahead
     for a, b in ((one.s_prompt, arrays.s_prompt), (one.s_think, arrays.s_think), (one.s_output, arrays.s_output)):
-        assert a.clipped == b.clipped and a._pos == b._pos
+        assert a.clipped == b.clipped and (a.take(100) == b.take(100)).all()
 
 
-@pytest.mark.parametrize("rate,users", [(3.0, 0), (40.0, 0), (2.0, 8), (2.0, 30)])
-def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int) -> None:
-    """RequestSource.draw into a lane's queue (up to 8 rows: Table.add_new; more: extend + new_rows) gives the
-    rows, in order, that drawing fresh rows gives, through the queue's growth and admissions from its head."""
+@pytest.mark.parametrize("rate,users,fast", [(3.0, 0, False), (40.0, 0, False), (2.0, 8, False), (2.0, 30, False),
+                                             (3.0, 0, True), (2.0, 8, True)])
+def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int, fast: bool) -> None:
+    """RequestSource.draw_into a lane's queue (up to 8 rows: Table.add_new; more: extend + new_rows) gives the
+    rows, in order, that drawing fresh rows gives, and counts them, through the queue's growth and admissions
+    from its head (the fast lane's rows too)."""
     from engine.config import EngineConfig
     from engine.serving.tables import Queue, Rows
     from engine.traffic.source import RequestSource
@@ -113,13 +120,15 @@ def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int
     cfg = EngineConfig(users=users, rate=rate, requests=3000, prompt="lognormal:900,1.2", output="exp:300",
                        think_time="exp:1")
     into, fresh = RequestSource.for_config(cfg, 4000), RequestSource.for_config(cfg, 4000)
+    into.fast = fresh.fast = fast
     q = Queue(4)
     got: list[Rows] = []
     want: list[Rows] = []
     for t in np.arange(0.05, 60.0, 0.05).tolist():
-        a, b = into.draw(t, q), fresh.draw(t)
-        assert (a is None) == (b is None), t
-        if a is not None:
+        k, b = into.draw_into(t, q), fresh.draw(t)
+        assert k == (0 if b is None else len(b)), t
+        if k:
+            a = q.cols.pick(slice(q.n - k, q.n))  # the queue's last k rows
             got.append(a.copy())
             want.append(b)
             for src, r in ((into, a), (fresh, b)):
@@ -128,4 +137,5 @@ def test_drawing_into_a_queue_gives_the_rows_drawn_fresh(rate: float, users: int
             q.pop(q.size - 2)  # admitted from the head
     g, w = Rows.join(got), Rows.join(want)
     assert len(g) > 100 and (g.i == w.i).all() and np.array_equal(g.f, w.f, equal_nan=True)
+    assert (g.fast == int(fast)).all()
     assert into.clipped == fresh.clipped and into.budget.next_id == fresh.budget.next_id
