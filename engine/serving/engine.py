@@ -39,7 +39,7 @@ from engine.serving.snapshot import Phase, RequestView, Snapshot
 from engine.serving.tables import BLOCK, done_view
 from engine.traffic.arrivals import Budget, Script
 from engine.traffic.source import RequestSource, Workload, load_script, run_bounds
-from engine.traffic.workload import seeded_rngs
+from engine.traffic.workload import Stream, seeded_streams
 
 SNAPSHOT_QUEUE_ROWS = 1024  # queued requests shown in a snapshot (the count is always exact)
 assert set(SCHEDULERS) == set(POLICIES), "config.SCHEDULERS and the scheduler classes name the same policies"
@@ -84,14 +84,14 @@ class Engine:
         budget.check(self.estimate, bounded=script is not None or cfg.requests is not None or cfg.duration is not None,
                      force=cfg.force)
         self._budget = Budget(*run_bounds(cfg, script))
-        rngs = seeded_rngs(cfg.seed, 10)
+        rngs = seeded_streams(cfg.seed, 10)
         self._lanes = [self._lane(False, blocks, rngs[:5], script)]
         if cfg.fast_share > 0:
             self._lanes.append(self._lane(True, blocks, rngs[5:], script))
         self._tick = 0
         self._clock = 0.0
 
-    def _lane(self, fast: bool, blocks: int, rngs: list[np.random.Generator], script: Script | None) -> Lane:
+    def _lane(self, fast: bool, blocks: int, rngs: list[Stream], script: Script | None) -> Lane:
         """One lane of this engine and the source of its requests: the fast one serves fast_share of the users
         at fast_max_batch (its own arrivals and lengths, the engine's ids and bounds)."""
         cfg, wl = self._cfg, self._wl

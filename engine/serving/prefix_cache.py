@@ -58,6 +58,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _U64(31))
 
 
+_SLOTS_START = 1024  # a BlockPool's slot arrays start at this many slots and double up to the pool's size
 _pow_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
@@ -133,7 +134,7 @@ class BlockPool:
     of cached blocks, and free ones. With caching off every block is private and nothing is kept."""
 
     __slots__ = ("total", "caching", "private", "keyed_used", "cached", "_slot", "_key", "_ref", "_stamp",
-                 "_spare", "_n_spare", "_fresh", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted",
+                 "_spare", "_n_spare", "_fresh", "_n", "_lru", "_lru_stamp", "_head", "_tail", "_clock", "evicted",
                  "peak", "keys_added", "host_total", "tiers", "offloaded", "loaded")
 
     def __init__(self, total: int, caching: bool = True, host_total: int = 0, tiers: KVTiers | None = None) -> None:
@@ -157,20 +158,28 @@ class BlockPool:
         self.offloaded = 0  # blocks copied out to host memory
         self.loaded = 0  # blocks copied back in on a hit
         n = self.total if caching else 0
+        self._n = n  # slots [0, n): one per block
         self._slot: dict[int, int] = {}  # key -> slot of a keyed block
-        self._key = np.zeros(n, dtype=np.uint64)
-        self._ref = np.zeros(n, dtype=np.int64)
-        # Built untouched (np.zeros maps zero pages: a big pool costs nothing until its slots are used, and a short
-        # run uses few): stamps count from 1, 0 meaning "not cached"; and the free slots are a stack of those
-        # freed so far over the never-used ones [_fresh, n), taken in ascending order (as a stack holding
-        # n-1 ... 0 gives them), so `_spare` holds only slots given back.
-        self._stamp = np.zeros(n, dtype=np.int64)  # LRU stamp while cached, 0 otherwise
-        self._spare = np.zeros(n, dtype=np.int64)  # slots given back and holding no keyed block (a stack)
+        # The slot arrays start small and double as slots come into use, up to n (_grow): a plan point or fleet
+        # replica keys a few thousand blocks of a pool of 100,000, and freed memory the allocator hands out again
+        # is zeroed by hand (np.zeros maps fresh zero pages only for the first big arrays). Slots are used in
+        # ascending order and every slot read is one used before (a key's, a spare one, an LRU entry's), so the
+        # arrays only ever need [0, _fresh); past their end every slot reads 0, as the full-size arrays did.
+        # Stamps count from 1, 0 meaning "not cached"; and the free slots are a stack of those freed so far over
+        # the never-used ones [_fresh, n), taken in ascending order (as a stack holding n-1 ... 0 gives them), so
+        # `_spare` holds only slots given back (never more than _fresh of them).
+        m = min(n, _SLOTS_START)
+        self._key = np.zeros(m, dtype=np.uint64)
+        self._ref = np.zeros(m, dtype=np.int64)
+        self._stamp = np.zeros(m, dtype=np.int64)  # LRU stamp while cached, 0 otherwise
+        self._spare = np.zeros(m, dtype=np.int64)  # slots given back and holding no keyed block (a stack)
         self._n_spare = 0
         self._fresh = 0  # slots [_fresh, n) were never used
-        # The LRU: (slot, stamp) in release order; an entry is stale once the slot's stamp changed.
-        self._lru = np.zeros(max(64, n), dtype=np.int64)
-        self._lru_stamp = np.zeros(max(64, n), dtype=np.int64)
+        # The LRU: (slot, stamp) in release order; an entry is stale once the slot's stamp changed (stamps only
+        # grow, so it never turns live again). It grows in _push by compacting away stale entries, which no read
+        # sees, so its first size changes nothing but when that happens.
+        self._lru = np.zeros(max(64, m), dtype=np.int64)
+        self._lru_stamp = np.zeros(max(64, m), dtype=np.int64)
         self._head = self._tail = 0
         self._clock = 1  # the next LRU stamp (0: not cached)
 
@@ -322,9 +331,10 @@ class BlockPool:
     def resize(self, total: int) -> None:
         """A new pool size: cached blocks beyond it are reclaimed (the caller preempts while used > total)."""
         self.total = int(total)
-        if self.caching and self.total > self._key.size:
-            grow = self.total - self._key.size
-            old = self._key.size
+        if self.caching and self.total > self._n:
+            old = self._n
+            self._grow(old)  # every slot of the old size, then the new ones past them
+            grow = self.total - old
             self._key = np.concatenate([self._key, np.zeros(grow, dtype=np.uint64)])
             self._ref = np.concatenate([self._ref, np.zeros(grow, dtype=np.int64)])
             self._stamp = np.concatenate([self._stamp, np.zeros(grow, dtype=np.int64)])
@@ -339,7 +349,7 @@ class BlockPool:
                 k += len(part)
             self._spare = spare
             self._n_spare = k
-            self._fresh = self._key.size
+            self._fresh = self._n = self._key.size
         self.trim()
 
     def trim(self) -> None:
@@ -356,6 +366,8 @@ class BlockPool:
             return
         assert self.private >= k, "filling more blocks than are held privately"
         self.private -= k
+        if self._fresh + k > self._key.size:  # room for every slot this fill may take from the never-used ones
+            self._grow(self._fresh + k)
         slot = self._slot
         ref, stamp = self._ref, self._stamp
         for key in keys.tolist():
@@ -404,6 +416,19 @@ class BlockPool:
             self.cached += m
 
     # ---- internals ----------------------------------------------------------------------------
+    def _grow(self, need: int) -> None:
+        """Slot arrays of at least `need` slots (at most the pool's n): double them, copying the used part (the
+        rest is zeros, as it was). `_spare` keeps their size: it never holds more than the slots used so far."""
+        size = self._key.size
+        if need <= size or size >= self._n:
+            return
+        new = min(self._n, max(2 * size, need))
+        for name in ("_key", "_ref", "_stamp", "_spare"):
+            old = getattr(self, name)
+            a = np.zeros(new, dtype=old.dtype)
+            a[:size] = old
+            setattr(self, name, a)
+
     def _slots_of(self, keys: np.ndarray) -> np.ndarray:
         """Slots of present keys (KeyError names a bug: the caller holds a key the pool does not know)."""
         slot = self._slot
@@ -473,10 +498,12 @@ class BlockPool:
         assert int(np.count_nonzero(ref > 0)) == self.keyed_used, "held keyed blocks out of count"
         assert int(np.count_nonzero(ref == 0)) == self.cached, "cached blocks out of count"
         assert ((self._stamp[slots] > 0) == (ref == 0)).all(), "a held block sits in the LRU (or a cached one not)"
-        assert self._n_spare + self._key.size - self._fresh + len(slots) == self._key.size, "slots lost"
+        assert self._n_spare + self._n - self._fresh + len(slots) == self._n, "slots lost"
+        assert self._fresh <= self._key.size == self._ref.size == self._stamp.size == self._spare.size <= self._n, \
+            "slot arrays shorter than the slots used"
         if self.tiers is not None:
             self.tiers.check()
-        spare = np.zeros(self._key.size, dtype=bool)
+        spare = np.zeros(self._n, dtype=bool)
         spare[self._spare[:self._n_spare]] = True
         spare[self._fresh:] = True
         assert not spare[slots].any(), "a keyed block's slot is also spare"

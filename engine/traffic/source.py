@@ -15,7 +15,7 @@ engine would.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from engine.physics.lora import draw_adapters, zipf_cdf
 from engine.serving.tables import FloatCol, IntCol, Rows, Table
 from engine.traffic.arrivals import Arrivals, Budget, PlanScript, Script, TraceScript
 from engine.traffic.trace import load_trace
-from engine.traffic.workload import Dist, Sampler, parse_dist, seeded_rngs
+from engine.traffic.workload import Dist, Sampler, Stream, parse_dist, seeded_streams
 from engine.traffic.workload_file import Plan, Requests, load_workload
 from engine.validation import MAX_SECONDS
 
@@ -144,7 +144,7 @@ class RequestSource:
     __slots__ = ("budget", "arrivals", "script", "fast", "s_prompt", "s_output", "s_think", "cap_tokens", "stage",
                  "next_stage", "clipped", "outstanding", "lora_cdf", "lora_rng", "_lengths")
 
-    def __init__(self, wl: Workload, budget: Budget, rngs: list[np.random.Generator], cap_tokens: int,
+    def __init__(self, wl: Workload, budget: Budget, rngs: Sequence[np.random.Generator | Stream], cap_tokens: int,
                  script: Script | None = None, fast: bool = False, fast_share: float = 0.0,
                  rate: float = 0.0) -> None:
         self.budget = budget
@@ -182,7 +182,7 @@ class RequestSource:
         """The whole workload of a configuration as one source (a fleet's): the streams, lengths, content and
         stages one engine's main lane draws, with the run's bounds in a Budget of its own."""
         budget = Budget(*run_bounds(cfg, script))
-        rngs = seeded_rngs(cfg.seed, 10)[:5]  # the main lane's streams (a fast lane draws from the next five)
+        rngs = seeded_streams(cfg.seed, 5)  # the main lane's streams (a fast lane draws from the next five)
         return cls(Workload.of(cfg), budget, rngs, cap_tokens, script, False, cfg.fast_share,
                    cfg.rate * (1.0 - cfg.fast_share))
 

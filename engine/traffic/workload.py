@@ -154,13 +154,13 @@ class Sampler:
 
     __slots__ = ("dist", "integer", "lo", "hi", "_rng", "_buf", "_vals", "_pos", "clipped", "last_clipped")
 
-    def __init__(self, dist: Dist, rng: np.random.Generator, integer: bool, lo: float = 0.0,
+    def __init__(self, dist: Dist, rng: np.random.Generator | Stream, integer: bool, lo: float = 0.0,
                  hi: float = math.inf) -> None:
         self.dist = dist
         self.integer = integer
         self.lo = lo
         self.hi = hi
-        self._rng = rng
+        self._rng = rng  # a Stream becomes its generator at the first draw
         self._buf = np.empty(0)
         self._vals: list[float] | None = None  # _buf as Python floats, made when take_scalar first reads it
         self._pos = 0
@@ -224,7 +224,10 @@ class Sampler:
 
     def _draw(self, n: int) -> np.ndarray:
         """Draw a block, rounded to whole tokens where integer, and raised to the lower bound."""
-        v = self.dist.draw(self._rng, n)
+        rng = self._rng
+        if isinstance(rng, Stream):
+            rng = self._rng = rng.generator()
+        v = self.dist.draw(rng, n)
         if self.integer:
             v = np.rint(v)
         return np.maximum(v, self.lo)
@@ -258,3 +261,23 @@ class Sampler:
 def seeded_rngs(seed: int, n: int) -> list[np.random.Generator]:
     """n independent generators from one seed (one per stream, so streams never shift each other)."""
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
+class Stream:
+    """Generator i of seeded_rngs(seed, n), built when first drawn from: an engine's lanes take ten streams, and a
+    fleet's replica (its requests come from the fleet's source) or a fixed-length workload never draws from most."""
+
+    __slots__ = ("seed", "i")
+
+    def __init__(self, seed: int, i: int) -> None:
+        self.seed = seed
+        self.i = i
+
+    def generator(self) -> np.random.Generator:
+        """The generator: SeedSequence(seed).spawn(n)[i] is SeedSequence(seed, spawn_key=(i,)), for any n > i."""
+        return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(self.i,)))
+
+
+def seeded_streams(seed: int, n: int) -> list[Stream]:
+    """seeded_rngs(seed, n), each generator built on first use (a Sampler draws from either)."""
+    return [Stream(seed, i) for i in range(n)]

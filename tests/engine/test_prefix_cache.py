@@ -295,3 +295,88 @@ def test_slots_are_handed_out_as_one_stack_of_every_slot_would() -> None:
     assert put(31, 32, 33) == [6, 7, 8]  # the new slots, then those never used
     assert put(34) == [4]
     pool.check()
+
+
+def _pool_state(pool: BlockPool) -> tuple[object, ...]:
+    """Everything a pool's reads can see, with its slot arrays as the full-size ones would hold them (zeros past
+    the slots used) and its LRU as the live (slot, stamp) entries in order."""
+    n = pool._n
+
+    def full(a: np.ndarray) -> list[int]:
+        return a.tolist() + [0] * (n - a.size)
+
+    live = slice(pool._head, pool._tail)
+    lru = [(s, t) for s, t in zip(pool._lru[live].tolist(), pool._lru_stamp[live].tolist(), strict=True)
+           if pool._stamp[s] == t]
+    return (pool.total, n, pool.private, pool.keyed_used, pool.cached, pool.evicted, pool.peak, pool.keys_added,
+            pool.free, dict(pool._slot), full(pool._key), full(pool._ref), full(pool._stamp),
+            pool._spare[:pool._n_spare].tolist(), pool._fresh, lru, pool._clock)
+
+
+_GROW_OPS = st.lists(st.tuples(st.sampled_from(["admit", "grow", "finish", "resize"]), st.integers(0, 7),
+                               st.integers(1, 80)), min_size=1, max_size=80)
+
+
+@settings(max_examples=120, deadline=None)
+@given(_GROW_OPS, st.integers(4, 120), st.integers(1, 5))
+def test_growing_slot_arrays_read_as_full_size_ones(ops: list[tuple[str, int, int]], total: int, start: int
+                                                   ) -> None:
+    """Slot arrays starting at `start` slots (doubling up to the pool) against full-size ones, under the same
+    admissions, growth, releases and resizes (up past the arrays and down): every result and every read agree."""
+    import engine.serving.prefix_cache as pc
+    small_start, big_start = start, 1 << 20
+    pools = []
+    for first in (small_start, big_start):
+        old, pc._SLOTS_START = pc._SLOTS_START, first
+        try:
+            pools.append(BlockPool(total))
+        finally:
+            pc._SLOTS_START = old
+    small, big = pools
+    assert small._key.size == min(total, start) and big._key.size == total
+    live: dict[int, tuple[int, int, int, int]] = {}  # request -> prompt, tokens, full (keyed), priv
+    nxt = 0
+
+    def keys(p: int, rid: int, n: int) -> np.ndarray:
+        return keys_of(n, p % 2, 24, p, 10 + 13 * p, rid)
+
+    for op, p, n in ops:
+        if op == "admit":
+            plen = 10 + 13 * p
+            k = keys(p, nxt, plen // 16)
+            hit = small.match(k[:(plen - 1) // 16])
+            assert big.match(k[:(plen - 1) // 16]) == hit
+            need = -(-plen // 16) - hit
+            ok = small.admit(k[:hit], need)
+            assert big.admit(k[:hit], need) == ok
+            if ok:
+                small.fill(k[hit:])
+                big.fill(k[hit:])
+                live[nxt] = (p, plen, plen // 16, need - (plen // 16 - hit))
+            nxt += 1
+        elif op == "grow" and live:
+            rid = sorted(live)[p % len(live)]
+            q, tokens, full, priv = live[rid]
+            t1 = tokens + n
+            need = -(-t1 // 16) - -(-tokens // 16)
+            ok = small.alloc(need)
+            assert big.alloc(need) == ok
+            if ok:
+                newly = keys(q, rid, t1 // 16)[full:]
+                small.fill(newly)
+                big.fill(newly)
+                live[rid] = (q, t1, t1 // 16, priv + need - len(newly))
+        elif op == "finish" and live:
+            rid = sorted(live)[p % len(live)]
+            q, _, full, priv = live.pop(rid)
+            small.release(keys(q, rid, full), priv)
+            big.release(keys(q, rid, full), priv)
+        elif op == "resize":
+            size = max(small.used, total + n - 40)
+            small.resize(size)
+            big.resize(size)
+        small.check()
+        assert _pool_state(small) == _pool_state(big)
+        if live:
+            ks = np.concatenate([keys(q, rid, full) for rid, (q, _, full, _) in live.items()])
+            assert small.holders(ks).tolist() == big.holders(ks).tolist()

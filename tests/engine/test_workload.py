@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
-from engine.traffic.workload import Sampler, parse_dist, seeded_rngs
+from engine.traffic.workload import Sampler, Stream, parse_dist, seeded_rngs, seeded_streams
 
 
 def test_fixed_spec_is_a_constant() -> None:
@@ -43,6 +43,21 @@ def test_same_seed_same_values_whatever_the_chunking() -> None:
     assert np.array_equal(whole, parts)
     other = Sampler(d, seeded_rngs(8, 2)[1], integer=True, lo=1).take(3000)
     assert not np.array_equal(whole, other)
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**40 + 3])
+def test_a_stream_built_on_first_use_draws_as_the_spawned_generator(seed: int) -> None:
+    # seeded_streams(seed, n)[i] builds seeded_rngs(seed, n)[i] when a Sampler first draws: same values, in every
+    # way of taking them, for every stream of both lanes' ten.
+    d = parse_dist("lognormal:200,0.5", "--output", 1)
+    gens, streams = seeded_rngs(seed, 10), seeded_streams(seed, 10)
+    for i, (g, s) in enumerate(zip(gens, streams, strict=True)):
+        a, b = Sampler(d, g, integer=True, lo=1), Sampler(d, s, integer=True, lo=1)
+        assert isinstance(b._rng, Stream)
+        assert b.take_scalar() == a.take_scalar()
+        assert np.array_equal(b.take(5000), a.take(5000)), i
+        assert not isinstance(b._rng, Stream)
+    assert not np.array_equal(streams[0].generator().random(8), streams[1].generator().random(8))
 
 
 def test_clipping_is_counted_only_for_values_handed_out() -> None:
