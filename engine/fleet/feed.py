@@ -40,7 +40,7 @@ class Feed:
         self.times: deque[float] = deque()  # each row's arrival, as a float (read at every draw)
         self.next_time = math.inf  # the first row's arrival (what Lane.step and the quiet runs read)
         self.clipped = 0  # the fleet's source clipped the rows already
-        self.script = None  # (Lane._arrive notes only a script's content: draw_into notes every row's, as inject)
+        self.script = None  # (Lane._arrive notes only a script's content: draw_into notes a row's when `content`)
         self.calm = math.inf  # no request here finishes in a step starting before this (see push)
 
     def __getattr__(self, name: str) -> Any:

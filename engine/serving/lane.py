@@ -45,9 +45,9 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
 _DONE = int(FloatCol.DONE)  # (a plain int indexes faster than an IntEnum member: ~1 us less a call)
-_ID, _USER, _STAGE = int(IntCol.ID), int(IntCol.USER), int(IntCol.STAGE)
+_ID, _USER = int(IntCol.ID), int(IntCol.USER)
 _FEW_ROWS = 8  # up to this many running rows a decode plan's new blocks are counted in Python
-_ONE_ROW = 1  # complete(): this many finished rows take the one-row path (tests set -1: the array path always)
+_ONE_ROW = 1  # complete(): this many finished rows wake their user by wake_one (tests set -1: wake always)
 @dataclass(frozen=True, slots=True)
 class TickResult:
     """What one tick did. Id arrays are read-only; `cost` is None for an idle tick (no tokens, clock jumps)."""
@@ -429,30 +429,23 @@ class Lane:
 
     def complete(self, done: np.ndarray, t: float) -> np.ndarray:
         """Finished rows: hand them to the accounting, free their blocks, start their users thinking, drop them.
-        A tick's usual one finished row takes the one-row calls (Table.drop_row, Source.wake_one) with its fields
-        read as Python ints: the same counts, moves and draws as the array path's."""
+        A tick's usual one finished row wakes its user by Source.wake_one, its user read as a Python int (the same
+        draw as wake's); Table.drop and keying.release take their own one-row paths."""
         R = self.R
         gone = done.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
         c = R.cols
         di, df = c.i.take(gone, axis=1), c.f.take(gone, axis=1)
         d = Rows(di, df)
+        df[_DONE] = t
         k = gone.size
+        keying.release(self, d)
+        R.drop(gone, done)
         st = self.stats
         st.completed += k
-        one = k == _ONE_ROW
-        if one:
-            df[_DONE, 0] = t
-            keying.release(self, d)
-            R.drop_row(int(gone[0]))
-            st.stage_done[di.item(_STAGE, 0) if self.staged else 0] += 1
+        if self.staged:
+            st.stage_done += np.bincount(d.stage, minlength=st.stages)
         else:
-            df[_DONE] = t
-            keying.release(self, d)
-            R.drop(gone, done)
-            if self.staged:
-                st.stage_done += np.bincount(d.stage, minlength=st.stages)
-            else:
-                st.stage_done[0] += k
+            st.stage_done[0] += k
         st.finish(d)
         if self.spec.debug:
             total = d.total
@@ -464,7 +457,7 @@ class Lane:
         if self.on_done is not None:
             self.on_done(d)
         # Closed-loop users think, then send again (if still active and the run still takes requests).
-        if one:
+        if k == _ONE_ROW:
             self.source.wake_one(di.item(_USER, 0), t)
         else:
             self.source.wake(di[_USER], t)  # (fields by plain ints: Rows' properties index by IntEnum, ~0.3 us each)

@@ -1,10 +1,9 @@
 """A request's completion on its one-row path is the array path's arithmetic: the same records, blocks and sends.
 
-Lane.complete takes a tick's usual one finished row through Table.drop_row, keying.release's one-row branch and
-Source.wake_one (Arrivals.think_one), its fields read as Python ints. Here whole runs of varied configurations with
-the one-row path off (lane._ONE_ROW = -1: every completion on the array path) must give the same numbers bit for bit,
-and each one-row call is checked against its array twin on varied inputs.
-"""
+A tick's usual one finished row goes through Table.drop's one-row move (drop_row), keying.release's one-row branch
+and Source.wake_one (Arrivals.think_one), its fields read as Python ints. Here whole runs of varied configurations
+with the one-row wake off (lane._ONE_ROW = -1: every finished row's user woken by wake) must give the same numbers
+bit for bit, and each one-row call is checked against its array twin on varied inputs (drop_row in test_tables.py)."""
 
 from __future__ import annotations
 
