@@ -200,8 +200,8 @@ class Itl:
         """k tokens (of rows in `stage`, an array or one index) came dt seconds after their previous ones."""
         if k <= 0:
             return
-        b = min(max(bisect.bisect_left(_ITL_EDGES, dt) - 1, 0), ITL_MID.size - 1)  # np.searchsorted's side='left'
-        v = fixed(dt)
+        b = min(max(bisect.bisect_left(_ITL_EDGES, dt) - 1, 0), _TOP)  # np.searchsorted's side='left'
+        v = int(dt * _FIX)  # fixed(dt), inline
         if isinstance(stage, int) or self._n.size == 1:
             s = stage if isinstance(stage, int) else 0
             one, at = self._one, s * _BINS + b
@@ -349,8 +349,9 @@ class LaneStats:
         snapshot records are derived later, many ticks' worth in one pass (a tick finishes a few requests, and
         the fixed cost of the numpy calls that derive them outweighs their work), when a reader asks or
         FINISH_BATCH rows wait. The records are element by element of each row, so batching changes no value."""
-        d.i.flags.writeable = False  # whoever else holds the rows (a TickResult, a fleet) reads them: the records
-        d.f.flags.writeable = False  # are derived from them later
+        # Whoever else holds the rows (a TickResult, a fleet) reads them: the records are derived from them later.
+        d.i.setflags(write=False)  # (the method: ~0.25 us less than setting the flags object's attribute)
+        d.f.setflags(write=False)
         self._pending.append(d)
         self._n_pending += d.i.shape[1]
         if self._n_pending >= FINISH_BATCH:

@@ -31,7 +31,7 @@ from engine.serving.kv_tiers import KVTiers, TierSpec
 from engine.serving.lora_slots import LoraSlots
 from engine.serving.prefix_cache import BlockPool
 from engine.serving.scheduler import Scheduler
-from engine.serving.steps import StepPlan
+from engine.serving.steps import CacheAggs, StepPlan
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Queue, Rows, Table, blocks_for, spend
 from engine.traffic.workload import Dist
 
@@ -45,7 +45,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
 _DONE = int(FloatCol.DONE)  # (a plain int indexes faster than an IntEnum member: ~1 us less a call)
-_ID, _USER = int(IntCol.ID), int(IntCol.USER)
+_ID, _USER, _CACHED = int(IntCol.ID), int(IntCol.USER), int(IntCol.CACHED)
 _FEW_ROWS = 8  # up to this many running rows a decode plan's new blocks are counted in Python
 _ONE_ROW = 1  # complete(): this many finished rows wake their user by wake_one (tests set -1: wake always)
 @dataclass(frozen=True, slots=True)
@@ -114,6 +114,7 @@ class Lane:
         self.spec_k = spec.spec_tokens
         self.spec_rng = np.random.default_rng([spec.seed, 0x5BEC, int(spec.fast)])
         self.n_pf = 0  # running rows still prefilling (cached < target)
+        self.aggs = CacheAggs()  # the running rows' cache total and lengths mod BLOCK, kept by steps of many rows
         self.seq = 0  # admission order: the newest running request is the last row of R
         self.cap_tokens = min(sm.model.max_context, pool_blocks * BLOCK)
         self.think_zero = spec.think.is_fixed and spec.think.a == 0
@@ -248,14 +249,22 @@ class Lane:
                 # the rejected ones are rolled back.
                 q = np.minimum(self.spec_k + 1, c.total[:n] - c.gen[:n])
                 return None, None, int((blocks_for(cached + q) - c.blocks[:n]).sum())
-            if n <= _FEW_ROWS:
-                # A few rows (the usual busy batch): count the rows whose next token opens a block in Python, and
-                # build the mask only when some does (numpy's two calls and count cost ~4 us, the list ~0.5 us).
-                need = [x & (BLOCK - 1) for x in cached.tolist()].count(0)
-                if not need:
-                    return None, steps.no_rows(n), 0
-            nb = (cached & (BLOCK - 1)) == 0  # the next token opens a new block
-            return None, nb, int(np.count_nonzero(nb))
+            if n > _FEW_ROWS:
+                # Many rows: the lane's aggregates (steps.CacheAggs) say how many open a block, counted again only if
+                # something else moved the caches since the last decode or join step kept them; no mask (the step
+                # finds the rows' blocks again).
+                aggs = self.aggs
+                if aggs.at != (self.clock, n):
+                    aggs.count(cached, (self.clock, n))
+                return None, None, aggs.need()
+            # A few rows (the usual busy batch): count the rows whose next token opens a block in Python, and build
+            # the mask only when some does (numpy's two calls and count cost ~4 us, the list ~0.5 us). The aggregates
+            # are not kept (nor adjusted by completions) below many rows.
+            self.aggs.at = None
+            need = [x & (BLOCK - 1) for x in cached.tolist()].count(0)
+            if not need:
+                return None, steps.no_rows(n), 0
+            return None, (cached & (BLOCK - 1)) == 0, need  # the rows whose next token opens a new block
         rem = c.target[:n] - cached
         pf = rem > 0
         new = np.where(pf, rem, 1)
@@ -267,6 +276,7 @@ class Lane:
         """Evict the newest running request: free its blocks; it waits (ahead of fresh arrivals) to be recomputed."""
         if self.caching:
             keying.fill(self, np.array([self.R.n - 1]), every=True)  # its own blocks too: it will want them back
+        self.aggs.at = None  # (rows that change between steps: the next plan counts the aggregates again)
         row = self.R.pop_last()
         keying.release(self, row)
         if row.cached[0] < row.target[0]:
@@ -427,19 +437,23 @@ class Lane:
         st.last_batch = 0
         return idle_result(tick, t1, t1 - t0, self.fast, admitted, pre)
 
-    def complete(self, done: np.ndarray, t: float) -> np.ndarray:
-        """Finished rows: hand them to the accounting, free their blocks, start their users thinking, drop them.
-        A tick's usual one finished row wakes its user by Source.wake_one, its user read as a Python int (the same
-        draw as wake's); Table.drop and keying.release take their own one-row paths."""
+    def complete(self, gone: np.ndarray, t: float) -> np.ndarray:
+        """Finished rows (`gone`: their sorted row numbers, or a mask of them): hand them to the accounting, free
+        their blocks, start their users thinking, drop them. A tick's usual one finished row wakes its user by
+        Source.wake_one, its user read as a Python int (the same draw as wake's); Table.drop and keying.release
+        take their own one-row paths."""
         R = self.R
-        gone = done.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
+        if gone.dtype == bool:  # a mask (a quiet run's last step): its row numbers
+            gone = gone.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
         c = R.cols
         di, df = c.i.take(gone, axis=1), c.f.take(gone, axis=1)
         d = Rows(di, df)
         df[_DONE] = t
         k = gone.size
+        if self.aggs.at is not None:  # (kept or about to be found stale: adjusting costs less than asking which)
+            self.aggs.tally(di[_CACHED], -1)
         keying.release(self, d)
-        R.drop(gone, done)
+        R.drop(gone)
         st = self.stats
         st.completed += k
         if self.staged:
@@ -473,6 +487,7 @@ class Lane:
                 continue
             row = table.remove_at(int(hit[0]))
             if table is self.R:
+                self.aggs.at = None  # (rows that change between steps: the next plan counts the aggregates again)
                 keying.release(self, row)
                 if row.cached[0] < row.target[0]:
                     self.n_pf -= 1
@@ -512,6 +527,13 @@ class Lane:
             f"{lane}: a decoding request's cache is not prompt + generated - 1"
         assert (r.gen < r.total).all(), f"{lane}: a running request has all its tokens"
         assert self.n_pf == int(np.count_nonzero(~dec)), f"{lane}: prefill count out of step"
+        aggs = self.aggs
+        if aggs.at == (self.clock, R.n):  # kept for the next step: what counting them again gives
+            kept = CacheAggs()
+            kept.count(r.cached, aggs.at)
+            assert aggs.total == kept.total, f"{lane}: kept cache total {aggs.total} != {kept.total}"
+            opens = [aggs.opens[(j - aggs.phase) & (BLOCK - 1)] for j in range(BLOCK)]
+            assert opens == kept.opens, f"{lane}: kept cache lengths mod {BLOCK} {opens} != {kept.opens}"
         a = self.source.arrivals
         assert (a.u_next[~a.u_pending] == np.inf).all(), f"{lane}: a user not waiting has a send time"
         ids = np.concatenate([r.id, p.id, q.id])

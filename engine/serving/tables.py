@@ -306,6 +306,16 @@ class Table:
         c.f[:, n:n + k] = f
         self.n = n + k
 
+    def append_buf(self, b: np.ndarray) -> None:
+        """Append the rows whose fields are the columns of `b`: a slice of another table's buffer (TableRows.b, the
+        integer fields then the float fields' bits), every field in one copy."""
+        k = b.shape[1]
+        if self.n + k > self.cap:  # (reserve does nothing otherwise)
+            self.reserve(k)
+        n = self.n
+        self.cols.b[:, n:n + k] = b
+        self.n = n + k
+
     def append_view(self, rows: Rows) -> Rows:
         """Append rows at the end and return a view of them there (writes go to the table)."""
         n = self.n
