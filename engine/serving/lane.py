@@ -46,6 +46,7 @@ _EMPTY.flags.writeable = False
 _NOKEYS = np.zeros(0, dtype=np.uint64)
 _DONE = int(FloatCol.DONE)  # (a plain int indexes faster than an IntEnum member: ~1 us less a call)
 _ID, _USER, _CACHED = int(IntCol.ID), int(IntCol.USER), int(IntCol.CACHED)
+_MASK = np.dtype(bool)  # (numpy's one bool dtype: `is` asks what == asks, ~0.3 us less)
 _FEW_ROWS = 8  # up to this many running rows a decode plan's new blocks are counted in Python
 _ONE_ROW = 1  # complete(): this many finished rows wake their user by wake_one (tests set -1: wake always)
 @dataclass(frozen=True, slots=True)
@@ -443,7 +444,7 @@ class Lane:
         Source.wake_one, its user read as a Python int (the same draw as wake's); Table.drop and keying.release
         take their own one-row paths."""
         R = self.R
-        if gone.dtype == bool:  # a mask (a quiet run's last step): its row numbers
+        if gone.dtype is _MASK:  # a mask (a quiet run's last step): its row numbers
             gone = gone.nonzero()[0]  # (np.flatnonzero's wrappers cost more than the call on a tick's few rows)
         c = R.cols
         di, df = c.i.take(gone, axis=1), c.f.take(gone, axis=1)

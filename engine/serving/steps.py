@@ -115,10 +115,11 @@ class CacheAggs:
         """Rows holding `cached` tokens join (sign 1) or leave (sign -1) the rows counted."""
         ph, opens = self.phase, self.opens
         if cached.size <= _FEW_TALLIED:  # (a tick's few admitted or finished rows: Python ints)
-            vals = cached.tolist()
-            for v in vals:
+            total = self.total
+            for v in cached.tolist():
                 opens[(v - ph) & (BLOCK - 1)] += sign
-            self.total += sign * sum(vals)
+                total += sign * v
+            self.total = total
         else:
             cnt = np.bincount((cached - ph) & (BLOCK - 1), minlength=BLOCK).tolist()
             self.opens = [a + sign * b for a, b in zip(opens, cnt, strict=True)]
