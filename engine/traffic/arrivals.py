@@ -17,10 +17,6 @@ from engine.traffic.trace import Trace
 from engine.traffic.workload import Sampler
 from engine.traffic.workload_file import Plan, Requests
 
-# Up to this many finishers, think() writes their send times one scalar at a time (~0.1 us a write) rather than by two
-# fancy-index writes (~1 us each).
-_FEW_USERS = 32
-
 
 class Budget:
     """What the lanes of one engine share: request ids, the request budget, the closed-loop user count."""
@@ -44,7 +40,10 @@ class Budget:
 
     def room(self) -> float:
         """Requests the run can still take (inf without --requests)."""
-        return math.inf if self.limit is None else max(0, self.limit - self.accepted)
+        if self.limit is None:
+            return math.inf
+        left = self.limit - self.accepted
+        return left if left > 0 else 0  # (max(0, left) without the builtin's ~0.2 us call: an arrival's)
 
 
 def is_fast_user(u: np.ndarray, share: float) -> np.ndarray:
@@ -59,7 +58,7 @@ class Arrivals:
     """One lane's send times: per closed-loop user (inf while its request is out or it is not ours) and the
     next Poisson arrival at `rate` per second."""
 
-    __slots__ = ("budget", "fast", "fast_share", "think_time", "gap", "u_next", "u_pending", "next_user", "rate",
+    __slots__ = ("budget", "fast", "fast_share", "think_time", "gap", "_send_at", "next_user", "rate",
                  "next_poisson", "_at", "_at_pos", "_at_list", "_sends")
 
     def __init__(self, budget: Budget, fast: bool, fast_share: float, rate: float, think_time: Sampler,
@@ -69,11 +68,13 @@ class Arrivals:
         self.fast_share = fast_share
         self.think_time = think_time
         self.gap = gap  # exp(1) gaps, scaled by 1/rate
-        self.u_next = np.full(0, np.inf)
-        self.u_pending = np.zeros(0, dtype=bool)  # user waits to send (thinking or about to send)
+        # Each user's send time while it waits to send (thinking or about to send), inf otherwise (its request is out,
+        # or it is not ours): Python floats, as a tick reads and writes one or two of them (a numpy scalar read or
+        # write costs several times a list item's). Send times are finite, so a user waits iff its entry is.
+        self._send_at: list[float] = []
         # Every waiting user's (send time, user), a heap in the order due_tagged hands sends out; an entry whose user
         # no longer waits with that time is stale, skipped when it comes up. A tick's sends are popped from it rather
-        # than found by scanning u_next (a scan and ~10 numpy calls per tick for the one or two users due).
+        # than found by scanning the send times (a scan per tick for the one or two users due).
         self._sends: list[tuple[float, int]] = []
         self.next_user = math.inf
         self.rate = rate
@@ -85,40 +86,52 @@ class Arrivals:
             self._at[0] = self.next_poisson
         self._at_list = self._at.tolist()  # _at as Python floats, for due_lists
 
+    @property
+    def u_next(self) -> np.ndarray:
+        """Each user's send time while it waits to send, inf otherwise (a copy: for checks and tests)."""
+        return np.array(self._send_at, dtype=np.float64)
+
+    @u_next.setter
+    def u_next(self, at: np.ndarray) -> None:
+        """Set every user's send time (inf: not waiting; a test's users, none waiting, without set_users)."""
+        self._send_at = [float(x) for x in at]
+
+    @property
+    def u_pending(self) -> np.ndarray:
+        """Which users wait to send (thinking or about to send): those whose send time is set (a copy)."""
+        return self.u_next < math.inf
+
     def set_users(self, n: int, t: float, outstanding: np.ndarray) -> None:
         """Users [0, n) are active; ours (by fast flag) start sending at t if idle (not `outstanding`, not
         already waiting); the rest stop after their answer."""
-        old = self.u_next.size
-        if n > old:
-            grow = n - old
-            self.u_next = np.concatenate([self.u_next, np.full(grow, np.inf)])
-            self.u_pending = np.concatenate([self.u_pending, np.zeros(grow, dtype=bool)])
-        u = np.arange(self.u_next.size)
+        at = self._send_at
+        if n > len(at):
+            at += [math.inf] * (n - len(at))
+        size = len(at)
+        u = np.arange(size)
         share = self.fast_share
         if share > 0:
             mine = (u < n) & (is_fast_user(u, share) == self.fast)
         else:
             mine = (u < n) & (not self.fast)
         # New or re-activated users that are neither waiting nor thinking send now.
-        out = np.zeros(self.u_next.size, dtype=bool)
+        out = np.zeros(size, dtype=bool)
         out[outstanding[(outstanding >= 0) & (outstanding < out.size)]] = True
-        start = mine & ~self.u_pending & ~out
-        self.u_next[start] = t
-        self.u_pending[start] = True
-        for u in np.flatnonzero(start).tolist():
+        pending = self.u_pending
+        for u in np.flatnonzero(mine & ~pending & ~out).tolist():
+            at[u] = t
             heapq.heappush(self._sends, (t, u))
-        stop = ~mine & self.u_pending
-        self.u_next[stop] = np.inf
-        self.u_pending[stop] = False
+        for u in np.flatnonzero(~mine & pending).tolist():
+            at[u] = math.inf
         self._refresh()
 
     def _refresh(self) -> None:
         """The earliest closed-loop send time (u_next's minimum): the first entry of the heap whose user still waits
         with that time, stale ones dropped."""
-        sends, nxt, pending = self._sends, self.u_next, self.u_pending
+        sends, at = self._sends, self._send_at
         while sends:
             x, u = sends[0]
-            if pending[u] and nxt[u] == x:
+            if at[u] == x:  # (a heap entry's time is finite: the user waits, with that time)
                 self.next_user = x
                 return
             heapq.heappop(sends)
@@ -129,14 +142,13 @@ class Arrivals:
         them: by time, then user. Python lists: a tick's one or two sends cost no arrays."""
         times: list[float] = []
         users: list[int] = []
-        sends, nxt, pending = self._sends, self.u_next, self.u_pending
+        sends, at = self._sends, self._send_at
         while sends and sends[0][0] <= t:
             x, u = heapq.heappop(sends)
-            if pending[u] and nxt[u] == x:  # (else stale: the user's send moved or was called off)
+            if at[u] == x:  # (else stale: the user's send moved or was called off)
                 times.append(x)
                 users.append(u)
-                nxt[u] = math.inf
-                pending[u] = False
+                at[u] = math.inf
         self._refresh()
         return times, users
 
@@ -272,45 +284,35 @@ class Arrivals:
 
     def _drop(self, uu: np.ndarray) -> None:
         """Users whose send fell past the run's bounds never send again (they are not requests)."""
-        us = uu[uu >= 0]
-        self.u_next[us] = np.inf
-        self.u_pending[us] = False
+        at = self._send_at
+        for u in uu[uu >= 0].tolist():
+            at[u] = math.inf
 
     def think(self, users: np.ndarray, t: float) -> None:
         """Closed-loop users whose answer finished at t think, then send again (if still active)."""
         if not users.size or not self.budget.users:
             return  # (no active user: an open loop's finishers wake nobody)
-        u = users.tolist()  # (the heap takes Python numbers; min and max of a list beat two reductions below ~40)
-        lo, hi = min(u), max(u)
-        if hi < 0:
-            return  # open-loop arrivals only (user -1): nobody to wake
-        us = users  # most often every one is a closed-loop user still active: the bounds checked, no masks
-        if lo < 0 or hi >= self.budget.users:
-            us = users[(users >= 0) & (users < self.budget.users)]
-            u = us.tolist()
+        u = users.tolist()  # (the heap takes Python numbers)
+        active = self.budget.users
+        for j in u:  # (most often every one is a closed-loop user still active: no list made)
+            if j < 0 or j >= active:
+                u = [j for j in u if 0 <= j < active]  # (open-loop arrivals, user -1, and users no longer active)
+                break
         k = len(u)
         if not k:
             return
         v = self.think_time.take_same(k)
         if v is None:
-            tt = t + self.think_time.take(k)  # (numpy's float64 sums are Python's, term for term)
-            times = tt.tolist()
+            times = (t + self.think_time.take(k)).tolist()  # (numpy's float64 sums are Python's, term for term)
             m = min(times)
         else:  # one think time for everyone (e.g. none): one send time
-            tt = m = t + v
+            m = t + v
             times = None
-        nxt, pending, sends = self.u_next, self.u_pending, self._sends
-        if k <= _FEW_USERS:  # a tick's few finishers: scalar writes (~0.1 us each) beat two fancy-index writes
-            for n, j in enumerate(u):
-                x = m if times is None else times[n]
-                nxt[j] = x
-                pending[j] = True
-                heapq.heappush(sends, (x, j))
-        else:
-            nxt[us] = tt
-            pending[us] = True
-            for n, j in enumerate(u):
-                heapq.heappush(sends, (m if times is None else times[n], j))
+        at, sends = self._send_at, self._sends
+        for n, j in enumerate(u):
+            x = m if times is None else times[n]
+            at[j] = x
+            heapq.heappush(sends, (x, j))
         if m < self.next_user:
             self.next_user = m
 
@@ -320,8 +322,7 @@ class Arrivals:
         if user < 0 or user >= self.budget.users:
             return  # an open-loop arrival (-1), or a user no longer active (an open loop has none)
         x = t + self.think_time.take_scalar()[0]  # (Python's float sum is numpy's t + take(1))
-        self.u_next[user] = x
-        self.u_pending[user] = True
+        self._send_at[user] = x
         heapq.heappush(self._sends, (x, user))
         if x < self.next_user:
             self.next_user = x

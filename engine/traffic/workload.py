@@ -209,7 +209,13 @@ class Sampler:
         over = bool(a > self.hi)
         if over:
             self.clipped += n
-        v = min(max(a, self.lo), self.hi)
+        # min(max(a, lo), hi), as the builtins pick (the first of equals: a signed zero stays as min and max leave
+        # it), in conditional expressions: the builtins cost ~0.2 us a call on this interpreter (argument parsing),
+        # and a closed-loop user's fixed think time is taken here at every wake.
+        lo, hi = self.lo, self.hi
+        v = lo if lo > a else a
+        if hi < v:
+            v = hi
         return (round(v) if self.integer else v), over
 
     def give_back(self, n: int) -> None:

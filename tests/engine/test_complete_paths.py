@@ -166,7 +166,6 @@ def test_think_one_matches_think_of_one_user(think: str) -> None:
                      Sampler(dist, np.random.default_rng(9), False, 0.0, 2.0),
                      Sampler(Dist("exp", 1.0), np.random.default_rng(2), False, 0.0))
         a.u_next = np.full(50, np.inf)
-        a.u_pending = np.zeros(50, dtype=bool)
         pair.append(a)
     one, arr = pair
     t = 0.0

@@ -322,7 +322,6 @@ def test_think_wakes_only_active_closed_loop_users(k: int) -> None:
     a = Arrivals(budget, False, 0.0, 0.0, Sampler(Dist("fixed", 2.0), np.random.default_rng(1), False),
                  Sampler(Dist("exp", 1.0), np.random.default_rng(2), False, 0.0))
     a.u_next = np.full(60, np.inf)
-    a.u_pending = np.zeros(60, dtype=bool)
     users = np.random.default_rng(k).integers(-1, 60, k)
     users[0], users[-1] = -1, 55  # an open-loop request and a user no longer active, at every size
     a.think(users, 10.0)
