@@ -127,7 +127,8 @@ def test_a_feed_queues_a_request_as_inject_does() -> None:
     rows = f.src.draw(30.0)
     assert rows is not None and len(rows) > 6
     a, b = f.reps
-    feed = Feed(b, f.dt_min, True)
+    a.content = b.content = True  # (no script here: note content as if the requests could carry some)
+    feed = Feed(b, f.dt_min)
     feed.install()
     assert b.lane.source is feed and b.feed is feed
     for j in range(len(rows)):
