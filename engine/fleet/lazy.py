@@ -119,7 +119,10 @@ class LazyLoop:
         for r in self.reps:  # idle or at stop: exact at the arrival (r.clock and r.busy read without the properties)
             ln = r.lane
             (behind if ln.clock < stop and ln.has_work else exact).append(r)
-        if exact and (choice := router.settled(self.snapshots(exact, row))) is not None:
+        # The exact replicas' snapshots, each one moved up added as it is (moving a replica changes no other's, so the
+        # list is not read again).
+        known = self.snapshots(exact, row)
+        if known and (choice := router.settled(known)) is not None:
             return choice, 0
         n = 0
         bounds = []
@@ -127,16 +130,16 @@ class LazyLoop:
             b = self.room_bound(r)
             if b is None:
                 n += self.step_to(r, stop)
-                exact.append(r)
+                known += self.snapshots([r], row)
             else:
                 bounds.append(b)
         bounds.sort(key=router.rank)
         while bounds:
-            if exact and (choice := router.settled(self.snapshots(exact, row), bounds)) is not None:
+            if known and (choice := router.settled(known, bounds)) is not None:
                 return choice, n
             r = self.reps[bounds.pop(0).index]  # the one that could beat the most: its exact state
             n += self.step_to(r, stop)
-            exact.append(r)
+            known += self.snapshots([r], row)
         return router.pick(self.snapshots(self.reps, row)), n
 
     def step_to(self, r: Replica, stop: float) -> int:

@@ -133,7 +133,10 @@ class Replica(Engine):
         ln = self.lane
         if not ln.waiting:
             return 0
-        return int(blocks_for(ln.Q.col("target")).sum()) + int(blocks_for(ln.P.col("target")).sum())
+        # Only a table holding rows is summed: the preempted are rare (a kv-aware fleet reads this about once an
+        # arrival, and an empty table's view, blocks_for and sum cost ~3 us).
+        w = int(blocks_for(ln.Q.col("target")).sum()) if ln.Q.size else 0
+        return w + int(blocks_for(ln.P.col("target")).sum()) if ln.P.n else w
 
     @property
     def kv_headroom(self) -> int:
