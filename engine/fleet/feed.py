@@ -29,12 +29,13 @@ class Feed:
     source while a fast loop runs (install/remove). Everything else a lane asks of its source (wake, arrivals for
     its checks) goes to the replica's own source, which draws nothing."""
 
-    def __init__(self, rep: Replica, dt_min: float | None, content: bool) -> None:
+    def __init__(self, rep: Replica, dt_min: float | None) -> None:
         self.rep = rep
         self.dt_min = dt_min  # None: calm is not kept (a dealt replica's whole share at once: nobody reads it)
         # Whether a row can carry content another could share (a group prefix, a body): only a script's requests do
-        # (the rule Lane._arrive follows), so only then does a draw note it (Lane.note_content, ~2 us a row).
-        self.content = content
+        # (the rule Lane._arrive follows), so only then does a draw note it (Lane.note_content, ~2 us a row), as
+        # Replica.inject does.
+        self.content = rep.content
         self.inner = rep.lane.source
         self.rows: deque[Rows] = deque()
         self.times: deque[float] = deque()  # each row's arrival, as a float (read at every draw)

@@ -122,6 +122,7 @@ class Fleet:
         open_loop = cfg.users == 0 and not any(st.users for st in self.src.stages)
         for r in self.reps:
             r.hint = open_loop
+            r.content = self.src.script is not None  # only a script's requests carry content to note (Replica.content)
         self._sort_roles()
         self.router = make_router(spec.router)
         self.loop = self._loop(preroute and open_loop)
@@ -343,8 +344,7 @@ class Fleet:
         blind = [RoutingSnapshot(r.index, 0, 0, 0, 0) for r in self.front]  # it reads nothing but the indices
         picks = [self.router.pick(blind) for _ in range(len(rows))]
         where = np.fromiter((p.index for p in picks), dtype=np.int64, count=len(picks))
-        content = self.src.script is not None  # only a script's requests carry content to note (Feed.content)
-        shares = [(r, rows.pick(where == r.index), self.duration, content) for r in self.reps]
+        shares = [(r, rows.pick(where == r.index), self.duration) for r in self.reps]
         if len(rows) < PARALLEL_MIN_REQUESTS:
             done = [_serve_share(job) for job in shares]
         else:
@@ -541,14 +541,14 @@ def _share_remote_tier(reps: list[Replica], policy: str) -> None:
         r.lane.pool.tiers.share_remote(shared)  # type: ignore[union-attr]
 
 
-def _serve_share(job: tuple[Replica, Rows, float | None, bool]) -> tuple[Replica, int]:
+def _serve_share(job: tuple[Replica, Rows, float | None]) -> tuple[Replica, int]:
     """One dealt replica serving its share of the requests to the run's end (a pool worker may run this): the
     event-ordered loop's steps for one replica, its share handed to its lane as its source (Feed: the lane draws
     each request at its first step boundary after the arrival, as it is queued there on that loop). Returns the
     replica as it ended and the steps it took."""
-    r, rows, d, content = job
+    r, rows, d = job
     end = math.inf if d is None else d
-    feed = Feed(r, None, content)
+    feed = Feed(r, None)
     for j, t in enumerate(rows.arrival.tolist()):
         feed.push(rows.pick(slice(j, j + 1)), t)
     feed.install()

@@ -26,7 +26,8 @@ from engine.serving.lane import Lane
 from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
 
 KV_HISTORY = 128  # steps of KV fill each replica's row carries (ReplicaState.kv_history)
-_FEW_RUNNING = 4  # steps_to_finish reads a batch of up to this many rows one row at a time
+_FEW_ROWS = 4  # steps_to_finish reads a table of up to this many live rows one row at a time,
+_LIST_ROWS = 32  # ... and up to this many as a Python list
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,10 @@ class Replica(Engine):
         self.calm = -math.inf  # no step that could finish a request starts before this time (LazyLoop.calm)
         self.eventful = 0  # steps ahead that admit a new request, so cannot be a quiet run (see step_before)
         self.hint = False  # take those steps one by one (set by an open-loop fleet, see Fleet.__init__)
+        # Whether requests injected here can carry content another could share (a group prefix, a body): only a
+        # script's do (the rule Lane._arrive follows), so the fleet clears it for a source with none (Fleet.__init__)
+        # and inject skips Lane.note_content (~3 us a request).
+        self.content = True
         self.feed: Feed | None = None  # requests routed here that its lane draws itself (a fast loop's, see feed)
         self.dt_min = 0.0  # a lower bound on any step's time, set by the fleet (Fleet.dt_min; 0: none known)
         self._stages = 1  # workload stages the lane keeps latencies for (see count_stages)
@@ -128,7 +133,10 @@ class Replica(Engine):
         ln = self.lane
         if not ln.waiting:
             return 0
-        return int(blocks_for(ln.Q.col("target")).sum()) + int(blocks_for(ln.P.col("target")).sum())
+        # Only a table holding rows is summed: the preempted are rare (a kv-aware fleet reads this about once an
+        # arrival, and an empty table's view, blocks_for and sum cost ~3 us).
+        w = int(blocks_for(ln.Q.col("target")).sum()) if ln.Q.size else 0
+        return w + int(blocks_for(ln.P.col("target")).sum()) if ln.P.n else w
 
     @property
     def kv_headroom(self) -> int:
@@ -161,26 +169,15 @@ class Replica(Engine):
         """The fewest steps after which a request here can finish: each step emits at most one token per request
         (no speculative decoding), so a request needs as many steps as tokens it has left (0: nothing here)."""
         ln = self.lane
-        # The lazy loop asks after every step it takes (LazyLoop.calm): the running batch is read through its columns
-        # (R's live rows are [0, n)), a few rows one by one as Python ints (0.3 us a row against 0.8 us for
-        # slicing, subtracting and listing them), more as a Python min over a list (2 us against numpy's 4; exact,
-        # they are integers), and the queue and the preempted only when some request waits.
+        # The lazy loop asks after every step it takes (LazyLoop.calm): each table read through its columns (its
+        # live rows are [start, n)), the queue and the preempted only when some request waits.
         R = ln.R
-        n = R.n
-        m = 0
-        if n:
-            c = R.cols
-            if n <= _FEW_RUNNING:
-                total, gen = c.total.item, c.gen.item
-                m = total(0) - gen(0)
-                for i in range(1, n):
-                    m = min(m, total(i) - gen(i))
-            else:
-                m = min((c.total[:n] - c.gen[:n]).tolist())
+        m = _least_left(R.cols, 0, R.n) if R.n else 0
         if ln.waiting:
             for t in (ln.P, ln.Q):
-                if t.size:
-                    left = int((t.col("total") - t.col("gen")).min())
+                s = t.start
+                if t.n > s:
+                    left = _least_left(t.cols, s, t.n)
                     m = left if not m else min(m, left)
         return m
 
@@ -222,7 +219,8 @@ class Replica(Engine):
             self.eventful = 2 if ln.R.n else 1
         ln.stats.accepted += len(rows)
         self._budget.accepted += len(rows)
-        ln.note_content(rows)
+        if self.content:
+            ln.note_content(rows)
         ln.Q.append(rows)
         self.queue_peak = max(self.queue_peak, ln.waiting)
 
@@ -282,6 +280,21 @@ class Replica(Engine):
             ln.check(prev)
         self.queue_peak = max(self.queue_peak, ln.waiting)
         return k
+
+
+def _least_left(c: Rows, s: int, e: int) -> int:
+    """The least total - gen over rows [s, e) of a table's columns `c` (s < e): a few rows one by one as Python ints
+    (0.3 us a row against ~3 us for slicing, subtracting and reducing them), up to _LIST_ROWS as a Python min over
+    a list (1.3-2.6 us against numpy's 2.8), more by numpy's min (a list costs more past ~40 rows). Integers: exact
+    either way."""
+    if e - s <= _FEW_ROWS:
+        total, gen = c.total.item, c.gen.item
+        m = total(s) - gen(s)
+        for i in range(s + 1, e):
+            m = min(m, total(i) - gen(i))
+        return m
+    left = c.total[s:e] - c.gen[s:e]
+    return min(left.tolist()) if e - s <= _LIST_ROWS else int(left.min())
 
 
 def prefix_keys(row: Rows) -> np.ndarray:

@@ -13,7 +13,7 @@ from engine.config import EngineConfig
 from engine.fleet.feed import Feed
 from engine.fleet.fleet import Fleet, FleetSpec
 from engine.fleet.lazy import LazyLoop, _commit
-from engine.fleet.replica import Replica
+from engine.fleet.replica import _FEW_ROWS, _LIST_ROWS, Replica
 from engine.fleet.routers import RoutingSnapshot, least_loaded
 
 # Open loop on the lazy loop; a small KV pool so requests queue and get preempted (P and Q are not empty).
@@ -58,14 +58,19 @@ def test_steps_to_finish_is_the_least_tokens_left_over_every_table(monkeypatch: 
     # Its running batch is read as a Python min over a list (a few rows: cheaper than numpy's), and the queue
     # and the preempted only when some request waits: after every step it must give the definition's figure,
     # through batches, queues and preemptions.
+    # A table is read one row at a time, as a list or by numpy's min by its size (_least_left): each way is met.
     original = Replica.step_before
     tables = {"R": 0, "P": 0, "Q": 0}
+    sizes = {"few": 0, "list": 0, "numpy": 0}
 
     def checked(self: Replica, limit: float, max_steps: int) -> int:
         k = original(self, limit, max_steps)
         assert self.steps_to_finish() == _fewest_left(self)
         for name in tables:
-            tables[name] += getattr(self.lane, name).size > 0
+            size = getattr(self.lane, name).size
+            tables[name] += size > 0
+            if size:
+                sizes["few" if size <= _FEW_ROWS else "list" if size <= _LIST_ROWS else "numpy"] += 1
         return k
 
     monkeypatch.setattr(Replica, "step_before", checked)
@@ -73,6 +78,7 @@ def test_steps_to_finish_is_the_least_tokens_left_over_every_table(monkeypatch: 
     f.run()
     assert f.metrics()["preemptions"] > 0
     assert all(v > 0 for v in tables.values()), tables
+    assert all(v > 0 for v in sizes.values()), sizes
 
 
 # Bounded replicas: a roomy pool (no preemption possible), a tight one (bounds refused where the requests might not
@@ -127,7 +133,8 @@ def test_a_feed_queues_a_request_as_inject_does() -> None:
     rows = f.src.draw(30.0)
     assert rows is not None and len(rows) > 6
     a, b = f.reps
-    feed = Feed(b, f.dt_min, True)
+    a.content = b.content = True  # (no script here: note content as if the requests could carry some)
+    feed = Feed(b, f.dt_min)
     feed.install()
     assert b.lane.source is feed and b.feed is feed
     for j in range(len(rows)):
