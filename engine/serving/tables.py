@@ -292,18 +292,14 @@ class Table:
 
     def append(self, rows: Rows) -> None:
         """Append rows at the end."""
-        self.append_cols(rows.i, rows.f)
-
-    def append_cols(self, i: np.ndarray, f: np.ndarray) -> None:
-        """Append the rows whose integer and float fields are the columns of `i` and `f` (another table's slice
-        needs no Rows made of it)."""
+        i = rows.i
         k = i.shape[1]
-        if self.n + k > self.cap:  # (reserve does nothing otherwise: a request's admission skips the call)
+        if self.n + k > self.cap:  # (reserve does nothing otherwise)
             self.reserve(k)
         n = self.n
         c = self.cols
         c.i[:, n:n + k] = i
-        c.f[:, n:n + k] = f
+        c.f[:, n:n + k] = rows.f
         self.n = n + k
 
     def append_buf(self, b: np.ndarray) -> None:
