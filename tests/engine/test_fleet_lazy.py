@@ -24,9 +24,10 @@ TIGHT = EngineConfig(rate=12, users=0, requests=400, prompt="lognormal:1000,0.8"
 @pytest.mark.parametrize("router", ["least-loaded", "kv-aware"])
 def test_kept_snapshots_are_the_replicas_read_afresh(router: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A replica's snapshot is kept until it steps or takes a request: at every arrival each one the router is
-    # given must be what reading the replica now gives.
-    original = LazyLoop.snapshots
-    seen = [0]
+    # given must be what reading the replica now gives. (A steady router is given every kept one, each read
+    # again as its replica steps; one that is not, those snapshots() gives.)
+    original, arrive = LazyLoop.snapshots, LazyLoop.arrive
+    seen = [0, 0]
 
     def checked(self: LazyLoop, reps: list[Replica], row: object) -> list[RoutingSnapshot]:
         got = original(self, reps, row)  # type: ignore[arg-type]
@@ -35,11 +36,22 @@ def test_kept_snapshots_are_the_replicas_read_afresh(router: str, monkeypatch: p
         seen[0] += 1
         return got
 
+    def kept(self: LazyLoop, row: object, t: float, stop: float) -> int:
+        if self.steady:
+            assert self.snaps == [r.routing(self.wanted, None) for r in self.reps]
+            assert all(type(s) is RoutingSnapshot for s in self.snaps)
+        n = arrive(self, row, t, stop)  # type: ignore[arg-type]
+        if self.steady:  # (the chosen one's queued count raised by one, not read)
+            assert self.snaps == [r.routing(self.wanted, None) for r in self.reps]
+            seen[1] += 1
+        return n
+
     monkeypatch.setattr(LazyLoop, "snapshots", checked)
+    monkeypatch.setattr(LazyLoop, "arrive", kept)
     f = Fleet(FleetSpec(TIGHT, replicas=4, router=router))
     assert f.loop == "lazy"
     f.run()
-    assert seen[0] >= 400 and f.metrics()["requests_completed"] == 400
+    assert max(seen) >= 400 and f.metrics()["requests_completed"] == 400
 
 
 def _fewest_left(r: Replica) -> int:
