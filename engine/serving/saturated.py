@@ -28,17 +28,15 @@ import numpy as np
 from engine.physics.batch import Batch
 from engine.serving import lane as lane_mod
 from engine.serving import steps
-from engine.serving.steps import CacheAggs, StepPlan
+from engine.serving.steps import CacheAggs
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Rows
 
 if TYPE_CHECKING:
-    from engine.physics.step import StepModel, StepParts
     from engine.serving.lane import Lane
 
 ENABLED = True  # tests turn it off to compare every figure with step-by-step runs
 _MIN_QUEUE = 4  # fewer queued requests: the stretch would end within a step or two (not worth its set-up)
 _WINDOW = 256  # queue rows read at a stretch's start: it ends before admission would look past them
-_EMPTY = np.zeros(0, dtype=np.int64)
 _I = {c: int(c) for c in IntCol}  # (plain ints index faster than IntEnum members)
 _CACHED, _GEN, _BLOCKS, _SEQ, _INPUT = _I[IntCol.CACHED], _I[IntCol.GEN], _I[IntCol.BLOCKS], _I[IntCol.SEQ], \
     _I[IntCol.INPUT]
@@ -106,6 +104,8 @@ class _Stretch:
         self.users = c.user[:n].tolist()
         self.cached0 = cached.tolist()
         self.fp = 0  # finished rows planned so far (a prefix of fin_rows)
+        self.h = self.h0  # the next queue row to admit
+        self.t0 = lane.clock
 
     def fresh_queue(self) -> bool:
         """The window's queue rows are new requests (nothing generated, read or preempted): their first step is a
@@ -121,94 +121,69 @@ class _Stretch:
         self.qusers = q.user[h:e].tolist()
         return True
 
-    # ---- the plan: step by step on Python ints ----------------------------------------------------------------
+    # ---- the plan: which rows join and leave at each step, on Python ints ---------------------------------------
     def plan(self, stop: float, max_steps: int) -> int:
-        """Plan, price and account steps while each is decided (see the module's doc); returns how many."""
-        self._begin()
+        """Plan the steps (_plan_steps), price them in one call (_price_all), then run their clock and account them
+        (_run): returns how many ran."""
+        if self._plan_steps(max_steps) == 0:
+            return 0
+        self._price_all()
+        return self._run(stop)
+
+    def _plan_steps(self, kmax: int) -> int:
+        """Who joins and who finishes at each step while each is decided (see the module's doc), and the blocks the
+        steps take and give back: times play no part (the queue rows the plan admits arrived by its start, so the
+        async cut of every step after the first admits them all). Returns how many steps were planned."""
         lane = self.lane
-        sm, st, pool, aggs, keyed = lane.sm, lane.stats, lane.pool, self.aggs, lane.pool.keyed_used
-        t, chosen, n_run, kmax = lane.clock, lane.chosen_at, self.n0, max_steps
-        bud = lane.source.budget
-        room = math.inf if bud.limit is None else bud.limit - bud.accepted
-        itl, push = st.itl, st.hist.push_row
-        j = 0
-        while j < kmax and t < stop and n_run:
-            if j:  # the sends due by this step's start join the queue's tail (drawn for real at the end)
-                sp = bisect.bisect_right(self.sends, t, self.sp) if room else self.sp  # (none drawn past the limit)
-                if sp > self.sp and self.drawn + sp - self.sp >= room:
-                    break  # the run's last request would be drawn: the sends after it wait, never drawn
-                self.drawn += sp - self.sp
-                self.sp = sp
+        pool, aggs = lane.pool, self.aggs
+        keyed = pool.keyed_used
+        private, peak = pool.private, pool.peak
+        steps_ = self.steps = []  # per step: (rows running, admitted prompts, cache total before it)
+        after = self.after = []  # per step, after it: (rows finished so far, queue rows admitted, private, peak)
+        n_run, j = self.n0, 0
+        cut = lane.clock if lane.chosen_at is None else lane.chosen_at
+        while j < kmax and n_run:
             need = aggs.need()
-            free = pool.total - self.private - keyed - need
+            free = pool.total - private - keyed - need
             if free < 0:
                 break  # the step would preempt
-            chunks = self._admit(t, n_run, free, t if chosen is None else chosen, j)
-            if chunks is None:
+            got = self._admit(n_run, free, cut, j)
+            if got is None:
                 break  # admission would look past the window, or an admitted row would finish in the stretch
-            chosen = t if lane.async_sched else None
-            k = len(chunks)
-            self.private += need
-            if self.private + keyed > self.peak:
-                self.peak = self.private + keyed
-            b, p, in_new, recomputed, share_in = _price(sm, n_run, chunks, aggs.total)
-            dt = p.time
-            t1 = t + dt
+            chunks, took = got
+            cut = math.inf  # (every later step's cut is past the window rows' arrivals)
+            private += took + need
+            if private + keyed > peak:
+                peak = private + keyed
+            steps_.append((n_run, chunks, aggs.total))
             aggs.step(n_run)
             for x in chunks:  # (CacheAggs.tally on ints: the admitted rows now hold their prompts)
                 aggs.opens[(x - aggs.phase) & (BLOCK - 1)] += 1
                 aggs.total += x
-            itl.add(dt, 0, n_run)  # every running row's token follows another; the admitted rows' are first
-            n = n_run + k
-            n_run = n - self._complete(j, t1)
-            self._account(p, b.tokens, n, in_new, recomputed, share_in, t1, dt, push, keyed)
-            self.starts.append(t)
-            self.ends.append(t1)
-            self.adm_steps += [j] * k
-            kmax = min(kmax, self.kmax_adm) if k else kmax
-            self.last = (b, p)
-            self.drawn_done = self.drawn
-            t = t1
+            if chunks:
+                kmax = min(kmax, self.kmax_adm)
+            gone, freed = self._finish(j)
+            private -= freed
+            n_run += len(chunks) - gone
+            after.append((self.fp, self.h, private, peak))
             j += 1
-        self.t, self.chosen, self.k = t, chosen, j
         return j
 
-    def _begin(self) -> None:
-        """The plan's counters at the stretch's start: the pool's, the queue's, the sends due later (the users
-        already thinking: their sends are drawn at the steps' starts too) and the lane's float totals."""
-        lane = self.lane
-        st, pool, a = lane.stats, lane.pool, lane.source.arrivals
-        self.private, self.peak = pool.private, pool.peak
-        self.qsize0 = lane.Q.n - self.h0
-        at = a._send_at
-        self.h, self.drawn, self.sp, self.drawn_done = self.h0, 0, 0, 0
-        self.sends = sorted([x for x, u in a._sends if at[u] == x])
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-        self.adm_steps: list[int] = []
-        self.sums = [st.busy_s, st.charge_in_s, st.charge_cached_s, st.charge_out_s, st.flops, st.flops_useful,
-                     st.bytes]
-        self.in_tokens = self.out_tokens = 0
-        self.hist_n: dict[int, int] = {}
-        self.last: tuple[Batch, StepParts] | None = None
-
-    def _admit(self, t: float, n_run: int, free: int, cut: float, j: int) -> list[int] | None:
+    def _admit(self, n_run: int, free: int, cut: float, j: int) -> tuple[list[int], int] | None:
         """admission.admit's answer for step j (whole prompts, from the queue's head; `cut`: the async scheduling
-        cut): the admitted prompts, their blocks taken. None: the plan cannot decide it (the candidates reach past
-        the window) or an admitted row would finish within the stretch."""
+        cut): the admitted prompts and the blocks they take. None: the plan cannot decide it (the candidates may
+        reach past the window) or an admitted row would finish within the stretch."""
         sched = self.lane.sched
         lo = self.h - self.h0
-        qsize = self.qsize0 - lo + self.drawn
-        slots = sched.max_batch - n_run
-        if qsize <= 0 or slots <= 0:
-            return []  # (admission.closed)
-        mq = min(slots, qsize)
+        mq = sched.max_batch - n_run  # the free slots (the queue holds at least the window's rows left)
+        if mq <= 0:
+            return [], 0  # (admission.closed)
         if self.h + mq > self.w_end:
             return None
-        if cut < t:  # those that arrived by the cut (the queue is in arrival order)
+        if cut < self.t0:  # those that arrived by the cut (the queue is in arrival order)
             mq = bisect.bisect_right(self.arr, cut, lo, lo + mq) - lo
             if not mq:
-                return []
+                return [], 0
         tg = self.tg[lo:lo + mq]
         chunks: list[int] = []
         took = 0
@@ -220,51 +195,141 @@ class _Stretch:
             chunks.append(c)
             took += nb
         if not chunks:
-            return chunks
+            return chunks, 0
         if chunks != tg[:len(chunks)]:
             return None  # (a policy that splits a prompt: never with whole_prompts)
-        tot = self.tot
-        fin = min([tot[lo + i] for i in range(len(chunks))]) - 1  # steps until an admitted row finishes
+        fin = min(self.tot[lo:lo + len(chunks)]) - 1  # steps from this one until an admitted row finishes
         if fin < 1:
             return None
         self.kmax_adm = j + fin
         self.h += len(chunks)
-        self.private += took
-        return chunks
+        return chunks, took
 
-    def _complete(self, j: int, t1: float) -> int:
-        """The rows finishing with step j (at t1) leave the plan's counts and wake their users (Lane.complete's
-        grouping: one row by wake_one, several by wake); returns how many."""
+    def _finish(self, j: int) -> tuple[int, int]:
+        """The rows finishing with step j leave the plan's cache counts: how many, and the blocks they give back."""
         fin_step, fp = self.fin_step, self.fp
         if fp >= len(fin_step) or fin_step[fp] != j:
-            return 0
+            return 0, 0
         aggs = self.aggs
-        gone = []
+        freed = 0
         while fp < len(fin_step) and fin_step[fp] == j:
-            r = self.fin_rows[fp]
-            v = self.cached0[r] + j + 1  # its cache after the step
+            v = self.cached0[self.fin_rows[fp]] + j + 1  # its cache after the step
             aggs.opens[(v - aggs.phase) & (BLOCK - 1)] -= 1
             aggs.total -= v
-            self.private -= (v + BLOCK - 1) >> SHIFT
-            gone.append(self.users[r])
+            freed += (v + BLOCK - 1) >> SHIFT
             fp += 1
         k = fp - self.fp
         self.fp = fp
+        return k, freed
+
+    # ---- pricing, the clock and the accounts -------------------------------------------------------------------
+    def _price_all(self) -> None:
+        """Every planned step's batch record (as steps.join_batch or steps.decode_batch builds it, no local layers)
+        priced in one call: StepModel.price prices arrays elementwise, with the scalar path's arithmetic."""
+        n_run = np.array([s[0] for s in self.steps], dtype=np.float64)
+        k = np.array([len(s[1]) for s in self.steps], dtype=np.float64)
+        t_pf = np.array([sum(s[1]) for s in self.steps], dtype=np.float64)
+        # whole and half tokens: exact in any order
+        self.attn_pf = [float(sum([x * (x / 2) for x in s[1]])) for s in self.steps]
+        s_dec = np.array([s[2] for s in self.steps], dtype=np.float64)
+        attn_dec = s_dec + 0.5 * n_run
+        seqs = n_run + k
+        b = tuple.__new__(Batch, (t_pf + n_run, seqs.astype(np.int64), s_dec, 0.0, attn_dec + np.array(self.attn_pf),
+                                  0.0, seqs, attn_dec, 0))
+        p = self.lane.sm.price(b)
+        K = len(self.steps)
+        self.priced = [np.broadcast_to(np.asarray(x, dtype=np.float64), (K,)).tolist() for x in
+                       (p.time, p.flops_total, p.bytes_total, p.fl_mm, p.fl_attn, p.fl_lm)]
+        self.attn_full = b.attn_full.tolist()
+
+    def _run(self, stop: float) -> int:
+        """The planned steps' clock, users woken and accounts, step by step as Lane.step gives them, up to the first
+        that would start at or after `stop` or draw the run's last request; returns how many."""
+        lane = self.lane
+        st = lane.stats
+        self._begin()
+        t, chosen = lane.clock, lane.chosen_at
+        bud = lane.source.budget
+        room = math.inf if bud.limit is None else bud.limit - bud.accepted
+        itl, push = st.itl, st.hist.push_row
+        dts, flops, byts, fl_mm, fl_attn, fl_lm = self.priced
+        fp = 0
+        j = 0
+        for n_run, chunks, _ in self.steps:
+            if t >= stop:
+                break
+            if j:  # the sends due by this step's start join the queue's tail (drawn for real at the end)
+                sp = bisect.bisect_right(self.sends, t, self.sp) if room else self.sp  # (none drawn past the limit)
+                if sp > self.sp and self.drawn + sp - self.sp >= room:
+                    break  # the run's last request would be drawn: the sends after it wait, never drawn
+                self.drawn += sp - self.sp
+                self.sp = sp
+            chosen = t if lane.async_sched else None
+            dt = dts[j]
+            t1 = t + dt
+            k = len(chunks)
+            n = n_run + k
+            if k:  # steps._join_shares' arithmetic (every admitted row new: its prompt is input, none recomputed)
+                tokens = n_run + sum(chunks)
+                part = fl_mm[j] * (tokens - n_run) / tokens
+                if self.attn_full[j]:
+                    part += fl_attn[j] * self.attn_pf[j] / self.attn_full[j]
+                part += fl_lm[j] * (n - n_run) / n
+                share_in = part / flops[j] if flops[j] else 0.0
+                in_new = tokens - n_run
+            else:
+                tokens, in_new, share_in = n, 0, 0.0
+            itl.add(dt, 0, n_run)  # every running row's token follows another; the admitted rows' are first
+            fp = self._wake(fp, self.after[j][0], t1)
+            self._account(j, (dts[j], flops[j], byts[j]), tokens, n, in_new, share_in, t1, push)
+            self.starts.append(t)
+            self.ends.append(t1)
+            t = t1
+            j += 1
+        self.t, self.chosen, self.k = t, chosen, j
+        self.drawn_done = self.drawn
+        return j
+
+    def _begin(self) -> None:
+        """The accounts' counters at the stretch's start: the queue's, the sends due later (the users already
+        thinking: their sends are drawn at the steps' starts too) and the lane's float totals."""
+        lane = self.lane
+        st, a = lane.stats, lane.source.arrivals
+        self.qsize0 = lane.Q.n - self.h0
+        at = a._send_at
+        self.drawn, self.sp, self.drawn_done = 0, 0, 0
+        self.sends = sorted([x for x, u in a._sends if at[u] == x])
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.sums = [st.busy_s, st.charge_in_s, st.charge_cached_s, st.charge_out_s, st.flops, st.flops_useful,
+                     st.bytes]
+        self.in_tokens = self.out_tokens = 0
+        self.hist_n: dict[int, int] = {}
+
+    def _wake(self, fp: int, end: int, t1: float) -> int:
+        """The users of the rows fp..end-1 of fin_rows (those finishing with a step ending at t1) think, grouped as
+        Lane.complete groups them (one row by wake_one, several by wake); their next sends are noted for the
+        draws. Returns end."""
+        if end == fp:
+            return fp
+        users = self.users
+        gone = [users[r] for r in self.fin_rows[fp:end]]
         src = self.lane.source
-        if k == lane_mod._ONE_ROW:
+        if end - fp == lane_mod._ONE_ROW:
             src.wake_one(gone[0], t1)
         else:
             src.wake(np.array(gone, dtype=np.int64), t1)
         at = src.arrivals._send_at
-        for u in gone:  # their next sends, for the draws at the next steps' starts
+        for u in gone:
             if 0 <= u < len(at) and at[u] != math.inf:
                 bisect.insort(self.sends, at[u])
-        return k
+        return end
 
-    def _account(self, p: StepParts, tokens: int, n: int, in_new: int, recomputed: int, share_in: float, t1: float,
-                 dt: float, push: Callable[[tuple[float, ...]], None], keyed: int) -> None:
+    def _account(self, j: int, priced: tuple[float, float, float], tokens: int, n: int, in_new: int,
+                 share_in: float, t1: float, push: Callable[[tuple[float, ...]], None]) -> None:
         """Lane.account's float sums (the same operations in the same order, on locals written back at the end)
         and its history row; the counts are summed and written at the end."""
+        dt, ftot, b = priced
         s = self.sums
         s[0] += dt
         c_in = dt * share_in
@@ -272,19 +337,17 @@ class _Stretch:
         s[1] += c_in
         s[2] += c_cached
         s[3] += dt - c_in - c_cached
-        ftot = p.flops_total
         s[4] += ftot
-        useful = ftot * (1.0 - recomputed / tokens) if recomputed else ftot
-        s[5] += useful
-        b = p.bytes_total
+        s[5] += ftot  # (nothing recomputed: every FLOP useful)
         s[6] += b
         self.hist_n[n] = self.hist_n.get(n, 0) + 1
         self.out_tokens += n
         self.in_tokens += in_new
+        _, h, private, _ = self.after[j]
         total = self.lane.pool.total
-        waiting = self.qsize0 - (self.h - self.h0) + self.drawn
-        push((t1, dt, (self.private + keyed) / total if total else 0.0, waiting, n, n, in_new, c_in, dt - c_in,
-              useful, b))
+        keyed = self.lane.pool.keyed_used
+        waiting = self.qsize0 - (h - self.h0) + self.drawn
+        push((t1, dt, (private + keyed) / total if total else 0.0, waiting, n, n, in_new, c_in, dt - c_in, ftot, b))
 
     # ---- the tables, once -------------------------------------------------------------------------------------
     def apply(self) -> None:
@@ -292,7 +355,8 @@ class _Stretch:
         lane, K = self.lane, self.k
         R, Q, st = lane.R, lane.Q, lane.stats
         c = R.cols
-        n0, C = self.n0, self.fp
+        n0 = self.n0
+        C, h, private, peak = self.after[K - 1]
         if C:  # the finished rows as Lane.complete takes them, in the order they finished
             idx = np.array(self.fin_rows[:C], dtype=np.int64)
             di, df = c.i.take(idx, axis=1), c.f.take(idx, axis=1)
@@ -308,13 +372,13 @@ class _Stretch:
         c.blocks[:n0] >>= SHIFT
         if C:
             R.drop(np.sort(idx))
-        A = self.h - self.h0
+        A = h - self.h0
         if A:
             self._join(A, K)
         lane.clock, lane.chosen_at = self.t, self.chosen
         lane.aggs.at = None  # (the lane's aggregates are counted again at the next plan)
         pool = lane.pool
-        pool.private, pool.peak = self.private, self.peak
+        pool.private, pool.peak = private, peak
         st.ticks += K
         st.out_tokens += self.out_tokens
         st.visible_tokens += self.out_tokens  # (nothing hidden: every token is visible)
@@ -324,9 +388,9 @@ class _Stretch:
         mb = st.max_batch
         for n, m in self.hist_n.items():
             st.batch_hist[n if n <= mb else mb] += m
-        b, p = self.last  # type: ignore[misc]
+        b = _batch(*self.steps[K - 1])  # the last step's record, priced alone (as Lane.price keeps it)
         st.last_batch = b.seqs
-        lane.priced = partial(lane.sm.record, b, p)
+        lane.priced = partial(lane.sm.record, b, lane.sm.price(b))
         if C:
             st.completed += C
             st.stage_done[0] += C
@@ -344,7 +408,7 @@ class _Stretch:
         R.append_buf(Q.cols.b[:, self.h0:self.h0 + A])
         Q.pop(A)
         c = R.cols
-        ja = np.array(self.adm_steps, dtype=np.int64)
+        ja = np.array([j for j, s in enumerate(self.steps[:K]) for _ in s[1]], dtype=np.int64)
         tg = np.array(self.tg[:A], dtype=np.int64)
         rows = slice(m, m + A)
         c.i[_SEQ, rows] = np.arange(lane.seq, lane.seq + A)
@@ -359,32 +423,14 @@ class _Stretch:
         c.f[_VISIBLE, rows] = ends
 
 
-def _price(sm: StepModel, n_run: int, chunks: list[int], total: int) -> tuple[Batch, StepParts, int, int, float]:
-    """A step's batch record and its price, with what Lane.account reads of a join (steps._join_inputs: prompt
-    tokens read for the first time, recomputed ones, the share of the time charged to input; none for a decode)."""
-    b, attn_pf = _batch(n_run, chunks, total)
-    p = sm.price(b)
-    if not chunks:
-        return b, p, 0, 0, 0.0
-    k = len(chunks)
-    plan = tuple.__new__(StepPlan, (n_run, n_run + k, None, None, 0, _EMPTY, True, 0, _EMPTY, _EMPTY, False))
-    in_new, recomputed, share_in = steps._join_shares(plan, p, b, attn_pf, sum(chunks))  # (fresh rows: all input)
-    return b, p, in_new, recomputed, share_in
-
-
-def _batch(n_run: int, chunks: list[int], total: int) -> tuple[Batch, float]:
+def _batch(n_run: int, chunks: list[int], total: int) -> Batch:
     """The step's batch record as steps.join_batch (admitted `chunks`) or steps.decode_batch (none) build it for
-    running rows caching `total` tokens, no local layers; and the prefill rows' attention pairs."""
+    running rows caching `total` tokens, no local layers (the last step's, priced alone for Lane.last_cost)."""
     s_dec = float(total)
     attn_dec = s_dec + 0.5 * n_run
     k = len(chunks)
     if not k:
-        return tuple.__new__(Batch, (n_run, n_run, s_dec, 0.0, attn_dec, 0.0, n_run, attn_dec, 0)), 0.0
-    if k == 1:
-        x = chunks[0]
-        attn_pf = x * (x / 2)
-    else:  # whole and half tokens: exact in any order (join_batch's numpy sum for many rows gives the same)
-        attn_pf = float(sum([x * (x / 2) for x in chunks]))
-    t_pf = sum(chunks)
-    return tuple.__new__(Batch, (t_pf + n_run, n_run + k, s_dec, 0.0, attn_dec + attn_pf, 0.0, n_run + k, attn_dec,
-                                 0)), attn_pf
+        return tuple.__new__(Batch, (n_run, n_run, s_dec, 0.0, attn_dec, 0.0, n_run, attn_dec, 0))
+    attn_pf = float(sum([x * (x / 2) for x in chunks]))  # whole and half tokens: exact in any order
+    return tuple.__new__(Batch, (sum(chunks) + n_run, n_run + k, s_dec, 0.0, attn_dec + attn_pf, 0.0, n_run + k,
+                                 attn_dec, 0))

@@ -22,6 +22,7 @@ VARIANTS = {
     "fixed lengths": {"prompt": "512", "output": "256"},
     "short outputs": {"output": "uniform:1,40", "users": 120},
     "batch cap 16": {"max_batch": 16, "users": 60},
+    "short queue": {"users": 72},  # the queue's few rows: admission reaches the requests drawn at a stretch's start
     "think time": {"think_time": "exp:0.05", "users": 200},
     "token budget": {"max_batched_tokens": 1200, "users": 200},
     "small pool": {"kv_pool_blocks": 2600, "users": 200, "prefix_caching": False},  # preempts now and then
