@@ -27,6 +27,8 @@ VARIANTS = {
     "token budget": {"max_batched_tokens": 1200, "users": 200},
     "small pool": {"kv_pool_blocks": 2600, "users": 200, "prefix_caching": False},  # preempts now and then
     "no prefix caching": {"prefix_caching": False},
+    "moe": {"model": "qwen3-30b-a3b"},  # array pricing's expert terms (a power of T) as the scalar path's
+    "tp and pp": {"tp": 2, "pp": 2},  # collectives, micro-batches
     "sync scheduling": {"ideal": True},
     "duration bound": {"duration": 9.0},
     "request limit": {"requests": 1500, "duration": None},
