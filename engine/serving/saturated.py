@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -225,93 +224,118 @@ class _Stretch:
     # ---- pricing, the clock and the accounts -------------------------------------------------------------------
     def _price_all(self) -> None:
         """Every planned step's batch record (as steps.join_batch or steps.decode_batch builds it, no local layers)
-        priced in one call: StepModel.price prices arrays elementwise, with the scalar path's arithmetic."""
-        n_run = np.array([s[0] for s in self.steps], dtype=np.float64)
-        k = np.array([len(s[1]) for s in self.steps], dtype=np.float64)
-        t_pf = np.array([sum(s[1]) for s in self.steps], dtype=np.float64)
-        # whole and half tokens: exact in any order
-        self.attn_pf = [float(sum([x * (x / 2) for x in s[1]])) for s in self.steps]
-        s_dec = np.array([s[2] for s in self.steps], dtype=np.float64)
+        priced in one call (StepModel.price prices arrays elementwise, with the scalar path's arithmetic), and what
+        Lane.account adds up for each (steps._join_shares' share of the time charged to input, its arithmetic
+        elementwise: every admitted row is new, its prompt is input, none is recomputed)."""
+        sts = self.steps
+        n_run = np.array([s[0] for s in sts], dtype=np.float64)
+        t_pf = np.array([sum(s[1]) for s in sts], dtype=np.float64)
+        attn_pf = np.array([float(sum([x * (x / 2) for x in s[1]])) for s in sts])  # (halves: exact in any order)
+        s_dec = np.array([s[2] for s in sts], dtype=np.float64)
         attn_dec = s_dec + 0.5 * n_run
-        seqs = n_run + k
-        b = tuple.__new__(Batch, (t_pf + n_run, seqs.astype(np.int64), s_dec, 0.0, attn_dec + np.array(self.attn_pf),
-                                  0.0, seqs, attn_dec, 0))
+        n = n_run + np.array([len(s[1]) for s in sts], dtype=np.float64)
+        tokens = t_pf + n_run
+        b = tuple.__new__(Batch, (tokens, n.astype(np.int64), s_dec, 0.0, attn_dec + attn_pf, 0.0, n, attn_dec, 0))
         p = self.lane.sm.price(b)
-        K = len(self.steps)
-        self.priced = [np.broadcast_to(np.asarray(x, dtype=np.float64), (K,)).tolist() for x in
-                       (p.time, p.flops_total, p.bytes_total, p.fl_mm, p.fl_attn, p.fl_lm)]
-        self.attn_full = b.attn_full.tolist()
+        K = len(sts)
+        dts, ftot, fl_mm, fl_attn, fl_lm = (np.broadcast_to(np.asarray(x, dtype=np.float64), (K,)) for x in
+                                            (p.time, p.flops_total, p.fl_mm, p.fl_attn, p.fl_lm))
+        part = fl_mm * t_pf / tokens
+        part = part + np.where(b.attn_full != 0.0, fl_attn * attn_pf / b.attn_full, 0.0)  # (part + 0.0 is part)
+        part = part + fl_lm * (n - n_run) / n
+        share = np.where((t_pf > 0) & (ftot != 0.0), part / np.where(ftot != 0.0, ftot, 1.0), 0.0)
+        c_in = dts * share
+        c_cached = dts * 0.0
+        # Lane.account's running sums (a left fold, as step by step) and the clock, one row each from the start
+        st = self.lane.stats
+        fold = np.empty((8, K + 1))
+        fold[:, 0] = (self.lane.clock, st.busy_s, st.charge_in_s, st.charge_cached_s, st.charge_out_s, st.flops,
+                      st.flops_useful, st.bytes)
+        fold[0:2, 1:] = dts
+        fold[2, 1:] = c_in
+        fold[3, 1:] = c_cached
+        fold[4, 1:] = dts - c_in - c_cached
+        fold[5:7, 1:] = ftot
+        fold[7, 1:] = np.broadcast_to(np.asarray(p.bytes_total, dtype=np.float64), (K,))
+        self.fold = np.add.accumulate(fold, axis=1, out=fold)
+        self.dts = dts
+        # the history rows' step-wise columns: end, dt, rows, in_new, charged to input, the rest, FLOPs, bytes
+        self.rows = list(zip(fold[0, 1:].tolist(), dts.tolist(), n.astype(np.int64).tolist(),
+                             t_pf.astype(np.int64).tolist(), c_in.tolist(), (dts - c_in).tolist(), ftot.tolist(),
+                             np.broadcast_to(np.asarray(p.bytes_total, dtype=np.float64), (K,)).tolist(), strict=True))
 
     def _run(self, stop: float) -> int:
-        """The planned steps' clock, users woken and accounts, step by step as Lane.step gives them, up to the first
-        that would start at or after `stop` or draw the run's last request; returns how many."""
+        """The planned steps' users woken and history rows, step by step as Lane.step gives them, up to the first
+        that would start at or after `stop` or draw the run's last request; then the accounts up to it. Returns how
+        many steps ran."""
         lane = self.lane
         st = lane.stats
         self._begin()
-        t, chosen = lane.clock, lane.chosen_at
+        starts = self.fold[0].tolist()
+        K = bisect.bisect_left(starts, stop, 0, len(self.steps))  # the steps that start before stop
         bud = lane.source.budget
         room = math.inf if bud.limit is None else bud.limit - bud.accepted
-        itl, push = st.itl, st.hist.push_row
-        dts, flops, byts, fl_mm, fl_attn, fl_lm = self.priced
-        fp = 0
-        j = 0
-        for n_run, chunks, _ in self.steps:
-            if t >= stop:
-                break
+        push = st.hist.push_row
+        pool = lane.pool
+        total, keyed = pool.total, pool.keyed_used
+        sends, qsize0, h0 = self.sends, self.qsize0, self.h0
+        fp = sp = drawn = 0
+        for j in range(K):
+            t = starts[j]
             if j:  # the sends due by this step's start join the queue's tail (drawn for real at the end)
-                sp = bisect.bisect_right(self.sends, t, self.sp) if room else self.sp  # (none drawn past the limit)
-                if sp > self.sp and self.drawn + sp - self.sp >= room:
+                e = bisect.bisect_right(sends, t, sp) if room else sp  # (none drawn past the limit)
+                if e > sp and drawn + e - sp >= room:
+                    K = j
                     break  # the run's last request would be drawn: the sends after it wait, never drawn
-                self.drawn += sp - self.sp
-                self.sp = sp
-            chosen = t if lane.async_sched else None
-            dt = dts[j]
-            t1 = t + dt
-            k = len(chunks)
-            n = n_run + k
-            if k:  # steps._join_shares' arithmetic (every admitted row new: its prompt is input, none recomputed)
-                tokens = n_run + sum(chunks)
-                part = fl_mm[j] * (tokens - n_run) / tokens
-                if self.attn_full[j]:
-                    part += fl_attn[j] * self.attn_pf[j] / self.attn_full[j]
-                part += fl_lm[j] * (n - n_run) / n
-                share_in = part / flops[j] if flops[j] else 0.0
-                in_new = tokens - n_run
-            else:
-                tokens, in_new, share_in = n, 0, 0.0
-            itl.add(dt, 0, n_run)  # every running row's token follows another; the admitted rows' are first
-            fp = self._wake(fp, self.after[j][0], t1)
-            self._account(j, (dts[j], flops[j], byts[j]), tokens, n, in_new, share_in, t1, push)
-            self.starts.append(t)
-            self.ends.append(t1)
-            t = t1
-            j += 1
-        self.t, self.chosen, self.k = t, chosen, j
-        self.drawn_done = self.drawn
-        return j
+                drawn += e - sp
+                sp = e
+            end, dt, n, in_new, c_in, rest, ftot, byts = self.rows[j]
+            fin, h, private, _ = self.after[j]
+            if fin > fp:
+                fp = self._wake(fp, fin, end)
+            push((end, dt, (private + keyed) / total if total else 0.0, qsize0 - (h - h0) + drawn, n, n, in_new, c_in,
+                  rest, ftot, byts))
+        self.k, self.drawn_done = K, drawn
+        if K:
+            self._close(K, starts)
+        return K
+
+    def _close(self, K: int, starts: list[float]) -> None:
+        """The accounts of the K steps that ran: the clock, the float totals, token and batch-size counts, the
+        inter-token gaps (each running row's token follows another; the admitted rows' are their first)."""
+        lane = self.lane
+        self.t = starts[K]
+        self.chosen = starts[K - 1] if lane.async_sched else None
+        self.sums = self.fold[1:, K].tolist()
+        sts = self.steps[:K]
+        by_rows: dict[int, list[int]] = {}
+        for j, s in enumerate(sts):
+            by_rows.setdefault(s[0], []).append(j)
+        itl = lane.stats.itl
+        for m, js in by_rows.items():
+            itl.add_steps(self.dts[js], 0, m)  # (integer sums: the same whatever the grouping)
+        hist_n: dict[int, int] = {}
+        out = 0
+        for s in sts:
+            n = s[0] + len(s[1])
+            hist_n[n] = hist_n.get(n, 0) + 1
+            out += n
+        self.hist_n, self.out_tokens = hist_n, out
+        self.in_tokens = sum([sum(s[1]) for s in sts])
+        self.starts, self.ends = starts[:K], starts[1:K + 1]
 
     def _begin(self) -> None:
-        """The accounts' counters at the stretch's start: the queue's, the sends due later (the users already
-        thinking: their sends are drawn at the steps' starts too) and the lane's float totals."""
-        lane = self.lane
-        st, a = lane.stats, lane.source.arrivals
-        self.qsize0 = lane.Q.n - self.h0
+        """The counters at the stretch's start: the queue's and the sends due later (the users already thinking:
+        their sends are drawn at the steps' starts too)."""
+        a = self.lane.source.arrivals
+        self.qsize0 = self.lane.Q.n - self.h0
         at = a._send_at
-        self.drawn, self.sp, self.drawn_done = 0, 0, 0
         self.sends = sorted([x for x, u in a._sends if at[u] == x])
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-        self.sums = [st.busy_s, st.charge_in_s, st.charge_cached_s, st.charge_out_s, st.flops, st.flops_useful,
-                     st.bytes]
-        self.in_tokens = self.out_tokens = 0
-        self.hist_n: dict[int, int] = {}
 
     def _wake(self, fp: int, end: int, t1: float) -> int:
         """The users of the rows fp..end-1 of fin_rows (those finishing with a step ending at t1) think, grouped as
         Lane.complete groups them (one row by wake_one, several by wake); their next sends are noted for the
         draws. Returns end."""
-        if end == fp:
-            return fp
         users = self.users
         gone = [users[r] for r in self.fin_rows[fp:end]]
         src = self.lane.source
@@ -324,30 +348,6 @@ class _Stretch:
             if 0 <= u < len(at) and at[u] != math.inf:
                 bisect.insort(self.sends, at[u])
         return end
-
-    def _account(self, j: int, priced: tuple[float, float, float], tokens: int, n: int, in_new: int,
-                 share_in: float, t1: float, push: Callable[[tuple[float, ...]], None]) -> None:
-        """Lane.account's float sums (the same operations in the same order, on locals written back at the end)
-        and its history row; the counts are summed and written at the end."""
-        dt, ftot, b = priced
-        s = self.sums
-        s[0] += dt
-        c_in = dt * share_in
-        c_cached = dt * 0.0
-        s[1] += c_in
-        s[2] += c_cached
-        s[3] += dt - c_in - c_cached
-        s[4] += ftot
-        s[5] += ftot  # (nothing recomputed: every FLOP useful)
-        s[6] += b
-        self.hist_n[n] = self.hist_n.get(n, 0) + 1
-        self.out_tokens += n
-        self.in_tokens += in_new
-        _, h, private, _ = self.after[j]
-        total = self.lane.pool.total
-        keyed = self.lane.pool.keyed_used
-        waiting = self.qsize0 - (h - self.h0) + self.drawn
-        push((t1, dt, (private + keyed) / total if total else 0.0, waiting, n, n, in_new, c_in, dt - c_in, ftot, b))
 
     # ---- the tables, once -------------------------------------------------------------------------------------
     def apply(self) -> None:
