@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 ENABLED = True  # tests turn it off to compare every figure with step-by-step runs
 _MIN_QUEUE = 4  # fewer queued requests: the stretch would end within a step or two (not worth its set-up)
 _WINDOW = 256  # queue rows read at a stretch's start: it ends before admission would look past them
+# A stretch ends where nobody can join for this many steps or more (no slot frees until a row finishes): a quiet
+# run prices such steps at once for less than this many planned and accounted one by one.
+_QUIET_GAP = 32
 _I = {c: int(c) for c in IntCol}  # (plain ints index faster than IntEnum members)
 _CACHED, _GEN, _BLOCKS, _SEQ, _INPUT = _I[IntCol.CACHED], _I[IntCol.GEN], _I[IntCol.BLOCKS], _I[IntCol.SEQ], \
     _I[IntCol.INPUT]
@@ -150,6 +153,8 @@ class _Stretch:
             if got is None:
                 break  # admission would look past the window, or an admitted row would finish in the stretch
             chunks, took = got
+            if j and not chunks and self._quiet_ahead(j) >= _QUIET_GAP:
+                break  # nobody joins until a row finishes, far ahead: a quiet run (steps.jump) takes those steps
             cut = math.inf  # (every later step's cut is past the window rows' arrivals)
             private += took + need
             if private + keyed > peak:
@@ -203,6 +208,11 @@ class _Stretch:
         self.kmax_adm = j + fin
         self.h += len(chunks)
         return chunks, took
+
+    def _quiet_ahead(self, j: int) -> int:
+        """Steps from step j to the first that finishes a row present at the stretch's start (the rows it admits
+        finish after kmax)."""
+        return self.fin_step[self.fp] - j if self.fp < len(self.fin_step) else 1 << 30
 
     def _finish(self, j: int) -> tuple[int, int]:
         """The rows finishing with step j leave the plan's cache counts: how many, and the blocks they give back."""

@@ -86,8 +86,9 @@ def test_stretch_matches_steps(name: str) -> None:
     off, none = _run(cfg, False, 3000)
     on, taken = _run(cfg, True, 3000)
     assert none == 0
-    if name not in ("duration bound", "request limit"):
-        assert taken > 1000, f"{name}: the stretch took only {taken} of 3,000 ticks"
+    # (equal lengths leave long quiet gaps, taken by quiet runs; a duration bound ends the run early)
+    least = 50 if name in ("fixed lengths", "duration bound") else 1000
+    assert taken > least, f"{name}: the stretch took only {taken} of 3,000 ticks"
     for (k, a), (_, b) in zip(off, on, strict=True):
         assert a == b, f"{name}: {k} differs with saturated stretches"
 
