@@ -140,7 +140,9 @@ class _Stretch:
         pool, aggs = lane.pool, self.aggs
         keyed = pool.keyed_used
         private, peak = pool.private, pool.peak
-        steps_ = self.steps = []  # per step: (rows running, admitted prompts, cache total before it)
+        # per step: rows running, cache total before it, rows admitted, their prompts' tokens and attention pairs
+        n_runs, totals, ks, tpf, apf = self.n_runs, self.totals, self.ks, self.tpf, self.apf = [], [], [], [], []
+        self.chunks: list[list[int]] = []
         after = self.after = []  # per step, after it: (rows finished so far, queue rows admitted, private, peak)
         n_run, j = self.n0, 0
         cut = lane.clock if lane.chosen_at is None else lane.chosen_at
@@ -159,13 +161,21 @@ class _Stretch:
             private += took + need
             if private + keyed > peak:
                 peak = private + keyed
-            steps_.append((n_run, chunks, aggs.total))
+            n_runs.append(n_run)
+            totals.append(aggs.total)
             aggs.step(n_run)
-            for x in chunks:  # (CacheAggs.tally on ints: the admitted rows now hold their prompts)
-                aggs.opens[(x - aggs.phase) & (BLOCK - 1)] += 1
-                aggs.total += x
+            self.chunks.append(chunks)
+            ks.append(len(chunks))
             if chunks:
+                for x in chunks:  # (CacheAggs.tally on ints: the admitted rows now hold their prompts)
+                    aggs.opens[(x - aggs.phase) & (BLOCK - 1)] += 1
+                    aggs.total += x
                 kmax = min(kmax, self.kmax_adm)
+                tpf.append(sum(chunks))
+                apf.append(float(sum([x * (x / 2) for x in chunks])))  # (halves: exact in any order)
+            else:
+                tpf.append(0)
+                apf.append(0.0)
             gone, freed = self._finish(j)
             private -= freed
             n_run += len(chunks) - gone
@@ -237,17 +247,16 @@ class _Stretch:
         priced in one call (StepModel.price prices arrays elementwise, with the scalar path's arithmetic), and what
         Lane.account adds up for each (steps._join_shares' share of the time charged to input, its arithmetic
         elementwise: every admitted row is new, its prompt is input, none is recomputed)."""
-        sts = self.steps
-        n_run = np.array([s[0] for s in sts], dtype=np.float64)
-        t_pf = np.array([sum(s[1]) for s in sts], dtype=np.float64)
-        attn_pf = np.array([float(sum([x * (x / 2) for x in s[1]])) for s in sts])  # (halves: exact in any order)
-        s_dec = np.array([s[2] for s in sts], dtype=np.float64)
+        n_run = np.array(self.n_runs, dtype=np.float64)
+        t_pf = np.array(self.tpf, dtype=np.float64)
+        attn_pf = np.array(self.apf)
+        s_dec = np.array(self.totals, dtype=np.float64)
         attn_dec = s_dec + 0.5 * n_run
-        n = n_run + np.array([len(s[1]) for s in sts], dtype=np.float64)
+        n = n_run + np.array(self.ks, dtype=np.float64)
         tokens = t_pf + n_run
         b = tuple.__new__(Batch, (tokens, n.astype(np.int64), s_dec, 0.0, attn_dec + attn_pf, 0.0, n, attn_dec, 0))
         p = self.lane.sm.price(b)
-        K = len(sts)
+        K = len(self.n_runs)
         dts, ftot, fl_mm, fl_attn, fl_lm = (np.broadcast_to(np.asarray(x, dtype=np.float64), (K,)) for x in
                                             (p.time, p.flops_total, p.fl_mm, p.fl_attn, p.fl_lm))
         part = fl_mm * t_pf / tokens
@@ -282,7 +291,7 @@ class _Stretch:
         st = lane.stats
         self._begin()
         starts = self.fold[0].tolist()
-        K = bisect.bisect_left(starts, stop, 0, len(self.steps))  # the steps that start before stop
+        K = bisect.bisect_left(starts, stop, 0, len(self.n_runs))  # the steps that start before stop
         bud = lane.source.budget
         room = math.inf if bud.limit is None else bud.limit - bud.accepted
         push = st.hist.push_row
@@ -317,21 +326,17 @@ class _Stretch:
         self.t = starts[K]
         self.chosen = starts[K - 1] if lane.async_sched else None
         self.sums = self.fold[1:, K].tolist()
-        sts = self.steps[:K]
         by_rows: dict[int, list[int]] = {}
-        for j, s in enumerate(sts):
-            by_rows.setdefault(s[0], []).append(j)
+        hist_n: dict[int, int] = {}
+        for j, (m, k) in enumerate(zip(self.n_runs[:K], self.ks[:K], strict=True)):
+            by_rows.setdefault(m, []).append(j)
+            hist_n[m + k] = hist_n.get(m + k, 0) + 1
         itl = lane.stats.itl
         for m, js in by_rows.items():
             itl.add_steps(self.dts[js], 0, m)  # (integer sums: the same whatever the grouping)
-        hist_n: dict[int, int] = {}
-        out = 0
-        for s in sts:
-            n = s[0] + len(s[1])
-            hist_n[n] = hist_n.get(n, 0) + 1
-            out += n
-        self.hist_n, self.out_tokens = hist_n, out
-        self.in_tokens = sum([sum(s[1]) for s in sts])
+        self.hist_n = hist_n
+        self.out_tokens = sum(self.n_runs[:K]) + sum(self.ks[:K])
+        self.in_tokens = sum(self.tpf[:K])
         self.starts, self.ends = starts[:K], starts[1:K + 1]
 
     def _begin(self) -> None:
@@ -398,7 +403,8 @@ class _Stretch:
         mb = st.max_batch
         for n, m in self.hist_n.items():
             st.batch_hist[n if n <= mb else mb] += m
-        b = _batch(*self.steps[K - 1])  # the last step's record, priced alone (as Lane.price keeps it)
+        b = _batch(self.n_runs[K - 1], self.chunks[K - 1], self.totals[K - 1])  # the last step's record, priced
+        # alone (as Lane.price keeps it)
         st.last_batch = b.seqs
         lane.priced = partial(lane.sm.record, b, lane.sm.price(b))
         if C:
@@ -418,7 +424,7 @@ class _Stretch:
         R.append_buf(Q.cols.b[:, self.h0:self.h0 + A])
         Q.pop(A)
         c = R.cols
-        ja = np.array([j for j, s in enumerate(self.steps[:K]) for _ in s[1]], dtype=np.int64)
+        ja = np.repeat(np.arange(K), self.ks[:K])  # the step each joined in
         tg = np.array(self.tg[:A], dtype=np.int64)
         rows = slice(m, m + A)
         c.i[_SEQ, rows] = np.arange(lane.seq, lane.seq + A)
