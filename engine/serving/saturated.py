@@ -48,15 +48,14 @@ _ADMIT, _FIRST, _VISIBLE, _DONE = int(FloatCol.ADMIT), int(FloatCol.FIRST), int(
 
 def eligible(lane: Lane) -> bool:
     """The plain saturated case a stretch handles (cheapest tests first: most lanes fail on the queue)."""
-    Q = lane.Q
-    if Q.n - Q.head < _MIN_QUEUE or lane.n_pf or lane.P.n or lane.spec_k or lane.load_s:
+    Q, src = lane.Q, lane.source
+    if Q.n - Q.head < _MIN_QUEUE or lane.n_pf or lane.P.n or src.arrivals.rate > 0 or src.script is not None:
+        return False  # (an open loop's overloaded queue: the arrivals the plan does not count)
+    if lane.spec_k or lane.load_s:
         return False
     if lane.lora is not None or lane.rec is not None or lane.on_done is not None or lane.staged:
         return False
     if not lane.think_zero or lane.shared_content or lane.spec.debug or steps.STEP_KINDS != steps._BUILT_IN:
-        return False
-    src = lane.source
-    if src.script is not None or src.arrivals.rate > 0:
         return False
     pool, sched = lane.pool, lane.sched
     if pool.tiers is not None or pool.keyed_used or (lane.caching and pool.cached):
@@ -120,7 +119,6 @@ class _Stretch:
         self.tg = q.target[h:e].tolist()
         self.arr = q.arrival[h:e].tolist()
         self.tot = q.total[h:e].tolist()
-        self.qusers = q.user[h:e].tolist()
         return True
 
     # ---- the plan: which rows join and leave at each step, on Python ints ---------------------------------------
