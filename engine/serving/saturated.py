@@ -8,7 +8,11 @@ queue rows there at the stretch's start (users who finish re-send to the queue's
 preempts. Each step is priced and accounted as Lane.step would (the same batch record, the same float operations in
 the same order); the tables, the pool and the finished rows' records are then brought to the state step by step
 would leave: the rows present throughout gain K tokens, the finished ones leave in the order they finished (the
-order of their records and of their users' think draws), the admitted ones join in admission order behind them.
+order of their records and of their users' think draws), the admitted ones join in admission order behind them (and
+leave again if they finished within the stretch). The steps are planned first (who joins, who finishes, the blocks:
+no time enters), then priced in one StepModel.price call on arrays, then their clock, draws, wakes and accounts run.
+A stretch ends before a step that would preempt, whose admission could reach past the queue rows read at its start,
+that starts a long quiet gap (steps.jump takes those), that draws the run's last request, or that starts at `stop`.
 
 Only the plain case is taken (one lane, headless, the built-in step kinds, whole-prompt admission, no speculation,
 LoRA, tiers, recorder, script, Poisson arrivals, hidden thinking, shared content or preempted rows);
