@@ -30,7 +30,7 @@ from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
 from engine.physics.step import StepModel, StepOptions
-from engine.serving import lora_slots
+from engine.serving import lora_slots, saturated
 from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
 from engine.serving.kv_tiers import TIER_POLICIES, TierSpec, hit_rates, tier_report
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
@@ -285,7 +285,10 @@ class Engine:
             if lane is not None:
                 prev, lane_prev = self._clock, lane.clock
                 d = self._budget.duration
-                k = lane.jump(limit if d is None else min(limit, d), int(min(max_ticks, 1 << 20)))
+                stop, most = limit if d is None else min(limit, d), int(min(max_ticks, 1 << 20))
+                k = lane.jump(stop, most)
+                if not k and lone:  # a saturated batch: many join and decode steps at once (engine.serving.saturated)
+                    k = saturated.stretch(lane, stop, most)
                 if k:
                     self._tick += k
                     if lone:
