@@ -41,6 +41,7 @@ _ADD = np.add.reduce  # an int array's sum: exact, as ndarray.sum (which calls i
 _FEW_ADMITTED = 4  # up to this many rows admitted in a join step are checked in Python lists
 _FEW_STEPS_PY = 64  # runs priced up to this many steps find their arrival's step by bisect on a list
 _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
+_RUN_AGGS = 8  # above this many rows (as Lane's _FEW_ROWS) a quiet run counts the lane's CacheAggs and keeps them
 _FEW_TALLIED = 16  # CacheAggs.tally counts up to this many rows in Python
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
@@ -77,15 +78,16 @@ def ones(n: int) -> np.ndarray:
 
 class CacheAggs:
     """The running rows' cache total and how many hold each cache length mod BLOCK (those at 0 open a block with
-    their next token), kept across decode and join steps of many rows: such a step then neither sums its caches
-    nor masks and counts the rows opening a block (three numpy calls, ~2.5 us at 256 rows).
+    their next token), kept across decode and join steps and quiet runs of many rows: such a step then neither sums
+    its caches nor masks and counts the rows opening a block (three numpy calls, ~2.5 us at 256 rows).
 
     `opens[(c - phase) mod BLOCK]` counts the rows holding c tokens, so a step adding one token to every row moves
-    `phase` on by one rather than every count. The counts hold while `at` is the (lane clock, running rows) they were
-    left at (Lane.aggs counts them again otherwise): whatever else changes the running rows' caches moves the clock
-    (a quiet run, a mixed or speculative step, any registered kind: each is a priced step) or the number of rows (a
-    replica's transfer lands a row), or drops them (`at` None: a preemption, an abort, a plan of a few rows, which
-    never reads them). Integer sums and counts: exact in any order, so a kept total is the sum counted again."""
+    `phase` on by one rather than every count (a quiet run of k steps: by k). The counts hold while `at` is the (lane
+    clock, running rows) they were left at (Lane.aggs counts them again otherwise): whatever else changes the running
+    rows' caches moves the clock (a mixed or speculative step, any registered kind: each is a priced step) or the
+    number of rows (a replica's transfer lands a row), or drops them (`at` None: a preemption, an abort, a plan of a
+    few rows, which never reads them). Integer sums and counts: exact in any order, so a kept total is the sum
+    counted again."""
 
     __slots__ = ("total", "opens", "phase", "at")
 
@@ -106,10 +108,17 @@ class CacheAggs:
         """Rows whose next token opens a block (their cache a multiple of BLOCK)."""
         return self.opens[-self.phase & (BLOCK - 1)]
 
-    def step(self, n: int) -> None:
-        """Each of the n rows added one token."""
-        self.total += n
-        self.phase = (self.phase + 1) & (BLOCK - 1)
+    def step(self, n: int, k: int = 1) -> None:
+        """Each of the n rows added k tokens (one a step: a decode or join step, or a quiet run of k)."""
+        self.total += n * k
+        self.phase = (self.phase + k) & (BLOCK - 1)
+
+    def lags(self) -> list[int]:
+        """Rows by the steps to their next block: item j counts the rows whose cache + j is a multiple of BLOCK
+        (cache = -j mod BLOCK, kept at opens[(-j - phase) mod BLOCK]): the reversed counts, rotated."""
+        rev = self.opens[::-1]  # rev[i] = opens[BLOCK - 1 - i]: item j is rev[(j + phase - 1) mod BLOCK]
+        s = (self.phase - 1) & (BLOCK - 1)
+        return rev[s:] + rev[:s]
 
     def tally(self, cached: np.ndarray, sign: int) -> None:
         """Rows holding `cached` tokens join (sign 1) or leave (sign -1) the rows counted."""
@@ -727,12 +736,15 @@ def _quiet_blocks(lane: Lane, max_steps: int, waiting: int) -> tuple[int, Growth
         return 0, None, left
     # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16, i.e. at the steps
     # j = lag (mod 16) with lag = -cached mod 16.
-    if few:
+    aggs, at = lane.aggs, (lane.clock, n)
+    if aggs.at == at or n > _RUN_AGGS:  # the lane's counts, kept by its steps (counted here for more rows: the run
+        if aggs.at != at:  # keeps them, so the step after it need not)
+            aggs.count(cached, at)
+        opens = aggs.lags()
+    else:
         opens = [0] * BLOCK
         for x in cached.tolist():
             opens[(-x) & (BLOCK - 1)] += 1
-    else:
-        opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK).tolist()
     avail = lane.pool.available  # a dry admission check takes no blocks: read once
     if waiting and not admission.blocked(lane, avail - opens[0], n, False):
         return 0, None, left
@@ -781,8 +793,13 @@ def _account_run(lane: Lane, k: int, ends: np.ndarray, steps: tuple[np.ndarray, 
     st.out_tokens += n * k
     st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = totals
     st.batch_hist[min(n, st.max_batch)] += k
-    if done is not None:  # (some row is done: the run's k was its tokens left)
-        lane.complete(done, t1)
+    aggs = lane.aggs
+    kept = aggs.at == (t0, n)  # the lane's cache counts, kept through the run (complete takes the finished rows out)
+    if kept:
+        aggs.step(n, k)
+    gone = 0 if done is None else lane.complete(done, t1).size  # (some row is done: k was its tokens left)
+    if kept:  # (the rows the run left, not R.n: a row landed meanwhile, by on_done, is not in the counts)
+        aggs.at = (t1, n - gone)
     _history_run(lane, n, k, t0, steps, used, queue)
     if lane.rec is not None:
         lane.rec.steps(lane, ends, dts, n, byts, flops)
