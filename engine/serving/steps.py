@@ -38,9 +38,11 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _FIRST_VISIBLE = slice(int(FloatCol.FIRST), int(FloatCol.VISIBLE) + 1)  # (plain ints: IntEnum indexes slower)
 _ADD = np.add.reduce  # an int array's sum: exact, as ndarray.sum (which calls it)
+_MIN = np.minimum.reduce  # an array's least item, as ndarray.min (which calls it)
 _FEW_ADMITTED = 4  # up to this many rows admitted in a join step are checked in Python lists
 _FEW_STEPS_PY = 64  # runs priced up to this many steps find their arrival's step by bisect on a list
 _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
+_RUN_AGGS = 8  # above this many rows (as Lane's _FEW_ROWS) a quiet run counts the lane's CacheAggs and keeps them
 _FEW_TALLIED = 16  # CacheAggs.tally counts up to this many rows in Python
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
@@ -77,15 +79,16 @@ def ones(n: int) -> np.ndarray:
 
 class CacheAggs:
     """The running rows' cache total and how many hold each cache length mod BLOCK (those at 0 open a block with
-    their next token), kept across decode and join steps of many rows: such a step then neither sums its caches
-    nor masks and counts the rows opening a block (three numpy calls, ~2.5 us at 256 rows).
+    their next token), kept across decode and join steps and quiet runs of many rows: such a step then neither sums
+    its caches nor masks and counts the rows opening a block (three numpy calls, ~2.5 us at 256 rows).
 
     `opens[(c - phase) mod BLOCK]` counts the rows holding c tokens, so a step adding one token to every row moves
-    `phase` on by one rather than every count. The counts hold while `at` is the (lane clock, running rows) they were
-    left at (Lane.aggs counts them again otherwise): whatever else changes the running rows' caches moves the clock
-    (a quiet run, a mixed or speculative step, any registered kind: each is a priced step) or the number of rows (a
-    replica's transfer lands a row), or drops them (`at` None: a preemption, an abort, a plan of a few rows, which
-    never reads them). Integer sums and counts: exact in any order, so a kept total is the sum counted again."""
+    `phase` on by one rather than every count (a quiet run of k steps: by k). The counts hold while `at` is the (lane
+    clock, running rows) they were left at (Lane.aggs counts them again otherwise): whatever else changes the running
+    rows' caches moves the clock (a mixed or speculative step, any registered kind: each is a priced step) or the
+    number of rows (a replica's transfer lands a row), or drops them (`at` None: a preemption, an abort, a plan of a
+    few rows, which never reads them). Integer sums and counts: exact in any order, so a kept total is the sum
+    counted again."""
 
     __slots__ = ("total", "opens", "phase", "at")
 
@@ -106,10 +109,17 @@ class CacheAggs:
         """Rows whose next token opens a block (their cache a multiple of BLOCK)."""
         return self.opens[-self.phase & (BLOCK - 1)]
 
-    def step(self, n: int) -> None:
-        """Each of the n rows added one token."""
-        self.total += n
-        self.phase = (self.phase + 1) & (BLOCK - 1)
+    def step(self, n: int, k: int = 1) -> None:
+        """Each of the n rows added k tokens (one a step: a decode or join step, or a quiet run of k)."""
+        self.total += n * k
+        self.phase = (self.phase + k) & (BLOCK - 1)
+
+    def lags(self) -> list[int]:
+        """Rows by the steps to their next block: item j counts the rows whose cache + j is a multiple of BLOCK
+        (cache = -j mod BLOCK, kept at opens[(-j - phase) mod BLOCK]): the reversed counts, rotated."""
+        rev = self.opens[::-1]  # rev[i] = opens[BLOCK - 1 - i]: item j is rev[(j + phase - 1) mod BLOCK]
+        s = (self.phase - 1) & (BLOCK - 1)
+        return rev[s:] + rev[:s]
 
     def tally(self, cached: np.ndarray, sign: int) -> None:
         """Rows holding `cached` tokens join (sign 1) or leave (sign -1) the rows counted."""
@@ -629,10 +639,11 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     queue = lane.waiting  # the same until the run's arrival or completions (neither happens before they are noted)
     if queue and not admission.blocked(lane, lane.pool.available - n, n, False):
         return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
-    k, grown, left = _quiet_blocks(lane, max_steps, queue)
+    c = lane.R.cols
+    cached, gen, total = c.cached[:n], c.gen[:n], c.total[:n]  # (views of the running rows, sliced once)
+    k, grown, left = _quiet_blocks(lane, max_steps, queue, (cached, gen, total))
     if k < 2 or grown is None:
         return 0
-    c = lane.R.cols
     b = run_batch(lane.sm.model, c.cached[:n], k)
     if lane.lora is not None:  # no admission in a quiet run: the same adapters every step
         b = b._replace(adapters=int(LoraSlots.in_batch(c.adapter[:n]).size))
@@ -645,18 +656,18 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     if k < 2:
         return 0
     priced = len(dts)
-    dts, flops, byts, ends = dts[:k], flops[:k], byts[:k], clock[1:k + 1]
-    gen = c.gen[:n]
+    if k < priced:
+        dts, flops, byts = dts[:k], flops[:k], byts[:k]
     used0 = lane.pool.used
-    _apply_run(lane, k, ends, grown.after(k), c.cached[:n], gen)
+    _apply_run(lane, k, clock, grown.after(k), cached, gen)
     if lane.async_sched:
-        lane.chosen_at = float(clock[k - 1])  # the last jumped step's start
+        lane.chosen_at = clock.item(k - 1)  # the last jumped step's start
     if k_arr < k:  # the run's last step starts after the arrival: it joins the queue then, as step() draws it
-        _arrive_in_run(lane, float(clock[k_arr]), c.cached[:n])
+        _arrive_in_run(lane, clock.item(k_arr), cached)
         lane.join_next = lane.waiting > queue  # (2,540 of 7,737 jump attempts at rate 10 asked admission to learn it)
     # A row finishes in the run only if its last step is the run's: k reached the fewest tokens left.
-    done = gen >= c.total[:n] if k == left else None
-    _account_run(lane, k, ends, (dts, flops, byts, priced), sums[1:, k].tolist(), (used0, grown), done, (k_arr, queue))
+    done = gen >= total if k == left else None
+    _account_run(lane, k, clock, (dts, flops, byts, priced), sums[:, k].tolist(), (used0, grown), done, (k_arr, queue))
     if lane.lora is not None:
         lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
         lane.lora.step(b.adapters, k, float(lb.sum()), float(byts.sum()))
@@ -685,6 +696,8 @@ def _cut_at_arrival(lane: Lane, nxt: float, clock: np.ndarray, k: int, stop: flo
 
 def starts_before(clock: np.ndarray, k: int, t: float) -> int:
     """How many of the k step starts clock[:k] (non-decreasing) come before t: np.searchsorted's side='left'."""
+    if k and clock.item(k - 1) < t:  # every start (the usual run, which a completion ends): no search
+        return k
     if k <= _FEW_STEPS_PY:  # a short run: bisect on a list (~1 us less than numpy's call and slice)
         return bisect.bisect_left(clock.tolist(), t, 0, k)
     return int(clock[:k].searchsorted(t))  # (the method: np.searchsorted's wrapper costs ~0.5 us more)
@@ -708,17 +721,17 @@ def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
                          attn_win=win[1], logits=n, attn_decode=at, adapters=b.adapters))
 
 
-def _quiet_blocks(lane: Lane, max_steps: int, waiting: int) -> tuple[int, Growth | None, int]:
+def _quiet_blocks(lane: Lane, max_steps: int, waiting: int,
+                  rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[int, Growth | None, int]:
     """How many decode steps may run before a completion, an admission or a preemption could happen (< 2: not
     worth a jump), the blocks the run takes step by step, and the fewest tokens a row has left (the steps
-    until the first completion). `waiting`: the requests waiting (none: nobody can be admitted)."""
-    n = lane.R.n
-    c = lane.R.cols
-    cached = c.cached[:n]
+    until the first completion). `waiting`: the requests waiting (none: nobody can be admitted); `rows`: the
+    running rows' caches, generated and total tokens."""
+    cached, gen, total = rows
+    n = cached.size
     few = n <= _FEW_ROWS  # a few rows: Python ints, cheaper than numpy's calls
     # The first step finishing a request ends the run.
-    left = min(map(operator.sub, c.total[:n].tolist(), c.gen[:n].tolist())) if few \
-        else int((c.total[:n] - c.gen[:n]).min())
+    left = min(map(operator.sub, total.tolist(), gen.tolist())) if few else int(_MIN(total - gen))
     k = min(max_steps, left)
     model = lane.sm.model
     if model.sliding_layers and model.chunked:
@@ -727,24 +740,27 @@ def _quiet_blocks(lane: Lane, max_steps: int, waiting: int) -> tuple[int, Growth
         return 0, None, left
     # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16, i.e. at the steps
     # j = lag (mod 16) with lag = -cached mod 16.
-    if few:
+    aggs, at = lane.aggs, (lane.clock, n)
+    if aggs.at == at or n > _RUN_AGGS:  # the lane's counts, kept by its steps (counted here for more rows: the run
+        if aggs.at != at:  # keeps them, so the step after it need not)
+            aggs.count(cached, at)
+        opens = aggs.lags()
+    else:
         opens = [0] * BLOCK
         for x in cached.tolist():
             opens[(-x) & (BLOCK - 1)] += 1
-    else:
-        opens = np.bincount((-cached) & (BLOCK - 1), minlength=BLOCK).tolist()
     avail = lane.pool.available  # a dry admission check takes no blocks: read once
     if waiting and not admission.blocked(lane, avail - opens[0], n, False):
         return 0, None, left
-    growth = Growth(n, tuple(itertools.accumulate(opens, initial=0)))
+    growth = tuple.__new__(Growth, (n, tuple(itertools.accumulate(opens, initial=0))))  # (NamedTuple's __new__: more)
     if growth.after(k) > avail:  # (growth never shrinks) cached blocks are reclaimed before anyone is preempted
         k = int(np.argmax(growth.array(k) > avail))  # the step that would preempt is taken by step()
     return k, growth, left
 
 
-def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
-    """Caches and generated counts (views of the running rows) move k on; visible answers start where they start;
-    blocks are taken."""
+def _apply_run(lane: Lane, k: int, clock: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
+    """Caches and generated counts (views of the running rows) move k on; visible answers start where they start
+    (step j ends at clock[j + 1]); blocks are taken."""
     n = lane.R.n
     c = lane.R.cols
     if lane.think_zero:
@@ -753,7 +769,7 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
         jv = c.think[:n] - gen  # the step at whose end a row's first visible token comes out
         now = (jv >= 0) & (jv < k)
         if now.any():
-            c.visible[:n][now] = ends[jv[now]]
+            c.visible[:n][now] = clock[jv[now] + 1]
         vis_tokens = int((k - np.clip(jv, 0, k)).sum())
     cached += k
     gen += k
@@ -763,29 +779,34 @@ def _apply_run(lane: Lane, k: int, ends: np.ndarray, grown: int, cached: np.ndar
     lane.stats.visible_tokens += vis_tokens
 
 
-def _account_run(lane: Lane, k: int, ends: np.ndarray, steps: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+def _account_run(lane: Lane, k: int, clock: np.ndarray, steps: tuple[np.ndarray, np.ndarray, np.ndarray, int],
                  totals: list[float], used: tuple[int, Growth], done: np.ndarray | None,
                  queue: tuple[int, int]) -> None:
     """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave
     (None: no row finished). `steps`: the steps' times, FLOPs and bytes, and how many steps were priced (k or
-    more); `totals`: the five running totals after them (fold_run's column k).
+    more); `totals`: the clock and the five running totals after them (fold_run's column k).
     `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
     n = lane.R.n
     st = lane.stats
     dts, flops, byts = steps[:3]
     # The ITL sum is exact (accounting.fixed_sum): the run's steps go in at once, wherever the run starts and ends.
     st.itl.add_steps(dts, lane.R.cols.stage[:n] if lane.staged else 0, n)
-    t0, t1 = lane.clock, float(ends[-1])  # (the run's start: the clock moves only here)
-    lane.clock = t1
+    t0 = lane.clock  # (the run's start: the clock moves only here)
+    lane.clock, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = totals
+    t1 = totals[0]
     st.ticks += k
     st.out_tokens += n * k
-    st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = totals
     st.batch_hist[min(n, st.max_batch)] += k
-    if done is not None:  # (some row is done: the run's k was its tokens left)
-        lane.complete(done, t1)
+    aggs = lane.aggs
+    kept = aggs.at == (t0, n)  # the lane's cache counts, kept through the run (complete takes the finished rows out)
+    if kept:
+        aggs.step(n, k)
+    gone = 0 if done is None else lane.complete(done, t1).size  # (some row is done: k was its tokens left)
+    if kept:  # (the rows the run left, not R.n: a row landed meanwhile, by on_done, is not in the counts)
+        aggs.at = (t1, n - gone)
     _history_run(lane, n, k, t0, steps, used, queue)
     if lane.rec is not None:
-        lane.rec.steps(lane, ends, dts, n, byts, flops)
+        lane.rec.steps(lane, clock[1:k + 1], dts, n, byts, flops)  # (the steps' ends)
 
 
 def fold_run(start: tuple[float, ...], dts: np.ndarray, flops: np.ndarray, byts: np.ndarray) -> np.ndarray:

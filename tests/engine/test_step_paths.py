@@ -31,7 +31,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "thinking": dict(users=12, think="uniform:5,40", requests=80, output="uniform:50,120"),
     "fast-lane": dict(users=20, fast_share=0.25, requests=120, output="uniform:10,150"),
 }
-_THRESHOLDS = ((lane, "_FEW_ROWS"), (steps, "_FEW_ADMITTED"), (admission, "_FEW_QUEUED"))
+_THRESHOLDS = ((lane, "_FEW_ROWS"), (steps, "_FEW_ADMITTED"), (steps, "_RUN_AGGS"), (admission, "_FEW_QUEUED"))
 
 
 def _engine(**kw: Any) -> Engine:
@@ -92,18 +92,24 @@ def test_the_async_cut_bisects_as_searchsorted() -> None:
 
 
 def test_kept_cache_aggregates_are_the_counts_of_the_rows() -> None:
-    """steps.CacheAggs kept through steps (every row one token more), rows joining and rows leaving (a few: Python
-    ints; many: numpy) are what counting the rows afresh gives, and their count of rows opening a block is the mask's."""
+    """steps.CacheAggs kept through steps (every row one token more), quiet runs (k more), rows joining and rows
+    leaving (a few: Python ints; many: numpy) are what counting the rows afresh gives, and their count of rows opening
+    a block (at the next step, or at each of a run's steps: lags) is the mask's."""
     rng = np.random.default_rng(11)
     for _ in range(200):
         cached = rng.integers(0, 5000, size=int(rng.integers(0, 300)))
         aggs = steps.CacheAggs()
         aggs.count(cached, (0.0, cached.size))
         for _ in range(int(rng.integers(1, 40))):
-            op = int(rng.integers(3))
+            op = int(rng.integers(4))
             if op == 0:
                 cached = cached + 1
                 aggs.step(cached.size)
+            elif op == 3:  # a quiet run of k steps: its rows by the steps to their next block, then k tokens each
+                assert aggs.lags() == [int(np.count_nonzero((cached + j) % BLOCK == 0)) for j in range(BLOCK)]
+                k = int(rng.integers(1, 70))
+                cached = cached + k
+                aggs.step(cached.size, k)
             elif op == 1:
                 add = rng.integers(0, 5000, size=int(rng.choice([1, 3, 40])))
                 aggs.tally(add, 1)
