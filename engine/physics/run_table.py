@@ -21,9 +21,9 @@ import numpy as np
 from engine.physics.batch import Batch
 from engine.physics.step import StepModel, price_run
 
-CHUNK = 4096  # cache sums whose runs a table serves (the runs starting at them)
-REACH = 2048  # sums a table holds past its CHUNK: a run ending beyond them is priced directly
-_TABLES = 64  # tables a step model keeps at most (6,144 steps of three doubles each: ~9 MB), the oldest dropped
+CHUNK = 2048  # cache sums whose runs a table serves (the runs starting at them)
+REACH = 1024  # sums a table holds past its CHUNK: a run ending beyond them is priced directly
+_TABLES = 128  # tables a step model keeps at most (3,072 sums of three doubles each: ~9 MB), the oldest dropped
 
 
 def table_run(sm: StepModel, s0: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

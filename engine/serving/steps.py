@@ -617,8 +617,9 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     Quiet means: every row decodes (no prefill), no step starts at or after the next arrival or `stop`, no
     waiting request can be admitted (admission is monotone in free blocks, and they only shrink), and the
     pool holds every new block (no preemption). The steps are priced in one call (a Batch of arrays), or read from
-    a price table (_price_quiet); completions end the run (the last step may finish requests). Counts, clocks and the per-tick history come out exactly as
-    step() by step() would give them (the same aggregates, and sums taken in the same order).
+    a price table (_price_quiet); completions end the run (the last step may finish requests). Counts, clocks and
+    the per-tick history come out exactly as step() by step() would give them (the same aggregates, and sums taken
+    in the same order).
     """
     if lane.join_next:  # the last run drew a request into the queue: the next tick admits it, a step (and were it
         lane.join_next = False  # blocked after all, a step gives what a run would: the skip never changes a figure)
