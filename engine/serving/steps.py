@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from engine.physics.batch import Batch
+from engine.physics.run_table import table_run
 from engine.physics.specs import Model
 from engine.physics.speculative import sample_accepted
 from engine.physics.step import StepCost, StepModel, StepParts, price_run
@@ -242,11 +243,13 @@ def verify_batch(model: Model, cached: np.ndarray, q: np.ndarray) -> Batch:
                  attn_win=attn_win, logits=tokens, attn_decode=attn)
 
 
-def run_batch(model: Model, cached: np.ndarray, k: int) -> Batch:
+def run_batch(model: Model, cached: np.ndarray, k: int, s0: int | None = None) -> Batch:
     """k decode steps in a row, as arrays: step j has every row j tokens further on and adds one each. Tokens
-    and logits stay one float (every step has the same batch): the step model prices their terms once."""
+    and logits stay one float (every step has the same batch): the step model prices their terms once. `s0`: the
+    caches' sum when the caller has it (engine.physics.run_table builds the same record from it)."""
     n = cached.size
-    s0 = int(np.add.reduce(cached))  # (the ufunc's own reduce: ndarray.sum's Python wrapper costs ~0.5 us more)
+    if s0 is None:
+        s0 = int(np.add.reduce(cached))  # (the ufunc's own reduce: ndarray.sum's Python wrapper costs ~0.5 us more)
     # s0 + j n for j < k (n > 0: a run has rows), made as doubles (whole numbers below 2^53: exact)
     sum_ctx = np.arange(s0, s0 + k * n, n, dtype=np.float64)
     attn = sum_ctx + 0.5 * n
@@ -623,9 +626,10 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
 
     Quiet means: every row decodes (no prefill), no step starts at or after the next arrival or `stop`, no
     waiting request can be admitted (admission is monotone in free blocks, and they only shrink), and the
-    pool holds every new block (no preemption). The steps are priced in one call (a Batch of arrays); completions
-    end the run (the last step may finish requests). Counts, clocks and the per-tick history come out exactly as
-    step() by step() would give them (the same aggregates, and sums taken in the same order).
+    pool holds every new block (no preemption). The steps are priced in one call (a Batch of arrays), or read from
+    a price table (_price_quiet); completions end the run (the last step may finish requests). Counts, clocks and
+    the per-tick history come out exactly as step() by step() would give them (the same aggregates, and sums taken
+    in the same order).
     """
     if lane.join_next:  # the last run drew a request into the queue: the next tick admits it, a step (and were it
         lane.join_next = False  # blocked after all, a step gives what a run would: the skip never changes a figure)
@@ -644,11 +648,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     k, grown, left = _quiet_blocks(lane, max_steps, queue, (cached, gen, total))
     if k < 2 or grown is None:
         return 0
-    b = run_batch(lane.sm.model, c.cached[:n], k)
-    if lane.lora is not None:  # no admission in a quiet run: the same adapters every step
-        b = b._replace(adapters=int(LoraSlots.in_batch(c.adapter[:n]).size))
-    p = price_run(lane.sm, b)
-    dts, flops, byts = p.time, p.flops_total, p.bytes_total
+    b, p, (dts, flops, byts) = _price_quiet(lane, n, k)
     st = lane.stats
     sums = fold_run((t0, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), dts, flops, byts)
     clock = sums[0]  # step j runs clock[j] -> clock[j + 1]
@@ -675,6 +675,23 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     lane.priced = partial(_last_of_run, lane.sm, b, k - 1, n)
     lane.stats.last_batch = n
     return k
+
+
+def _price_quiet(lane: Lane, n: int, k: int) -> tuple[Batch | int, StepParts | None, tuple[np.ndarray, ...]]:
+    """A quiet run's k steps of the lane's n rows priced: (its record, its parts, (times, FLOPs, bytes)). Read from
+    a price table (engine.physics.run_table: the same doubles, read-only) where one serves it, the record then the
+    run's start sum (_last_of_run prices the last step from it) and no parts; else run_batch's record priced."""
+    c = lane.R.cols
+    cached = c.cached[:n]
+    s0 = int(np.add.reduce(cached))  # (the ufunc's own reduce: ndarray.sum's Python wrapper costs ~0.5 us more)
+    got = table_run(lane.sm, s0, n, k) if lane.lora is None else None
+    if got is not None:
+        return s0, None, got
+    b = run_batch(lane.sm.model, cached, k, s0)
+    if lane.lora is not None:  # no admission in a quiet run: the same adapters every step
+        b = b._replace(adapters=int(LoraSlots.in_batch(c.adapter[:n]).size))
+    p = price_run(lane.sm, b)
+    return b, p, (p.time, p.flops_total, p.bytes_total)
 
 
 def _cut_at_arrival(lane: Lane, nxt: float, clock: np.ndarray, k: int, stop: float) -> tuple[int, int]:
@@ -713,8 +730,15 @@ def _arrive_in_run(lane: Lane, t: float, cached: np.ndarray) -> None:
         keying.fill(lane, np.flatnonzero((cached & (BLOCK - 1)) == 0))
 
 
-def _last_of_run(sm: StepModel, b: Batch, last: int, n: int) -> StepCost:
-    """The StepCost of step `last` of a run priced as one record `b` (built only when last_cost is read)."""
+def _last_of_run(sm: StepModel, b: Batch | int, last: int, n: int) -> StepCost:
+    """The StepCost of step `last` of a run priced as one record `b` (built only when last_cost is read), or read
+    from a price table (`b` the run's start sum s0: run_batch's record has sum_ctx s0 + j n, attention pairs
+    sum_ctx + 0.5 n, no window terms, no adapters)."""
+    if type(b) is int:
+        s = float(b + last * n)
+        at = s + 0.5 * n
+        return sm.cost(Batch(tokens=n, seqs=n, sum_ctx=s, sum_win=0.0, attn_full=at, attn_win=0.0, logits=n,
+                             attn_decode=at, adapters=0))
     win = (0.0, 0.0) if isinstance(b.sum_win, float) else (float(b.sum_win[last]), float(b.attn_win[last]))
     at = float(b.attn_full[last])
     return sm.cost(Batch(tokens=n, seqs=n, sum_ctx=float(b.sum_ctx[last]), sum_win=win[0], attn_full=at,
