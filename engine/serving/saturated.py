@@ -8,7 +8,11 @@ queue rows there at the stretch's start (users who finish re-send to the queue's
 preempts. Each step is priced and accounted as Lane.step would (the same batch record, the same float operations in
 the same order); the tables, the pool and the finished rows' records are then brought to the state step by step
 would leave: the rows present throughout gain K tokens, the finished ones leave in the order they finished (the
-order of their records and of their users' think draws), the admitted ones join in admission order behind them.
+order of their records and of their users' think draws), the admitted ones join in admission order behind them (and
+leave again if they finished within the stretch). The steps are planned first (who joins, who finishes, the blocks:
+no time enters), then priced in one StepModel.price call on arrays, then their clock, draws, wakes and accounts run.
+A stretch ends before a step that would preempt, whose admission could reach past the queue rows read at its start,
+that starts a long quiet gap (steps.jump takes those), that draws the run's last request, or that starts at `stop`.
 
 Only the plain case is taken (one lane, headless, the built-in step kinds, whole-prompt admission, no speculation,
 LoRA, tiers, recorder, script, Poisson arrivals, hidden thinking, shared content or preempted rows);
@@ -18,6 +22,7 @@ anything else, or a stretch that would end at once, leaves the tick to Lane.step
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from functools import partial
 from typing import TYPE_CHECKING
@@ -42,6 +47,7 @@ _QUIET_GAP = 32
 _I = {c: int(c) for c in IntCol}  # (plain ints index faster than IntEnum members)
 _CACHED, _GEN, _BLOCKS, _SEQ, _INPUT = _I[IntCol.CACHED], _I[IntCol.GEN], _I[IntCol.BLOCKS], _I[IntCol.SEQ], \
     _I[IntCol.INPUT]
+_TOTAL = _I[IntCol.TOTAL]
 _ADMIT, _FIRST, _VISIBLE, _DONE = int(FloatCol.ADMIT), int(FloatCol.FIRST), int(FloatCol.VISIBLE), \
     int(FloatCol.DONE)
 
@@ -119,6 +125,7 @@ class _Stretch:
         self.tg = q.target[h:e].tolist()
         self.arr = q.arrival[h:e].tolist()
         self.tot = q.total[h:e].tolist()
+        self.qusers = q.user[h:e].tolist()
         return True
 
     # ---- the plan: which rows join and leave at each step, on Python ints ---------------------------------------
@@ -141,7 +148,15 @@ class _Stretch:
         # per step: rows running, cache total before it, rows admitted, their prompts' tokens and attention pairs
         n_runs, totals, ks, tpf, apf = self.n_runs, self.totals, self.ks, self.tpf, self.apf = [], [], [], [], []
         self.chunks: list[list[int]] = []
-        after = self.after = []  # per step, after it: (rows finished so far, queue rows admitted, private, peak)
+        # per step, after it: (rows present at the start finished so far, queue rows admitted, private blocks, peak,
+        # rows finished so far, admitted rows finished so far)
+        after = self.after = []
+        self.adm_fin: dict[int, list[int]] = {}  # step -> admitted rows (window offsets) finishing with it
+        self.adm_steps: list[int] = []  # its steps, a heap
+        self.adm_at: list[int] = []  # per admitted row, its step
+        self.adm_done: list[int] = []  # admitted rows finished, in order
+        self.order: list[int] = []  # every row finished, in order: fin_rows' position, or -1 - an admitted row's
+        self.done_users: list[int] = []  # their users
         n_run, j = self.n0, 0
         cut = lane.clock if lane.chosen_at is None else lane.chosen_at
         while j < kmax and n_run:
@@ -151,7 +166,7 @@ class _Stretch:
                 break  # the step would preempt
             got = self._admit(n_run, free, cut, j)
             if got is None:
-                break  # admission would look past the window, or an admitted row would finish in the stretch
+                break  # admission would look past the window
             chunks, took = got
             if j and not chunks and self._quiet_ahead(j) >= _QUIET_GAP:
                 break  # nobody joins until a row finishes, far ahead: a quiet run (steps.jump) takes those steps
@@ -168,7 +183,6 @@ class _Stretch:
                 for x in chunks:  # (CacheAggs.tally on ints: the admitted rows now hold their prompts)
                     aggs.opens[(x - aggs.phase) & (BLOCK - 1)] += 1
                     aggs.total += x
-                kmax = min(kmax, self.kmax_adm)
                 tpf.append(sum(chunks))
                 apf.append(float(sum([x * (x / 2) for x in chunks])))  # (halves: exact in any order)
             else:
@@ -177,14 +191,14 @@ class _Stretch:
             gone, freed = self._finish(j)
             private -= freed
             n_run += len(chunks) - gone
-            after.append((self.fp, self.h, private, peak))
+            after.append((self.fp, self.h, private, peak, len(self.order), len(self.adm_done)))
             j += 1
         return j
 
     def _admit(self, n_run: int, free: int, cut: float, j: int) -> tuple[list[int], int] | None:
         """admission.admit's answer for step j (whole prompts, from the queue's head; `cut`: the async scheduling
         cut): the admitted prompts and the blocks they take. None: the plan cannot decide it (the candidates may
-        reach past the window) or an admitted row would finish within the stretch."""
+        reach past the window)."""
         sched = self.lane.sched
         lo = self.h - self.h0
         mq = sched.max_batch - n_run  # the free slots (the queue holds at least the window's rows left)
@@ -210,34 +224,55 @@ class _Stretch:
             return chunks, 0
         if chunks != tg[:len(chunks)]:
             return None  # (a policy that splits a prompt: never with whole_prompts)
-        fin = min(self.tot[lo:lo + len(chunks)]) - 1  # steps from this one until an admitted row finishes
-        if fin < 1:
-            return None
-        self.kmax_adm = j + fin
+        adm_fin = self.adm_fin
+        for a in range(lo, lo + len(chunks)):  # the step each finishes with (its join step gives its first token)
+            f = j + self.tot[a] - 1
+            at = adm_fin.get(f)
+            if at is None:
+                adm_fin[f] = [a]
+                heapq.heappush(self.adm_steps, f)
+            else:
+                at.append(a)
+            self.adm_at.append(j)
         self.h += len(chunks)
         return chunks, took
 
     def _quiet_ahead(self, j: int) -> int:
-        """Steps from step j to the first that finishes a row present at the stretch's start (the rows it admits
-        finish after kmax)."""
-        return self.fin_step[self.fp] - j if self.fp < len(self.fin_step) else 1 << 30
+        """Steps from step j to the first that finishes a row."""
+        nxt = self.fin_step[self.fp] if self.fp < len(self.fin_step) else 1 << 30
+        return min(nxt, self.adm_steps[0] if self.adm_steps else nxt) - j
 
     def _finish(self, j: int) -> tuple[int, int]:
         """The rows finishing with step j leave the plan's cache counts: how many, and the blocks they give back."""
         fin_step, fp = self.fin_step, self.fp
-        if fp >= len(fin_step) or fin_step[fp] != j:
+        adm = self.adm_fin.pop(j, None)
+        if adm is not None:
+            heapq.heappop(self.adm_steps)  # (j: the least step any admitted row finishes with)
+        elif fp >= len(fin_step) or fin_step[fp] != j:
             return 0, 0
         aggs = self.aggs
         freed = 0
-        while fp < len(fin_step) and fin_step[fp] == j:
-            v = self.cached0[self.fin_rows[fp]] + j + 1  # its cache after the step
+        order, users = self.order, self.done_users
+        n = len(order)
+        while fp < len(fin_step) and fin_step[fp] == j:  # (in row order: the rows present at the start first)
+            r = self.fin_rows[fp]
+            v = self.cached0[r] + j + 1  # its cache after the step
             aggs.opens[(v - aggs.phase) & (BLOCK - 1)] -= 1
             aggs.total -= v
             freed += (v + BLOCK - 1) >> SHIFT
+            order.append(fp)
+            users.append(self.users[r])
             fp += 1
-        k = fp - self.fp
         self.fp = fp
-        return k, freed
+        for a in adm or ():  # (then the admitted ones, behind them, in admission order)
+            v = self.tg[a] + j - self.adm_at[a]
+            aggs.opens[(v - aggs.phase) & (BLOCK - 1)] -= 1
+            aggs.total -= v
+            freed += (v + BLOCK - 1) >> SHIFT
+            order.append(-1 - a)
+            users.append(self.qusers[a])
+            self.adm_done.append(a)
+        return len(order) - n, freed
 
     # ---- pricing, the clock and the accounts -------------------------------------------------------------------
     def _price_all(self) -> None:
@@ -307,7 +342,7 @@ class _Stretch:
                 drawn += e - sp
                 sp = e
             end, dt, n, in_new, c_in, rest, ftot, byts = self.rows[j]
-            fin, h, private, _ = self.after[j]
+            _, h, private, _, fin, _ = self.after[j]
             if fin > fp:
                 fp = self._wake(fp, fin, end)
             push((end, dt, (private + keyed) / total if total else 0.0, qsize0 - (h - h0) + drawn, n, n, in_new, c_in,
@@ -346,11 +381,10 @@ class _Stretch:
         self.sends = sorted([x for x, u in a._sends if at[u] == x])
 
     def _wake(self, fp: int, end: int, t1: float) -> int:
-        """The users of the rows fp..end-1 of fin_rows (those finishing with a step ending at t1) think, grouped as
+        """The users of the finished rows fp..end-1 (those finishing with a step ending at t1) think, grouped as
         Lane.complete groups them (one row by wake_one, several by wake); their next sends are noted for the
         draws. Returns end."""
-        users = self.users
-        gone = [users[r] for r in self.fin_rows[fp:end]]
+        gone = self.done_users[fp:end]
         src = self.lane.source
         if end - fp == lane_mod._ONE_ROW:
             src.wake_one(gone[0], t1)
@@ -369,8 +403,8 @@ class _Stretch:
         R, Q, st = lane.R, lane.Q, lane.stats
         c = R.cols
         n0 = self.n0
-        C, h, private, peak = self.after[K - 1]
-        if C:  # the finished rows as Lane.complete takes them, in the order they finished
+        C, h, private, peak, done, C_adm = self.after[K - 1]
+        if C:  # the finished rows present at the start, as Lane.complete takes them, in the order they finished
             idx = np.array(self.fin_rows[:C], dtype=np.int64)
             di, df = c.i.take(idx, axis=1), c.f.take(idx, axis=1)
             grown = np.array(self.fin_step[:C], dtype=np.int64) + 1
@@ -387,7 +421,16 @@ class _Stretch:
             R.drop(np.sort(idx))
         A = h - self.h0
         if A:
-            self._join(A, K)
+            fin_adm = self._join(A, K, C_adm)
+            if fin_adm is not None:  # every finished row in the order they finished (the admitted ones' among them)
+                di = np.concatenate((di, fin_adm.i), axis=1) if C else fin_adm.i
+                df = np.concatenate((df, fin_adm.f), axis=1) if C else fin_adm.f
+                perm, a = [], C
+                for x in self.order[:done]:
+                    if x < 0:
+                        x, a = a, a + 1
+                    perm.append(x)
+                di, df = di[:, perm], df[:, perm]
         lane.clock, lane.chosen_at = self.t, self.chosen
         lane.aggs.at = None  # (the lane's aggregates are counted again at the next plan)
         pool = lane.pool
@@ -405,17 +448,18 @@ class _Stretch:
         # alone (as Lane.price keeps it)
         st.last_batch = b.seqs
         lane.priced = partial(lane.sm.record, b, lane.sm.price(b))
-        if C:
-            st.completed += C
-            st.stage_done[0] += C
+        if done:
+            st.completed += done
+            st.stage_done[0] += done
             st.finish(Rows(di, df))
         if K > 1 and lane.source.next_time <= self.starts[-1]:  # the sends drawn at the later steps' starts
             lane._arrive(self.starts[-1])
         assert Q.n - Q.head == self.qsize0 - A + self.drawn_done, "saturated stretch: draws out of step"
 
-    def _join(self, A: int, K: int) -> None:
+    def _join(self, A: int, K: int, C_adm: int) -> Rows | None:
         """The A admitted rows join R behind the rows left, with what their join step and the steps after it gave
-        them (admission's seq, blocks and time; the join's cache, input and first token; K - j - 1 more tokens)."""
+        them (admission's seq, blocks and time; the join's cache, input and first token; K - j - 1 more tokens);
+        the first C_adm of adm_done, which finished, leave again: their rows (None if none), in that order."""
         lane = self.lane
         R, Q = lane.R, lane.Q
         m = R.n
@@ -435,6 +479,17 @@ class _Stretch:
         ends = np.array(self.ends)[ja]
         c.f[_FIRST, rows] = ends
         c.f[_VISIBLE, rows] = ends
+        if not C_adm:
+            return None
+        fin = np.array(self.adm_done[:C_adm], dtype=np.int64)
+        d = Rows(c.i.take(m + fin, axis=1), c.f.take(m + fin, axis=1))
+        tot = d.i[_TOTAL]
+        d.i[_CACHED] = tg[fin] + tot - 1  # (a row's tokens: its prompt's in the join step, one more each step after)
+        d.i[_GEN] = tot
+        d.i[_BLOCKS] = (d.i[_CACHED] + BLOCK - 1) >> SHIFT
+        d.f[_DONE] = np.array(self.ends)[ja[fin] + tot - 1]
+        R.drop(np.sort(m + fin))
+        return d
 
 
 def _batch(n_run: int, chunks: list[int], total: int) -> Batch:
