@@ -31,9 +31,9 @@ from engine.physics.batch import Batch
 from engine.physics.step import price_run
 from engine.serving import steps
 from engine.serving.history import Growth
-from engine.serving.saturated import _batch
+from engine.serving.saturated import _batch, advance_rows, finished_rows, record_done, stamp_joined
 from engine.serving.steps import CacheAggs
-from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Rows
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol
 
 if TYPE_CHECKING:
     from engine.serving.lane import Lane
@@ -42,9 +42,6 @@ ENABLED = True  # tests turn it off to compare every figure with step-by-step ru
 # Fewer rows running: a light load, whose stretches end within an event or two (the batch empties, or a lone
 # admitted row's end is near): step by step costs less than a stretch's set-up and application.
 _MIN_ROWS = 4
-_CACHED, _GEN, _BLOCKS, _SEQ, _INPUT = (int(c) for c in (IntCol.CACHED, IntCol.GEN, IntCol.BLOCKS, IntCol.SEQ,
-                                                         IntCol.INPUT))
-_ADMIT, _FIRST, _VISIBLE, _DONE = (int(c) for c in (FloatCol.ADMIT, FloatCol.FIRST, FloatCol.VISIBLE, FloatCol.DONE))
 _TARGET, _TOTAL, _ARRIVAL = int(IntCol.TARGET), int(IntCol.TOTAL), int(FloatCol.ARRIVAL)
 
 
@@ -358,20 +355,11 @@ class _Open:
         lane, K = self.lane, self.k
         R, st = lane.R, lane.stats
         c = R.cols
-        n0, C = self.n0, self.fp
+        C = self.fp
         if C:  # the finished rows as Lane.complete takes them, in the order they finished
-            idx = np.array(self.fin_rows[:C], dtype=np.int64)
-            di, df = c.i.take(idx, axis=1), c.f.take(idx, axis=1)
             grown = np.array(self.fin_step[:C], dtype=np.int64) + 1
-            di[_CACHED] += grown
-            di[_GEN] += grown
-            di[_BLOCKS] = (di[_CACHED] + BLOCK - 1) >> SHIFT
-            df[_DONE] = self.done_at
-        cached = c.cached[:n0]
-        cached += K
-        c.gen[:n0] += K
-        np.add(cached, BLOCK - 1, out=c.blocks[:n0])
-        c.blocks[:n0] >>= SHIFT
+            idx, di, df = finished_rows(c, self.fin_rows[:C], grown, self.done_at)
+        advance_rows(c, self.n0, K)
         if C:
             R.drop(np.sort(idx))
         if self.bufs:
@@ -379,19 +367,16 @@ class _Open:
         lane.clock, lane.chosen_at = self.t, self.chosen
         lane.aggs.at = None  # (the lane's aggregates are counted again at the next plan)
         if C:
-            st.completed += C
-            st.stage_done[0] += C
-            st.finish(Rows(di, df))
+            record_done(st, di, df)
         last = self.last
-        if len(last) == 2:  # a join step: priced alone (as Lane.price keeps it)
+        if len(last) == 2:  # a join or decode step: priced alone (as Lane.price keeps it)
             lane.priced = partial(lane.sm.record, *last)
         else:  # a run's last step (as steps.jump keeps it)
             lane.priced = partial(steps._last_of_run, lane.sm, *last)
             st.last_batch = last[2]
 
     def _append(self, K: int) -> None:
-        """The admitted rows join R (admission's seq, blocks and time; the join's cache, input and first token; a
-        token more for each step after it)."""
+        """The admitted rows join R behind the rows left, in admission order (saturated.stamp_joined)."""
         lane = self.lane
         R = lane.R
         m = R.n
@@ -403,17 +388,4 @@ class _Open:
             x += chunks
             t0 += [s] * k
             t1 += [e] * k
-        A = len(x)
-        c = R.cols
-        rows = slice(m, m + A)
-        tg = np.array(x, dtype=np.int64)
-        ja_ = np.array(ja, dtype=np.int64)
-        c.i[_SEQ, rows] = np.arange(lane.seq, lane.seq + A)
-        lane.seq += A
-        c.i[_CACHED, rows] = tg + (K - 1 - ja_)
-        c.i[_GEN, rows] = K - ja_
-        c.i[_BLOCKS, rows] = (c.i[_CACHED, rows] + BLOCK - 1) >> SHIFT
-        c.i[_INPUT, rows] = tg
-        c.f[_ADMIT, rows] = t0
-        c.f[_FIRST, rows] = t1
-        c.f[_VISIBLE, rows] = t1
+        stamp_joined(lane, m, K, np.array(ja, dtype=np.int64), np.array(x, dtype=np.int64), t0, t1)
