@@ -285,8 +285,8 @@ class _Open:
         lane = self.lane
         pool, st, aggs = lane.pool, lane.stats, self.aggs
         opens, ph = aggs.opens, aggs.phase
-        growth = Growth(n, tuple(itertools.accumulate([opens[(-ph - i) & (BLOCK - 1)] for i in range(BLOCK)],
-                                                      initial=0)))
+        r = -ph & (BLOCK - 1)  # rows opening a block at the run's step i: opens[(r - i) mod BLOCK]
+        growth = Growth(n, tuple(itertools.accumulate(opens[r::-1] + opens[:r:-1], initial=0)))
         avail = pool.total - pool.private
         k = kmax
         if growth.after(k) > avail:  # (growth never shrinks) the step that would preempt is left to Lane.step
@@ -302,13 +302,14 @@ class _Open:
         dts, flops, byts = p.time, p.flops_total, p.bytes_total
         sums = steps.fold_run((t, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), dts, flops, byts)
         clock = sums[0]
-        queue = lane.waiting
+        Q = lane.Q
+        queue = Q.n - Q.head  # (lane.waiting: nothing preempted)
         k, k_arr = steps._cut_at_arrival(lane, lane.source.next_time, clock, k, stop)
         if not k:
             return 0, t, 0
         priced = len(dts)
         dts, flops, byts, ends = dts[:k], flops[:k], byts[:k], clock[1:k + 1]
-        used0 = pool.used
+        used0 = pool.private  # (pool.used: nothing keyed)
         pool.alloc(growth.after(k))
         aggs.total = s0 + n * k
         aggs.phase = (ph + k) & (BLOCK - 1)
