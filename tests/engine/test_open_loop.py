@@ -26,6 +26,8 @@ VARIANTS = {
     "short outputs": {"output": "uniform:1,12", "rate": 40.0, "requests": 2500},  # admitted rows end stretches
     "duration bound": {"duration": 45.0, "requests": None},
     "small pool": {"kv_pool_blocks": 3000, "rate": 15.0},  # preempts now and then: stretches stop short of it
+    "token budget": {"max_batched_tokens": 2048, "rate": 40.0, "requests": 2000},  # the budget turns heads away
+    "batch cap": {"max_batch": 16, "rate": 30.0},  # no free slot until a row finishes
     "tp 2": {"tp": 2, "rate": 25.0},
     "moe": {"model": "qwen3-30b-a3b"},
 }
