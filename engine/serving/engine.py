@@ -30,7 +30,7 @@ from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
 from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
 from engine.physics.step import StepModel, StepOptions
-from engine.serving import lora_slots, saturated
+from engine.serving import lora_slots, open_loop, saturated
 from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rolling, run_metrics
 from engine.serving.kv_tiers import TIER_POLICIES, TierSpec, hit_rates, tier_report
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
@@ -287,8 +287,9 @@ class Engine:
                 d = self._budget.duration
                 stop, most = limit if d is None else min(limit, d), int(min(max_ticks, 1 << 20))
                 k = lane.jump(stop, most)
-                if not k and lone:  # a saturated batch: many join and decode steps at once (engine.serving.saturated)
-                    k = saturated.stretch(lane, stop, most)
+                if not k and lone:  # a saturated batch or a busy open loop: many join and decode steps at once
+                    # (engine.serving.saturated, engine.serving.open_loop)
+                    k = saturated.stretch(lane, stop, most) or open_loop.stretch(lane, stop, most)
                 if k:
                     self._tick += k
                     if lone:

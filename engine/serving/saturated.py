@@ -36,7 +36,9 @@ from engine.serving.steps import CacheAggs
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Rows
 
 if TYPE_CHECKING:
+    from engine.serving.accounting import LaneStats
     from engine.serving.lane import Lane
+    from engine.serving.tables import TableRows
 
 ENABLED = True  # tests turn it off to compare every figure with step-by-step runs
 _MIN_QUEUE = 4  # fewer queued requests: the stretch would end within a step or two (not worth its set-up)
@@ -405,18 +407,9 @@ class _Stretch:
         n0 = self.n0
         C, h, private, peak, done, C_adm = self.after[K - 1]
         if C:  # the finished rows present at the start, as Lane.complete takes them, in the order they finished
-            idx = np.array(self.fin_rows[:C], dtype=np.int64)
-            di, df = c.i.take(idx, axis=1), c.f.take(idx, axis=1)
             grown = np.array(self.fin_step[:C], dtype=np.int64) + 1
-            di[_CACHED] += grown
-            di[_GEN] += grown
-            di[_BLOCKS] = (di[_CACHED] + BLOCK - 1) >> SHIFT
-            df[_DONE] = np.array(self.ends)[grown - 1]
-        cached = c.cached[:n0]
-        cached += K
-        c.gen[:n0] += K
-        np.add(cached, BLOCK - 1, out=c.blocks[:n0])
-        c.blocks[:n0] >>= SHIFT
+            idx, di, df = finished_rows(c, self.fin_rows[:C], grown, np.array(self.ends)[grown - 1])
+        advance_rows(c, n0, K)
         if C:
             R.drop(np.sort(idx))
         A = h - self.h0
@@ -449,9 +442,7 @@ class _Stretch:
         st.last_batch = b.seqs
         lane.priced = partial(lane.sm.record, b, lane.sm.price(b))
         if done:
-            st.completed += done
-            st.stage_done[0] += done
-            st.finish(Rows(di, df))
+            record_done(st, di, df)
         if K > 1 and lane.source.next_time <= self.starts[-1]:  # the sends drawn at the later steps' starts
             lane._arrive(self.starts[-1])
         assert Q.n - Q.head == self.qsize0 - A + self.drawn_done, "saturated stretch: draws out of step"
@@ -468,17 +459,7 @@ class _Stretch:
         c = R.cols
         ja = np.repeat(np.arange(K), self.ks[:K])  # the step each joined in
         tg = np.array(self.tg[:A], dtype=np.int64)
-        rows = slice(m, m + A)
-        c.i[_SEQ, rows] = np.arange(lane.seq, lane.seq + A)
-        lane.seq += A
-        c.i[_CACHED, rows] = tg + (K - 1 - ja)
-        c.i[_GEN, rows] = K - ja
-        c.i[_BLOCKS, rows] = (c.i[_CACHED, rows] + BLOCK - 1) >> SHIFT
-        c.i[_INPUT, rows] = tg
-        c.f[_ADMIT, rows] = np.array(self.starts)[ja]
-        ends = np.array(self.ends)[ja]
-        c.f[_FIRST, rows] = ends
-        c.f[_VISIBLE, rows] = ends
+        stamp_joined(lane, m, K, ja, tg, np.array(self.starts)[ja], np.array(self.ends)[ja])
         if not C_adm:
             return None
         fin = np.array(self.adm_done[:C_adm], dtype=np.int64)
@@ -490,6 +471,55 @@ class _Stretch:
         d.f[_DONE] = np.array(self.ends)[ja[fin] + tot - 1]
         R.drop(np.sort(m + fin))
         return d
+
+
+# ---- what a stretch's application shares (engine.serving.open_loop applies its walks with them too) -------------
+def finished_rows(c: TableRows, fin: list[int], grown: np.ndarray, done: np.ndarray | list[float]) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray]:
+    """The running rows at `fin` (in the order they finished, each after `grown` steps of the stretch, its last
+    ending at `done`) as they left: their row numbers and fields (taken before advance_rows moves the rest)."""
+    idx = np.array(fin, dtype=np.int64)
+    di, df = c.i.take(idx, axis=1), c.f.take(idx, axis=1)
+    di[_CACHED] += grown
+    di[_GEN] += grown
+    di[_BLOCKS] = (di[_CACHED] + BLOCK - 1) >> SHIFT
+    df[_DONE] = done
+    return idx, di, df
+
+
+def advance_rows(c: TableRows, n0: int, K: int) -> None:
+    """The n0 rows running at a stretch's start gained a token at each of its K steps: caches, counts, blocks."""
+    cached = c.cached[:n0]
+    cached += K
+    c.gen[:n0] += K
+    np.add(cached, BLOCK - 1, out=c.blocks[:n0])
+    c.blocks[:n0] >>= SHIFT
+
+
+def stamp_joined(lane: Lane, m: int, K: int, ja: np.ndarray, tg: np.ndarray, admit: np.ndarray | list[float],
+                 first: np.ndarray | list[float]) -> None:
+    """The rows R holds from row m on, admitted in a stretch of K steps (row i at step ja[i], its whole prompt
+    tg[i] read then, `admit` its start and `first` its end): admission's seq and time, the join's input and first
+    token (the first visible: nothing hidden), a token more at each later step."""
+    c = lane.R.cols
+    A = len(tg)
+    rows = slice(m, m + A)
+    c.i[_SEQ, rows] = np.arange(lane.seq, lane.seq + A)
+    lane.seq += A
+    c.i[_CACHED, rows] = tg + (K - 1 - ja)
+    c.i[_GEN, rows] = K - ja
+    c.i[_BLOCKS, rows] = (c.i[_CACHED, rows] + BLOCK - 1) >> SHIFT
+    c.i[_INPUT, rows] = tg
+    c.f[_ADMIT, rows] = admit
+    c.f[_FIRST, rows] = first
+    c.f[_VISIBLE, rows] = first
+
+
+def record_done(st: LaneStats, di: np.ndarray, df: np.ndarray) -> None:
+    """A stretch's finished rows (in the order they finished) counted and recorded, as Lane.complete does."""
+    st.completed += di.shape[1]
+    st.stage_done[0] += di.shape[1]
+    st.finish(Rows(di, df))
 
 
 def _batch(n_run: int, chunks: list[int], total: int) -> Batch:
