@@ -32,6 +32,9 @@ class Feed:
     def __init__(self, rep: Replica, dt_min: float | None) -> None:
         self.rep = rep
         self.dt_min = dt_min  # None: calm is not kept (a dealt replica's whole share at once: nobody reads it)
+        # A dealt share (dt_min None): every request the replica will get is here from the start, so its lane may
+        # walk through their arrivals at once (Replica.step_before's open-loop stretches).
+        self.dealt = dt_min is None
         # Whether a row can carry content another could share (a group prefix, a body): only a script's requests do
         # (the rule Lane._arrive follows), so only then does a draw note it (Lane.note_content, ~2 us a row), as
         # Replica.inject does.

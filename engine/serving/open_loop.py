@@ -34,7 +34,7 @@ from engine.serving import steps
 from engine.serving.history import Growth
 from engine.serving.saturated import _batch, advance_rows, finished_rows, record_done, stamp_joined
 from engine.serving.steps import CacheAggs
-from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Rows
 
 if TYPE_CHECKING:
     from engine.serving.lane import Lane
@@ -46,13 +46,16 @@ _MIN_ROWS = 4
 _TARGET, _TOTAL, _ARRIVAL = int(IntCol.TARGET), int(IntCol.TOTAL), int(FloatCol.ARRIVAL)
 
 
-def eligible(lane: Lane) -> bool:
-    """The plain open-loop case a stretch handles (cheapest tests first)."""
+def eligible(lane: Lane, fed: bool = False) -> bool:
+    """The plain open-loop case a stretch handles (cheapest tests first). `fed`: the lane's source is a fleet
+    replica's share of an open loop (engine.fleet.feed: requests with known arrival times, no users, no script),
+    drawn as its own Poisson arrivals are (Lane._arrive), its finished rows handed to the replica (on_done)."""
     src = lane.source
-    if lane.R.n < _MIN_ROWS or src.arrivals.rate <= 0 or src.script is not None or src.budget.users or lane.n_pf \
-            or lane.P.n:
+    if lane.R.n < _MIN_ROWS or lane.n_pf or lane.P.n:
         return False
-    if lane.spec_k or lane.load_s or lane.lora is not None or lane.rec is not None or lane.on_done is not None:
+    if not fed and (src.arrivals.rate <= 0 or src.script is not None or src.budget.users or lane.on_done is not None):
+        return False
+    if lane.spec_k or lane.load_s or lane.lora is not None or lane.rec is not None:
         return False
     if lane.staged or not lane.think_zero or lane.shared_content or lane.spec.debug:
         return False
@@ -67,15 +70,15 @@ def eligible(lane: Lane) -> bool:
     return not (lane.stats.preemptions and not np.isnan(R.cols.mark[:R.n]).all())
 
 
-def stretch(lane: Lane, stop: float, max_steps: int) -> int:
+def stretch(lane: Lane, stop: float, max_steps: int, fed: bool = False) -> int:
     """Run up to `max_steps` steps starting before `stop` at once; returns how many ran (0: none, take the tick
-    with Lane.step)."""
+    with Lane.step). `fed`: see eligible."""
     if not ENABLED or max_steps < 2:
         return 0
     t0 = lane.clock
     if lane.source.next_time <= t0:  # the first step's arrivals, drawn as Lane.step draws them
         lane._arrive(t0)
-    if not eligible(lane):
+    if not eligible(lane, fed):
         return 0
     s = _Open(lane)
     if not s.fresh_queue():
@@ -376,6 +379,8 @@ class _Open:
         lane.aggs.at = None  # (the lane's aggregates are counted again at the next plan)
         if C:
             record_done(st, di, df)
+            if lane.on_done is not None:  # (a fed replica's: its finished rows at once, in the order they finished)
+                lane.on_done(Rows(di, df))
         last = self.last
         if len(last) == 2:  # a join or decode step: priced alone (as Lane.price keeps it)
             lane.priced = partial(lane.sm.record, *last)
