@@ -265,7 +265,7 @@ class Replica(Engine):
         A replica serving a dealt share (Feed.dealt: every request it will get already in its feed, `limit` the
         run's end) takes an open-loop stretch where no quiet run starts (engine.serving.open_loop: join steps,
         quiet runs and completions walked through its arrivals at once, with the same numbers): with a few rows
-        running (open_loop's minimum, 4) the round-robin fleets at 4-10 requests a second a replica run 1.5-1.7x
+        running (open_loop's minimum, 4) round-robin fleets at 3-10 requests a second a replica ran 1.1-1.7x
         faster; below it (the fleet day's ~1-2 rows) the stretch's set-up costs more than it saves and the steps
         are taken as before. A lazy loop's replicas take none: each arrival bounds them (their `limit`), so their
         stretches would be a step or two long."""
