@@ -5,7 +5,9 @@ Reading guide. Read these three first:
                         (its `Roof` is the one place peak FLOP/s, bandwidth and the ridge are derived); it prices
                         a batch record (physics/batch.py) with one call, StepModel.price.
   2. serving/lane.py   one GPU group's serving loop: admit, plan, price, apply and account a step (the step
-                        kinds that build and apply each batch are serving/steps.py).
+                        kinds that build and apply each batch are serving/steps.py; quiet decode runs, and the
+                        stretches of a saturated batch or a busy open loop, serving/saturated.py and open_loop.py,
+                        take many steps at once with the same figures).
   3. serving/engine.py the facade the CLI, the scenes and the app drive: one clock, snapshot(), metrics().
 
 The groups:
