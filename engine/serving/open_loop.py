@@ -32,8 +32,7 @@ from engine.physics.run_table import table_run
 from engine.physics.step import price_run
 from engine.serving import steps
 from engine.serving.history import Growth
-from engine.serving.saturated import _batch, advance_rows, finished_rows, record_done, stamp_joined
-from engine.serving.steps import CacheAggs
+from engine.serving.saturated import _batch, advance_rows, finished_rows, fresh, record_done, running, stamp_joined
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Rows
 
 if TYPE_CHECKING:
@@ -94,18 +93,8 @@ class _Open:
 
     def __init__(self, lane: Lane) -> None:
         self.lane = lane
-        R = lane.R
-        n = R.n
-        c = R.cols
-        self.n0 = n
-        cached = c.cached[:n]
-        self.aggs = CacheAggs()
-        self.aggs.count(cached, None)  # type: ignore[arg-type]
-        left = c.total[:n] - c.gen[:n]
-        order = np.argsort(left, kind="stable")  # rows by the step they finish in, ties in row order
-        self.fin_rows = order.tolist()
-        self.fin_step = (left[order] - 1).tolist()
-        self.cached0 = cached.tolist()
+        self.n0 = lane.R.n
+        self.aggs, self.fin_rows, self.fin_step, self.cached0 = running(lane)
         self.fp = 0  # rows finished so far (a prefix of fin_rows)
         self.done_at: list[float] = []  # their finish times
         self.bufs: list[np.ndarray] = []  # the admitted rows' queue fields, in admission order
@@ -118,8 +107,7 @@ class _Open:
         Q = self.lane.Q
         q = Q.cols
         h, e = Q.head, Q.n
-        if e > h and (q.gen[h:e].any() or q.input[h:e].any() or q.preempts[h:e].any()
-                      or (q.target[h:e] != q.prompt[h:e]).any() or not np.isnan(q.admit[h:e]).all()):
+        if not fresh(q, h, e):
             return False
         self.tg = q.target[h:e].tolist()
         self.tot = q.total[h:e].tolist()

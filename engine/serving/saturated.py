@@ -92,6 +92,27 @@ def stretch(lane: Lane, stop: float, max_steps: int) -> int:
     return k
 
 
+def running(lane: Lane) -> tuple[CacheAggs, list[int], list[int], list[int]]:
+    """The running rows as a stretch starts from them: their cache aggregates, their row numbers in the order they
+    finish (ties in row order), the step each finishes with (0: the stretch's first) and their caches."""
+    R = lane.R
+    n = R.n
+    c = R.cols
+    cached = c.cached[:n]
+    aggs = CacheAggs()
+    aggs.count(cached, None)  # type: ignore[arg-type]
+    left = c.total[:n] - c.gen[:n]
+    order = np.argsort(left, kind="stable")  # rows by the step they finish in, ties in row order
+    return aggs, order.tolist(), (left[order] - 1).tolist(), cached.tolist()
+
+
+def fresh(q: Rows, h: int, e: int) -> bool:
+    """Whether queue rows [h, e) (columns `q`) are new requests (nothing generated, read or preempted): their first
+    step is a join reading the whole prompt, and their first token is their first."""
+    return e <= h or not (q.gen[h:e].any() or q.input[h:e].any() or q.preempts[h:e].any()
+                          or (q.target[h:e] != q.prompt[h:e]).any() or not np.isnan(q.admit[h:e]).all())
+
+
 class _Stretch:
     """One stretch: the plan's state on Python ints, its per-step records, and their application."""
 
@@ -103,15 +124,8 @@ class _Stretch:
         self.n0 = n
         self.h0 = Q.head
         self.w_end = min(Q.n, Q.head + _WINDOW)  # queue rows the plan may admit: [h0, w_end)
-        cached = c.cached[:n]
-        self.aggs = CacheAggs()
-        self.aggs.count(cached, None)  # type: ignore[arg-type]
-        left = c.total[:n] - c.gen[:n]
-        order = np.argsort(left, kind="stable")  # rows by the step they finish in, ties in row order
-        self.fin_rows = order.tolist()
-        self.fin_step = (left[order] - 1).tolist()
+        self.aggs, self.fin_rows, self.fin_step, self.cached0 = running(lane)
         self.users = c.user[:n].tolist()
-        self.cached0 = cached.tolist()
         self.fp = 0  # finished rows planned so far (a prefix of fin_rows)
         self.h = self.h0  # the next queue row to admit
         self.t0 = lane.clock
@@ -121,8 +135,7 @@ class _Stretch:
         join reading the whole prompt, and their first token is their first."""
         q = self.lane.Q.cols
         h, e = self.h0, self.w_end
-        if (q.gen[h:e].any() or q.input[h:e].any() or q.preempts[h:e].any()
-                or (q.target[h:e] != q.prompt[h:e]).any() or not np.isnan(q.admit[h:e]).all()):
+        if not fresh(q, h, e):
             return False
         self.tg = q.target[h:e].tolist()
         self.arr = q.arrival[h:e].tolist()
