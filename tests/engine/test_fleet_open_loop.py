@@ -13,7 +13,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.fleet.fleet import Fleet
 from engine.fleet.spec import FleetSpec
-from engine.serving import open_loop
+from tests.engine.test_open_loop import stretches
 from tests.engine.test_saturated import _state
 
 # Busy replicas (4-10 requests a second each, ~5-15 rows running): the load where the stretches pay.
@@ -31,16 +31,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def _run(cfg: EngineConfig, router: str, on: bool) -> tuple[list[tuple[str, Any]], int]:
     """The fleet's metrics and each replica's state at the run's end, and the steps stretches took."""
-    open_loop.ENABLED = on
-    taken = [0]
-    real = open_loop._Open.apply
-
-    def counted(self: open_loop._Open) -> None:
-        taken[0] += self.k
-        real(self)
-
-    open_loop._Open.apply = counted  # type: ignore[method-assign]
-    try:
+    with stretches(on) as taken:
         f = Fleet(FleetSpec(cfg, replicas=3, router=router), workers=1)
         f.run()
         m = f.metrics()
@@ -48,10 +39,7 @@ def _run(cfg: EngineConfig, router: str, on: bool) -> tuple[list[tuple[str, Any]
         for r in f.reps:
             out += [(f"r{r.index}.summary", repr(r.summary(m["sim_time_s"]))), (f"r{r.index}.state", repr(r.state()))]
             out += [(f"r{r.index}.{k}", v) for k, v in _state(r)]
-        return out, taken[0]
-    finally:
-        open_loop.ENABLED = True
-        open_loop._Open.apply = real  # type: ignore[method-assign]
+    return out, taken[0]
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -4,6 +4,8 @@ and at tick boundaries along the way."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -33,8 +35,9 @@ VARIANTS = {
 }
 
 
-def _run(cfg: EngineConfig, on: bool, chunk: int | None) -> tuple[list[list[tuple[str, Any]]], int]:
-    """The run's states every `chunk` ticks (None: at its end only), and the steps stretches took."""
+@contextmanager
+def stretches(on: bool) -> Iterator[list[int]]:
+    """Open-loop stretches switched on or off inside the block; yields a counter whose [0] is the steps they took."""
     open_loop.ENABLED = on
     taken = [0]
     real = open_loop._Open.apply
@@ -45,15 +48,21 @@ def _run(cfg: EngineConfig, on: bool, chunk: int | None) -> tuple[list[list[tupl
 
     open_loop._Open.apply = counted  # type: ignore[method-assign]
     try:
+        yield taken
+    finally:
+        open_loop.ENABLED = True
+        open_loop._Open.apply = real  # type: ignore[method-assign]
+
+
+def _run(cfg: EngineConfig, on: bool, chunk: int | None) -> tuple[list[list[tuple[str, Any]]], int]:
+    """The run's states every `chunk` ticks (None: at its end only), and the steps stretches took."""
+    with stretches(on) as taken:
         eng = Engine(cfg)
         states = []
         while not eng.finished:
             eng.run(max_ticks=chunk)
             states.append(_state(eng))
-        return states, taken[0]
-    finally:
-        open_loop.ENABLED = True
-        open_loop._Open.apply = real  # type: ignore[method-assign]
+    return states, taken[0]
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
