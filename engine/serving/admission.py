@@ -202,19 +202,10 @@ def _admit_queued(lane: Lane, mq: int, free: int, tokens_planned: int, prefill_p
         chunks, blocks = [c], [took]
     else:
         tg = Q.cols.target[h:h + mq].tolist()
-        # The leading run that fits the budget and, block counts added up (blocks_for on ints), the free blocks.
-        chunks = []
-        blocks = []
-        took = 0
-        for c, ok in sched.admit_few(tg, tokens_planned, prefill_planned):
-            nb = blocks_for(c)
-            if not ok or took + nb > free:
-                break
-            chunks.append(c)
-            blocks.append(nb)
-            took += nb
+        chunks, took = leading_fit(sched.admit_few(tg, tokens_planned, prefill_planned), free)
         if not chunks:
             return _EMPTY, False
+        blocks = [blocks_for(c) for c in chunks]
     k = len(chunks)
     whole = sched.whole_prompts or chunks == tg[:k]
     assert not (lane.spec.debug and sched.whole_prompts) or chunks == tg[:k], \
@@ -380,3 +371,18 @@ def _max_hits(cand: Rows) -> np.ndarray:
     maxhit = (cand.target - 1) >> SHIFT
     return np.where(cand.preempts > 0, maxhit, np.minimum(maxhit, keying.shareable(cand.prompt, cand.prefix,
                                                                                     cand.body, cand.sess)))
+
+
+def leading_fit(fits: list[tuple[int, bool]], free: int) -> tuple[list[int], int]:
+    """Admission's rule on ints (_admit_queued, and the saturated and open-loop stretches' plans): the leading run of
+    the scheduler's (chunk, fits the budget) answers whose block counts, added up, fit the `free` blocks; returns
+    their chunks and the blocks they take."""
+    chunks: list[int] = []
+    took = 0
+    for c, ok in fits:
+        nb = blocks_for(c)
+        if not ok or took + nb > free:
+            break
+        chunks.append(c)
+        took += nb
+    return chunks, took

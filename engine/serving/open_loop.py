@@ -30,9 +30,17 @@ import numpy as np
 from engine.physics.batch import Batch
 from engine.physics.run_table import table_run
 from engine.physics.step import price_run
-from engine.serving import steps
+from engine.serving import admission, steps
 from engine.serving.history import Growth
-from engine.serving.saturated import _batch, advance_rows, finished_rows, fresh, record_done, running, stamp_joined
+from engine.serving.saturated import (
+    _batch,
+    advance_rows,
+    finished_rows,
+    fresh,
+    record_done,
+    running,
+    stamp_joined,
+)
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Rows
 
 if TYPE_CHECKING:
@@ -197,14 +205,7 @@ class _Open:
                 return [], 0, -1  # (the next step's cut may take them: a step alone)
         tg = self.tg[qa:qa + mq]
         fits = [sched.admit_one(tg[0], n_run, False)] if mq == 1 else sched.admit_few(tg, n_run, False)
-        chunks: list[int] = []
-        took = 0
-        for c, ok in fits:  # the leading run that fits the budget and, block counts added up, the free blocks
-            nb = (c + BLOCK - 1) >> SHIFT
-            if not ok or took + nb > free:
-                break
-            chunks.append(c)
-            took += nb
+        chunks, took = admission.leading_fit(fits, free)
         if not chunks:
             return chunks, 0, 0
         if chunks != tg[:len(chunks)]:
@@ -276,9 +277,8 @@ class _Open:
         rows, which leave the counts). Returns how many ran (0: none), the last one's start and the rows finished."""
         lane = self.lane
         pool, st, aggs = lane.pool, lane.stats, self.aggs
-        opens, ph = aggs.opens, aggs.phase
-        r = -ph & (BLOCK - 1)  # rows opening a block at the run's step i: opens[(r - i) mod BLOCK]
-        growth = Growth(n, tuple(itertools.accumulate(opens[r::-1] + opens[:r:-1], initial=0)))
+        ph = aggs.phase
+        growth = Growth(n, tuple(itertools.accumulate(aggs.lags(), initial=0)))  # (lags: rows opening a block per step)
         avail = pool.total - pool.private
         k = kmax
         if growth.after(k) > avail:  # (growth never shrinks) the step that would preempt is left to Lane.step

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.physics.batch import Batch
+from engine.serving import admission, steps
 from engine.serving import lane as lane_mod
-from engine.serving import steps
 from engine.serving.steps import CacheAggs
 from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, Rows
 
@@ -226,15 +226,8 @@ class _Stretch:
             if not mq:
                 return [], 0
         tg = self.tg[lo:lo + mq]
-        chunks: list[int] = []
-        took = 0
         fits = [sched.admit_one(tg[0], n_run, False)] if mq == 1 else sched.admit_few(tg, n_run, False)
-        for c, ok in fits:  # the leading run that fits the budget and, block counts added up, the free blocks
-            nb = (c + BLOCK - 1) >> SHIFT
-            if not ok or took + nb > free:
-                break
-            chunks.append(c)
-            took += nb
+        chunks, took = admission.leading_fit(fits, free)
         if not chunks:
             return chunks, 0
         if chunks != tg[:len(chunks)]:
