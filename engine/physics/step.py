@@ -506,15 +506,19 @@ class StepModel:
         the same arithmetic in the same order. Tokens and logits may stay one float when every step shares them:
         the terms that depend on them only are then computed once.
         """
-        T = b.tokens
+        T, lg, s, sw, af, aw, ad = b.tokens, b.logits, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode
+        # One step of Python numbers, no stage, no LoRA (every eventful tick): _agg's _one_step without its layers
+        if ((type(T) is int or type(T) is float) and (type(lg) is int or type(lg) is float) and type(s) is float
+                and type(af) is float and type(ad) is float and type(sw) is float and type(aw) is float
+                and self.lora is None and self.opts.pp <= 1):
+            return _one_step(self, self._c, float(T), lg, s, sw, af, aw, ad)
         if not isinstance(T, float):
             T = float(T) if isinstance(T, (int, np.integer)) else np.asarray(T, dtype=np.float64)
-        lg = b.logits
         if not isinstance(lg, (int, float, np.integer)):
             lg = np.asarray(lg)
         if self.opts.pp > 1:
             return self._pipelined(T, lg, b)
-        p = self._agg(self._c, T, lg, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode)
+        p = self._agg(self._c, T, lg, s, sw, af, aw, ad)
         if self.lora is not None and np.any(b.adapters):
             return _with_lora(self._c, self.lora, p, T, b.adapters)
         return p

@@ -194,7 +194,7 @@ def _admit_queued(lane: Lane, mq: int, free: int, tokens_planned: int, prefill_p
     Q, R = lane.Q, lane.R
     h = Q.head
     if mq == 1:  # the usual lone candidate: the loop below for one row, without its lists
-        tg = [int(Q.cols.target[h])]
+        tg = [Q.cols.target.item(h)]
         c, ok = sched.admit_one(tg[0], tokens_planned, prefill_planned)
         took = blocks_for(c)
         if not ok or took > free:

@@ -45,6 +45,7 @@ _FEW_STEPS_PY = 64  # runs priced up to this many steps find their arrival's ste
 _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python lists (numpy's per-call cost wins)
 _RUN_AGGS = 8  # above this many rows (as Lane's _FEW_ROWS) a quiet run counts the lane's CacheAggs and keeps them
 _FEW_TALLIED = 16  # CacheAggs.tally counts up to this many rows in Python
+_FEW_INC = 4  # up to this many rows a join step adds its tokens and finish finds its finished rows by scalar reads
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 _NONE = [np.zeros(1 << 10, dtype=bool)]  # read-only Falses for new-block masks, grown on demand
@@ -66,6 +67,17 @@ def no_rows(n: int) -> np.ndarray:
         a.flags.writeable = False
         _NONE[0] = a
     return a[:n]
+
+
+def add_one(a: np.ndarray, n: int) -> None:
+    """a[:n] += 1 (a field of a table): a few rows (a join step's one or two) by scalar writes, where a slice's += costs
+    ~1.5 us."""
+    if n <= _FEW_INC:
+        for j in range(n):
+            a[j] = a.item(j) + 1
+    else:
+        v = a[:n]
+        v += 1
 
 
 def ones(n: int) -> np.ndarray:
@@ -195,9 +207,11 @@ def join_batch(model: Model, dec: np.ndarray, chunks: np.ndarray, total: int | N
     prefill rows' attention pairs (the step's cost rule charges them to input)."""
     n_run = dec.size
     k = chunks.size
-    s_dec = float(isum(dec) if total is None else total)
+    if total is None:  # (isum's answer for no row or one, without its call: an idle lane's join, or next to one)
+        total = 0 if n_run == 0 else dec.item(0) if n_run == 1 else isum(dec)
+    s_dec = float(total)
     if k == 1:  # the usual lone admitted row: its pairs as a Python float, as the few rows' sum of one term
-        x = int(chunks[0])
+        x = chunks.item(0)
         attn_pf = x * (x / 2)  # (a float: the sum of one term is it)
         t_pf = x
     elif k <= 8:  # a few admitted rows: Python floats, the same products
@@ -312,7 +326,12 @@ def finish(lane: Lane, s: StepPlan, p: StepParts, tokens: int, n_emit: int, vis_
     n = s.n
     c = lane.R.cols
     # The finished rows' numbers, found once: complete takes them as they are (no mask counted, then searched again).
-    gone = (c.gen[:n] >= c.total[:n]).nonzero()[0]
+    if n <= _FEW_INC:  # a few rows (a join step's one or two): scalar reads, an array only for a finish
+        gen, total = c.gen, c.total
+        few = [j for j in range(n) if gen.item(j) >= total.item(j)]
+        gone = np.array(few, dtype=np.int64) if few else _EMPTY
+    else:
+        gone = (c.gen[:n] >= c.total[:n]).nonzero()[0]
     completed = lane.complete(gone, t1) if gone.size else _EMPTY
     if kept:  # (the rows this step left, not R.n: a row landed meanwhile, by on_done, is not in the counts)
         lane.aggs.at = (t1, n - gone.size)
@@ -378,25 +397,27 @@ def join_step(lane: Lane, s: StepPlan) -> TickResult | None:
     if lane.stats.preemptions:
         lane.end_recomputes(~np.isnan(c.mark[:n]), t1)  # every row emits: recomputes that end with this step
     if n_run:
-        dec = cached[:n_run]
-        dec += 1
         if aggs is not None:
+            dec = cached[:n_run]
+            dec += 1
             aggs.step(n_run)
             if need:  # the blocks of the rows just past a multiple of BLOCK (blocks_for: one more for them)
                 blocks_for(dec, out=c.blocks[:n_run])
-        elif need:  # (nb has no row set otherwise)
-            blocks = c.blocks[:n_run]
-            blocks += s.nb
+        else:
+            add_one(cached, n_run)
+            if need:  # (nb has no row set otherwise)
+                blocks = c.blocks[:n_run]
+                blocks += s.nb
     if n - n_run == 1:
-        cached[n_run] = chunks[0]
+        cached[n_run] = chunks.item(0)
     else:
         cached[n_run:n] = chunks
     if aggs is not None:
         aggs.tally(chunks, 1)  # the admitted rows now hold their prompts
     if lane.shared_content:
         fill_new_blocks(lane, n, cached[:n])
+    add_one(c.gen, n)
     gen = c.gen[:n]
-    gen += 1
     n_first, first = _stamp_first(lane, n_run, n, gen, t1)
     vis_tokens = n if lane.think_zero else stamp_visible(lane, n, gen, None, t1)  # (its answer with nothing hidden)
     # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
@@ -418,8 +439,8 @@ def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float
     c = lane.R.cols
     # Prompt tokens read for the first time are input; re-reading after a preemption is recompute.
     if n - n_run == 1:  # one admitted row (the usual join): its three fields as ints
-        was = int(c.input[n_run])
-        now = max(min(int(chunks[0]), int(c.prompt[n_run])), was)
+        was = c.input.item(n_run)
+        now = max(min(chunks.item(0), c.prompt.item(n_run)), was)
         in_new = now - was
         if in_new:
             c.input[n_run] = now
@@ -459,7 +480,7 @@ def _stamp_first(lane: Lane, n_run: int, n: int, gen: np.ndarray, t1: float) -> 
     every admitted row)."""
     c = lane.R.cols
     k = n - n_run
-    if k == 1 and int(gen[n_run]) == 1:  # the usual lone new row: two fields of one row (scalar writes)
+    if k == 1 and gen.item(n_run) == 1:  # the usual lone new row: two fields of one row (scalar writes)
         c.first[n_run] = t1
         if lane.think_zero:  # nothing hidden: the first token is the first visible one
             c.visible[n_run] = t1

@@ -161,3 +161,28 @@ def test_a_quiet_runs_pricing_is_price(hw: str, model: str, opts: dict[str, Any]
             b = run_batch(sm.model, rng.integers(0, 20_000, n), int(rng.integers(1, 300)))._replace(adapters=adapters)
             got, want = price_run(_model(hw, model, opts), b), sm.price(b)
             assert [(type(x), np.asarray(x).tobytes()) for x in got] == [(type(y), np.asarray(y).tobytes()) for y in want]
+
+
+@pytest.mark.parametrize(("hw", "model", "opts"), CASES)
+def test_one_step_of_python_numbers_prices_as_the_general_route(hw: str, model: str, opts: dict[str, Any]) -> None:
+    """StepModel.price sends one step of Python numbers (int or float tokens and logits, float sums: every eventful
+    tick's batch record) straight to _one_step where no stage or adapter term applies; a numpy scalar among the sums
+    takes the general route (_agg: _fixed and _step_times, the pipeline's or LoRA's terms). Both must give the same
+    bits in every field, for join-like (prefill and decode rows), decode-only and empty steps."""
+    sm = _model(hw, model, opts)
+    rng = np.random.default_rng(5)
+    adapters = 2 if opts.get("max_loras") else 0
+    for _ in range(60):
+        n_run = int(rng.integers(0, 6))
+        x = int(rng.integers(1, 9000))
+        s = float(rng.integers(0, 40_000)) if n_run else 0.0
+        ad = s + 0.5 * n_run
+        win = 0.0 if not sm.model.sliding_layers else float(rng.integers(0, 4000))
+        join = Batch(tokens=x + n_run, seqs=n_run + 1, sum_ctx=s, sum_win=win, attn_full=ad + x * (x / 2),
+                     attn_win=win + 0.5 * n_run, logits=n_run + 1, attn_decode=ad, adapters=adapters)
+        dec = Batch(tokens=float(n_run), seqs=n_run, sum_ctx=s, sum_win=win, attn_full=ad, attn_win=win,
+                    logits=n_run, attn_decode=ad, adapters=adapters)
+        dec = dec._replace(attn_decode=dec.attn_full)  # (every row decodes: the very object, as decode_batch)
+        for b in (join, dec, join._replace(logits=float(n_run + 1))):
+            general = sm.price(b._replace(sum_ctx=np.float64(b.sum_ctx)))
+            assert [np.float64(v).tobytes() for v in sm.price(b)] == [np.float64(v).tobytes() for v in general]
