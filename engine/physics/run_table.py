@@ -10,8 +10,8 @@ the strided slice s0, s0 + n, ... of it. A replica serving a few rows walks the 
 (its batch size and contexts come back), so a table is read many times: it costs one pricing of CHUNK + REACH
 steps where each run it serves cost a pricing of its own (~20 numpy calls).
 
-The tables' arrays are read-only (their slices go to the history and the ITL counter, which keep them): nothing may
-write a run's priced arrays.
+The tables' arrays are read-only (their slices go to the history, which keeps them): nothing may write a run's
+priced arrays.
 """
 
 from __future__ import annotations
@@ -28,15 +28,17 @@ _TABLES = 128  # tables a step model keeps at most (3,072 sums of three doubles 
 
 def table_run(sm: StepModel, s0: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(times, FLOPs, bytes) of the k decode steps of n rows starting with caches summing to s0, as price_run of
-    run_batch's record would give them, read from the table of n-row steps at every sum from the chunk's start
-    (the run's steps are every n-th: a strided slice); None when none serves the run (it ends past the table's
+    run_batch's record would give them: read-only views of the table of n-row steps at every sum from the chunk's
+    start (the run's steps are every n-th: strided slices); None when none serves the run (it ends past the table's
     REACH, or the model's steps depend on more than n and the sum: window layers, pipeline stages)."""
     q, j = divmod(s0, CHUNK)
     end = j + (k - 1) * n + 1
-    if end > CHUNK + REACH or not _tabled(sm):
+    if end > CHUNK + REACH:
         return None
     tabs = sm._memo.get(_KEY)
     if tabs is None:
+        if not _tabled(sm):  # (asked until a table is kept: never again for a model that has none)
+            return None
         tabs = sm._memo.keep(_KEY, {})
     t = tabs.get((n, q))
     if t is None:
@@ -44,10 +46,7 @@ def table_run(sm: StepModel, s0: int, n: int, k: int) -> tuple[np.ndarray, np.nd
             del tabs[next(iter(tabs))]  # the oldest table (a lane's sums move on: it rarely comes back)
         t = tabs[n, q] = price_table(sm, q * CHUNK, n, CHUNK + REACH)
     dts, flops, byts = t
-    # The times copied: the ITL counter weighs a view by the whole table it keeps alive (Itl.add_steps) and would
-    # count its pending runs every few runs; FLOPs and bytes stay views (the history keeps them: bounded as the
-    # tables are).
-    return dts[j:end:n].copy(), flops[j:end:n], byts[j:end:n]
+    return dts[j:end:n], flops[j:end:n], byts[j:end:n]
 
 
 def price_table(sm: StepModel, s: int, n: int, sums: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

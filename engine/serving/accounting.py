@@ -270,8 +270,10 @@ class Itl:
             if b == top:
                 at.append(s * _BINS + b)
                 tokens.append(m * k)
-            else:
-                np.add.at(counts[s], np.searchsorted(_INNER_EDGES, dts), m)
+            else:  # its steps' bins lie in b..top: searched among those bins' inner edges alone (a step's bin is the
+                # inner edges below it: all before b, none from top on), counted in that slice
+                rel = np.searchsorted(_INNER_EDGES[b:top], dts)
+                counts[s, b:top + 1] += m * np.bincount(rel, minlength=top - b + 1)
         np.add.at(counts.reshape(-1), at, tokens)
         self._n += added
         pend.clear()

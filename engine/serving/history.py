@@ -41,6 +41,13 @@ class Growth(NamedTuple):
         m = np.arange(1, k + 1)
         return (m >> 4) * self.n + np.asarray(self.prefix)[m & 15]
 
+    def cut(self, k: int, avail: int) -> int:
+        """How many of k steps run before one would take more than `avail` blocks (k when all fit): the step that
+        would preempt is left to Lane.step (growth never shrinks, so the first such step ends the run)."""
+        if self.after(k) <= avail:
+            return k
+        return int(np.argmax(self.array(k) > avail))
+
 
 class Run(NamedTuple):
     """A quiet run of k decode steps of `n` rows, noted as the arrays it was priced with (see Lane's jump)."""

@@ -27,9 +27,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.physics.batch import Batch
-from engine.physics.run_table import table_run
-from engine.physics.step import price_run
 from engine.serving import admission, steps
 from engine.serving.history import Growth
 from engine.serving.saturated import (
@@ -279,34 +276,24 @@ class _Open:
         pool, st, aggs = lane.pool, lane.stats, self.aggs
         ph = aggs.phase
         growth = Growth(n, tuple(itertools.accumulate(aggs.lags(), initial=0)))  # (lags: rows opening a block per step)
-        avail = pool.total - pool.private
-        k = kmax
-        if growth.after(k) > avail:  # (growth never shrinks) the step that would preempt is left to Lane.step
-            k = int(np.argmax(growth.array(k) > avail))
-            if not k:
-                return 0, t, 0
+        k = growth.cut(kmax, pool.total - pool.private)  # the step that would preempt is left to Lane.step
+        if not k:
+            return 0, t, 0
         s0 = aggs.total
-        # Read from a price table where one serves the run (as steps._price_quiet: the same doubles), the run's
-        # start sum then standing for its record (_last_of_run); else steps.run_batch's record, from the counts.
-        b: Batch | int = s0
-        got = table_run(lane.sm, s0, n, k)
-        if got is None:
-            sum_ctx = np.arange(s0, s0 + k * n, n, dtype=np.float64)
-            attn = sum_ctx + 0.5 * n
-            tok = float(n)
-            b = tuple.__new__(Batch, (tok, n, sum_ctx, 0.0, attn, 0.0, tok, attn, 0))
-            p = price_run(lane.sm, b)
-            got = p.time, p.flops_total, p.bytes_total
-        dts, flops, byts = got
-        sums = steps.fold_run((t, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), dts, flops, byts)
+        # Priced as steps.jump prices a run (a price table where one serves it, the run's start sum then standing
+        # for its record: _last_of_run; else steps.run_batch's record), from the counts: the rows' caches are not
+        # at hand mid-stretch, nor needed (no window layers here).
+        b, _, got = steps.price_quiet(lane, s0, n, k, None)
+        sums = steps.fold_run((t, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), got)
         clock = sums[0]
         Q = lane.Q
         queue = Q.n - Q.head  # (lane.waiting: nothing preempted)
         k, k_arr = steps._cut_at_arrival(lane, lane.source.next_time, clock, k, stop)
         if not k:
             return 0, t, 0
+        dts, flops, byts = got
         priced = len(dts)
-        dts, flops, byts, ends = dts[:k], flops[:k], byts[:k], clock[1:k + 1]
+        dts, flops, byts, ends = dts[:k].copy(), flops[:k], byts[:k], clock[1:k + 1]  # (times copied: as jump)
         used0 = pool.private  # (pool.used: nothing keyed)
         pool.alloc(growth.after(k))
         aggs.total = s0 + n * k

@@ -30,7 +30,7 @@ from engine.physics.step import StepCost, StepModel, StepParts, price_run
 from engine.serving import admission, keying
 from engine.serving.history import Growth, Run
 from engine.serving.lora_slots import LoraSlots
-from engine.serving.tables import BLOCK, SHIFT, FloatCol, blocks_for
+from engine.serving.tables import BLOCK, SHIFT, FloatCol, IntCol, blocks_for
 
 if TYPE_CHECKING:
     from engine.serving.lane import Lane, TickResult
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 _FIRST_VISIBLE = slice(int(FloatCol.FIRST), int(FloatCol.VISIBLE) + 1)  # (plain ints: IntEnum indexes slower)
+_THINK, _CACHED, _GEN, _BLOCKS = int(IntCol.THINK), int(IntCol.CACHED), int(IntCol.GEN), int(IntCol.BLOCKS)
+_VISIBLE = int(FloatCol.VISIBLE)
+assert (_THINK, _CACHED, _BLOCKS) == (int(IntCol.TOTAL) - 1, int(IntCol.TARGET) + 1, _GEN + 1)  # jump's one slice
 _ADD = np.add.reduce  # an int array's sum: exact, as ndarray.sum (which calls it)
 _MIN = np.minimum.reduce  # an array's least item, as ndarray.min (which calls it)
 _FEW_ADMITTED = 4  # up to this many rows admitted in a join step are checked in Python lists
@@ -46,6 +49,11 @@ _FEW_ROWS = 16  # up to this many rows a quiet run's bounds are found in Python 
 _RUN_AGGS = 8  # above this many rows (as Lane's _FEW_ROWS) a quiet run counts the lane's CacheAggs and keeps them
 _FEW_TALLIED = 16  # CacheAggs.tally counts up to this many rows in Python
 _FEW_INC = 4  # up to this many rows a join step adds its tokens and finish finds its finished rows by scalar reads
+_FEW_RUN = 4  # up to this many rows (<= _RUN_AGGS) a quiet run reads and writes its rows' counts as Python ints
+_ROW0 = np.zeros(1, dtype=np.int64)  # the row numbers [0]: a lone row finishing a run
+_ROW0.flags.writeable = False
+_Ints = np.ndarray | list[int]  # a quiet run's rows' counts: views, or Python ints for a few rows
+_Steps = tuple[np.ndarray, np.ndarray, np.ndarray]  # a quiet run's steps' times, FLOPs and bytes
 _ONES = [np.ones(1 << 10, dtype=np.int64)]  # read-only 1s for TickResult counts, grown on demand
 _ONES[0].flags.writeable = False
 _NONE = [np.zeros(1 << 10, dtype=bool)]  # read-only Falses for new-block masks, grown on demand
@@ -257,18 +265,21 @@ def verify_batch(model: Model, cached: np.ndarray, q: np.ndarray) -> Batch:
                  attn_win=attn_win, logits=tokens, attn_decode=attn)
 
 
-def run_batch(model: Model, cached: np.ndarray, k: int, s0: int | None = None) -> Batch:
+def run_batch(model: Model, cached: np.ndarray | list[int] | None, k: int, s0: int | None = None,
+              n: int | None = None) -> Batch:
     """k decode steps in a row, as arrays: step j has every row j tokens further on and adds one each. Tokens
-    and logits stay one float (every step has the same batch): the step model prices their terms once. `s0`: the
-    caches' sum when the caller has it (engine.physics.run_table builds the same record from it)."""
-    n = cached.size
+    and logits stay one float (every step has the same batch): the step model prices their terms once. `s0` and
+    `n`: the caches' sum and count when the caller has them (engine.physics.run_table builds the same record from
+    them); `cached` is then read by window layers only (None: a model without them)."""
+    if n is None:
+        n = cached.size  # type: ignore[union-attr]
     if s0 is None:
         s0 = int(np.add.reduce(cached))  # (the ufunc's own reduce: ndarray.sum's Python wrapper costs ~0.5 us more)
     # s0 + j n for j < k (n > 0: a run has rows), made as doubles (whole numbers below 2^53: exact)
     sum_ctx = np.arange(s0, s0 + k * n, n, dtype=np.float64)
     attn = sum_ctx + 0.5 * n
     if model.sliding_layers > 0:
-        sum_win = window_sums(cached, k, int(model.sliding_window), model.chunked)
+        sum_win = window_sums(np.asarray(cached), k, int(model.sliding_window), model.chunked)
         attn_win = sum_win + 0.5 * n
     else:
         sum_win = attn_win = 0.0  # one float for every step: the window terms are not priced per step
@@ -648,9 +659,11 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     Quiet means: every row decodes (no prefill), no step starts at or after the next arrival or `stop`, no
     waiting request can be admitted (admission is monotone in free blocks, and they only shrink), and the
     pool holds every new block (no preemption). The steps are priced in one call (a Batch of arrays), or read from
-    a price table (_price_quiet); completions end the run (the last step may finish requests). Counts, clocks and
+    a price table (price_quiet); completions end the run (the last step may finish requests). Counts, clocks and
     the per-tick history come out exactly as step() by step() would give them (the same aggregates, and sums taken
-    in the same order).
+    in the same order). A run of up to _FEW_RUN rows (a replica at low load holds one or two) reads its rows' counts
+    as Python ints, in one call, and writes them back item by item (_apply_run): numpy's calls on views of a row or
+    two cost more than the work.
     """
     if lane.join_next:  # the last run drew a request into the queue: the next tick admits it, a step (and were it
         lane.join_next = False  # blocked after all, a step gives what a run would: the skip never changes a figure)
@@ -665,52 +678,58 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     if queue and not admission.blocked(lane, lane.pool.available - n, n, False):
         return 0  # a request waits that joins the next step even if every row opens a block (the usual case)
     c = lane.R.cols
-    cached, gen, total = c.cached[:n], c.gen[:n], c.total[:n]  # (views of the running rows, sliced once)
-    k, grown, left = _quiet_blocks(lane, max_steps, queue, (cached, gen, total))
+    if n <= _FEW_RUN:  # (the int fields think .. blocks are consecutive: one slice, one tolist)
+        think, total, _, cached, gen, _ = c.i[_THINK:_BLOCKS + 1, :n].tolist()
+    else:  # views of the running rows, sliced once
+        think, cached, gen, total = None, c.cached[:n], c.gen[:n], c.total[:n]
+    k, grown, left, s0 = _quiet_blocks(lane, max_steps, queue, (cached, gen, total))
     if k < 2 or grown is None:
         return 0
-    b, p, (dts, flops, byts) = _price_quiet(lane, n, k)
+    b, p, got = price_quiet(lane, s0, n, k, cached)
     st = lane.stats
-    sums = fold_run((t0, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), dts, flops, byts)
+    sums = fold_run((t0, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), got)
     clock = sums[0]  # step j runs clock[j] -> clock[j + 1]
     k, k_arr = _cut_at_arrival(lane, nxt, clock, k, stop)
     if k < 2:
         return 0
-    priced = len(dts)
-    if k < priced:
-        dts, flops, byts = dts[:k], flops[:k], byts[:k]
+    # The times copied (the ITL counter keeps them and weighs a view by the array it keeps alive: a price table);
+    # FLOPs and bytes stay views (the history keeps them, see _history_run).
+    steps = (got[0][:k].copy(), got[1][:k], got[2][:k], len(got[0]))
     used0 = lane.pool.used
-    _apply_run(lane, k, clock, grown.after(k), cached, gen)
+    _apply_run(lane, k, clock, grown.after(k), (think, cached, gen))
     if lane.async_sched:
         lane.chosen_at = clock.item(k - 1)  # the last jumped step's start
     if k_arr < k:  # the run's last step starts after the arrival: it joins the queue then, as step() draws it
-        _arrive_in_run(lane, clock.item(k_arr), cached)
+        _arrive_in_run(lane, clock.item(k_arr))
         lane.join_next = lane.waiting > queue  # (2,540 of 7,737 jump attempts at rate 10 asked admission to learn it)
     # A row finishes in the run only if its last step is the run's: k reached the fewest tokens left.
-    done = gen >= total if k == left else None
-    _account_run(lane, k, clock, (dts, flops, byts, priced), sums[:, k].tolist(), (used0, grown), done, (k_arr, queue))
+    done = _finished(total, gen, k) if k == left else None
+    _account_run(lane, k, clock, steps, sums[:, k].tolist(), (used0, grown), done, (k_arr, queue))
     if lane.lora is not None:
         lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
-        lane.lora.step(b.adapters, k, float(lb.sum()), float(byts.sum()))
+        lane.lora.step(b.adapters, k, float(lb.sum()), float(steps[2].sum()))
     # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
     lane.priced = partial(_last_of_run, lane.sm, b, k - 1, n)
     lane.stats.last_batch = n
     return k
 
 
-def _price_quiet(lane: Lane, n: int, k: int) -> tuple[Batch | int, StepParts | None, tuple[np.ndarray, ...]]:
-    """A quiet run's k steps of the lane's n rows priced: (its record, its parts, (times, FLOPs, bytes)). Read from
-    a price table (engine.physics.run_table: the same doubles, read-only) where one serves it, the record then the
-    run's start sum (_last_of_run prices the last step from it) and no parts; else run_batch's record priced."""
-    c = lane.R.cols
-    cached = c.cached[:n]
-    s0 = int(np.add.reduce(cached))  # (the ufunc's own reduce: ndarray.sum's Python wrapper costs ~0.5 us more)
-    got = table_run(lane.sm, s0, n, k) if lane.lora is None else None
-    if got is not None:
-        return s0, None, got
-    b = run_batch(lane.sm.model, cached, k, s0)
-    if lane.lora is not None:  # no admission in a quiet run: the same adapters every step
-        b = b._replace(adapters=int(LoraSlots.in_batch(c.adapter[:n]).size))
+def price_quiet(lane: Lane, s0: int, n: int, k: int, cached: np.ndarray | list[int] | None,
+                ) -> tuple[Batch | int, StepParts | None, _Steps]:
+    """A quiet run's k steps of n rows whose caches sum to s0, priced: (its record, its parts, the steps' times,
+    FLOPs and bytes). Read from a price table (engine.physics.run_table: the same
+    doubles, read-only) where one serves it, the record then the run's start sum (_last_of_run prices the last step
+    from it) and no parts; else run_batch's record priced. jump and open_loop's stretch both price their runs here.
+    `cached`: the rows' caches, which window layers read (None where they are not at hand, as in open_loop's
+    stretch: a model without window layers there, and no adapters)."""
+    lora = lane.lora
+    if lora is None:
+        got = table_run(lane.sm, s0, n, k)
+        if got is not None:
+            return s0, None, got
+    b = run_batch(lane.sm.model, cached, k, s0, n)
+    if lora is not None:  # no admission in a quiet run: the same adapters every step
+        b = b._replace(adapters=int(LoraSlots.in_batch(lane.R.cols.adapter[:n]).size))
     p = price_run(lane.sm, b)
     return b, p, (p.time, p.flops_total, p.bytes_total)
 
@@ -741,13 +760,14 @@ def starts_before(clock: np.ndarray, k: int, t: float) -> int:
     return int(clock[:k].searchsorted(t))  # (the method: np.searchsorted's wrapper costs ~0.5 us more)
 
 
-def _arrive_in_run(lane: Lane, t: float, cached: np.ndarray) -> None:
+def _arrive_in_run(lane: Lane, t: float) -> None:
     """Requests due by t (the start of a run's last step) join the queue, as step() would draw them. If they are
     the first to share content (Lane.note_content), step() would have keyed the blocks the last step filled:
     so are they here (the run's earlier steps filled theirs with nothing shared, unkeyed)."""
     was = lane.shared_content
     lane._arrive(t)
     if lane.shared_content and not was:
+        cached = lane.R.cols.cached[:lane.R.n]  # (after the run: no row has left yet)
         keying.fill(lane, np.flatnonzero((cached & (BLOCK - 1)) == 0))
 
 
@@ -766,48 +786,76 @@ def _last_of_run(sm: StepModel, b: Batch | int, last: int, n: int) -> StepCost:
                          attn_win=win[1], logits=n, attn_decode=at, adapters=b.adapters))
 
 
-def _quiet_blocks(lane: Lane, max_steps: int, waiting: int,
-                  rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[int, Growth | None, int]:
+def _quiet_blocks(lane: Lane, max_steps: int, waiting: int, rows: tuple[_Ints, _Ints, _Ints],
+                  ) -> tuple[int, Growth | None, int, int]:
     """How many decode steps may run before a completion, an admission or a preemption could happen (< 2: not
-    worth a jump), the blocks the run takes step by step, and the fewest tokens a row has left (the steps
-    until the first completion). `waiting`: the requests waiting (none: nobody can be admitted); `rows`: the
-    running rows' caches, generated and total tokens."""
+    worth a jump), the blocks the run takes step by step, the fewest tokens a row has left (the steps until the
+    first completion) and the caches' sum (the run's start, which prices it). `waiting`: the requests waiting
+    (none: nobody can be admitted); `rows`: the running rows' caches, generated and total tokens (views, or Python
+    ints for up to _FEW_RUN rows)."""
     cached, gen, total = rows
-    n = cached.size
-    few = n <= _FEW_ROWS  # a few rows: Python ints, cheaper than numpy's calls
+    n = len(cached)
     # The first step finishing a request ends the run.
-    left = min(map(operator.sub, total.tolist(), gen.tolist())) if few else int(_MIN(total - gen))
+    if type(cached) is list:
+        left = min(map(operator.sub, total, gen))
+    elif n <= _FEW_ROWS:  # a few rows: Python ints, cheaper than numpy's calls
+        left = min(map(operator.sub, total.tolist(), gen.tolist()))
+    else:
+        left = int(_MIN(total - gen))
     k = min(max_steps, left)
     model = lane.sm.model
     if model.sliding_layers and model.chunked:
         k = min(k, int(model.sliding_window))  # window_sums' closed form holds for k <= the chunk
     if k < 2:
-        return 0, None, left
+        return 0, None, left, 0
     # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16, i.e. at the steps
     # j = lag (mod 16) with lag = -cached mod 16.
     aggs, at = lane.aggs, (lane.clock, n)
     if aggs.at == at or n > _RUN_AGGS:  # the lane's counts, kept by its steps (counted here for more rows: the run
         if aggs.at != at:  # keeps them, so the step after it need not)
-            aggs.count(cached, at)
+            aggs.count(np.asarray(cached), at)  # (an array already unless _RUN_AGGS < _FEW_RUN, as tests set it)
         opens = aggs.lags()
+        s0 = aggs.total  # (a kept total is the sum counted again: integers)
     else:
         opens = [0] * BLOCK
-        for x in cached.tolist():
+        cl = cached if type(cached) is list else cached.tolist()
+        for x in cl:
             opens[(-x) & (BLOCK - 1)] += 1
+        s0 = sum(cl)
     avail = lane.pool.available  # a dry admission check takes no blocks: read once
     if waiting and not admission.blocked(lane, avail - opens[0], n, False):
-        return 0, None, left
+        return 0, None, left, s0
     growth = tuple.__new__(Growth, (n, tuple(itertools.accumulate(opens, initial=0))))  # (NamedTuple's __new__: more)
-    if growth.after(k) > avail:  # (growth never shrinks) cached blocks are reclaimed before anyone is preempted
-        k = int(np.argmax(growth.array(k) > avail))  # the step that would preempt is taken by step()
-    return k, growth, left
+    return growth.cut(k, avail), growth, left, s0  # (cached blocks are reclaimed before anyone is preempted)
 
 
-def _apply_run(lane: Lane, k: int, clock: np.ndarray, grown: int, cached: np.ndarray, gen: np.ndarray) -> None:
-    """Caches and generated counts (views of the running rows) move k on; visible answers start where they start
-    (step j ends at clock[j + 1]); blocks are taken."""
+def _apply_run(lane: Lane, k: int, clock: np.ndarray, grown: int,
+               rows: tuple[list[int] | None, _Ints, _Ints]) -> None:
+    """Caches and generated counts move k on; visible answers start where they start (step j ends at
+    clock[j + 1]); blocks are taken. `rows`: the running rows' thinking tokens, caches and generated counts: views
+    (moved on in place; the thinking tokens None, read here), or Python ints as they were before the run for up to
+    _FEW_RUN rows (written back here item by item, blocks_for's integer rule on each)."""
+    think, cached, gen = rows
     n = lane.R.n
     c = lane.R.cols
+    if type(cached) is list:
+        i, vis = c.i, lane.think_zero
+        vis_tokens = n * k
+        for j in range(n):
+            v, g = cached[j] + k, gen[j]
+            i[_CACHED, j] = v
+            i[_GEN, j] = g + k
+            i[_BLOCKS, j] = (v + BLOCK - 1) >> SHIFT
+            if not vis:  # (as the arrays' rule below, one row at a time)
+                jv = think[j] - g  # type: ignore[index]
+                if 0 <= jv < k:
+                    c.f[_VISIBLE, j] = clock.item(jv + 1)
+                vis_tokens -= min(max(jv, 0), k)
+        lane.pool.alloc(grown)
+        if lane.shared_content:
+            fill_new_blocks(lane, n, c.cached[:n])
+        lane.stats.visible_tokens += vis_tokens
+        return
     if lane.think_zero:
         vis_tokens = n * k
     else:
@@ -822,6 +870,15 @@ def _apply_run(lane: Lane, k: int, clock: np.ndarray, grown: int, cached: np.nda
     lane.pool.alloc(grown)
     fill_new_blocks(lane, n, cached)
     lane.stats.visible_tokens += vis_tokens
+
+
+def _finished(total: _Ints, gen: _Ints, k: int) -> np.ndarray:
+    """The rows a run of k steps finishes (k their fewest tokens left): a mask of the views (gen moved on already),
+    or the row numbers of a few rows' Python ints (gen as before the run; one row: a shared read-only [0])."""
+    if type(gen) is list:
+        rows = [j for j, (t, g) in enumerate(zip(total, gen, strict=True)) if g + k >= t]
+        return _ROW0 if rows == [0] else np.array(rows, dtype=np.int64)
+    return gen >= total  # type: ignore[operator]
 
 
 def _account_run(lane: Lane, k: int, clock: np.ndarray, steps: tuple[np.ndarray, np.ndarray, np.ndarray, int],
@@ -854,12 +911,14 @@ def _account_run(lane: Lane, k: int, clock: np.ndarray, steps: tuple[np.ndarray,
         lane.rec.steps(lane, clock[1:k + 1], dts, n, byts, flops)  # (the steps' ends)
 
 
-def fold_run(start: tuple[float, ...], dts: np.ndarray, flops: np.ndarray, byts: np.ndarray) -> np.ndarray:
-    """The running sums of a run's steps, one row each from its start: the clock (start[0] + dts), then the five
-    totals Lane.account adds to (busy and output-charged seconds += dts, FLOPs and useful FLOPs += flops, bytes +=
-    byts). np.add.accumulate is a left fold, as the clock and the totals move step by step (numpy's sum would pair
-    the terms up): column j holds each after j steps. One buffer and one accumulate for the six (rather than one
-    for the clock and one for the totals): a run's arrays are short, numpy's per-call cost is what counts."""
+def fold_run(start: tuple[float, ...], steps: _Steps) -> np.ndarray:
+    """The running sums of a run's steps (`steps`: their times, FLOPs and bytes, as price_quiet gives them), one row
+    each from its start: the clock (start[0] + times), then the five totals Lane.account adds to (busy and
+    output-charged seconds += times, FLOPs and useful FLOPs += FLOPs, bytes += bytes). np.add.accumulate is a left
+    fold, as the clock and the totals move step by step (numpy's sum would pair the terms up): column j holds each
+    after j steps. One buffer and one accumulate for the six (rather than one for the clock and one for the
+    totals): a run's arrays are short, numpy's per-call cost is what counts."""
+    dts, flops, byts = steps
     fold = np.empty((6, len(dts) + 1))
     fold[:, 0] = start
     fold[0:3, 1:] = dts

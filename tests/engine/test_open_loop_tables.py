@@ -1,5 +1,5 @@
-"""An open-loop stretch's quiet runs read from price tables (engine.physics.run_table) against the same stretches
-pricing every run directly: every metric, table row, total and history row the same, bit for bit."""
+"""An open-loop stretch's (and jump's) quiet runs read from price tables (engine.physics.run_table) against the
+same stretches pricing every run directly: every metric, table row, total and history row the same, bit for bit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.serving import open_loop
+from engine.serving import steps
 from engine.serving.engine import Engine
 from tests.engine.test_open_loop import BASE, VARIANTS
 from tests.engine.test_saturated import _state
@@ -16,7 +16,7 @@ from tests.engine.test_saturated import _state
 @pytest.mark.parametrize("name", ["rate 10", "sync scheduling", "varied lengths", "moe", "tp 2"])
 def test_runs_read_from_tables_match_runs_priced_directly(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = replace(BASE, **{**VARIANTS[name], "requests": 600})
-    real = open_loop.table_run
+    real = steps.table_run
     served = [0]
 
     def counted(*a: object) -> object:
@@ -26,7 +26,7 @@ def test_runs_read_from_tables_match_runs_priced_directly(name: str, monkeypatch
 
     states = []
     for tables in (False, True):
-        monkeypatch.setattr(open_loop, "table_run", counted if tables else lambda *a: None)
+        monkeypatch.setattr(steps, "table_run", counted if tables else lambda *a: None)
         eng = Engine(cfg)
         eng.run()
         states.append(_state(eng))

@@ -16,7 +16,7 @@ def test_a_runs_fold_is_each_total_added_step_by_step() -> None:
         for scale in (1e-3, 1.0, 1e12):
             start = tuple(float(x) for x in rng.uniform(0, 1e3, 6) * scale)
             dts, flops, byts = rng.lognormal(-4, 1, k), rng.uniform(1e9, 1e13, k), rng.uniform(1e6, 1e11, k)
-            got = fold_run(start, dts, flops, byts)
+            got = fold_run(start, (dts, flops, byts))
             want = [list(start)]
             for d, f, b in zip(dts.tolist(), flops.tolist(), byts.tolist(), strict=True):
                 w = want[-1]

@@ -165,9 +165,9 @@ def test_runs_take_the_step_after_an_arrival_under_async_scheduling(monkeypatch:
     drawn: list[tuple[float, float]] = []
     orig = steps._arrive_in_run
 
-    def spy(lane: Lane, t: float, cached: Any) -> None:
+    def spy(lane: Lane, t: float) -> None:
         chosen = lane.chosen_at
-        orig(lane, t, cached)
+        orig(lane, t)
         drawn.append((t, float(lane.Q.col("arrival")[-1])) if lane.Q.size else (t, math.nan))
         assert chosen is not None and chosen == t  # the run's last step starts where it drew
 

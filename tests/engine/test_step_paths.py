@@ -31,8 +31,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "thinking": dict(users=12, think="uniform:5,40", requests=80, output="uniform:50,120"),
     "fast-lane": dict(users=20, fast_share=0.25, requests=120, output="uniform:10,150"),
 }
-_THRESHOLDS = ((lane, "_FEW_ROWS"), (steps, "_FEW_ADMITTED"), (steps, "_RUN_AGGS"), (admission, "_FEW_QUEUED"),
-               (steps, "_FEW_INC"))
+_THRESHOLDS = ((lane, "_FEW_ROWS"), (steps, "_FEW_ADMITTED"), (steps, "_RUN_AGGS"), (steps, "_FEW_RUN"),
+               (admission, "_FEW_QUEUED"), (steps, "_FEW_INC"))
 
 
 def _engine(**kw: Any) -> Engine:
