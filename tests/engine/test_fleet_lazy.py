@@ -278,3 +278,28 @@ def test_the_quiet_run_bound_never_cuts_a_run(cfg: EngineConfig, kw: dict, monke
     assert run(True) == plain
     assert bounded[0] > 50
 
+
+@pytest.mark.parametrize("router", ["least-loaded", "round-robin"])
+def test_a_feeds_wake_is_its_inner_sources(router: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A feed's wake and wake_one do nothing: a replica's own source has no users, so its wakes (which the feed once
+    # passed on through __getattr__) draw nothing. Every figure must be the same with them passed on.
+    cfg = EngineConfig(rate=3, users=0, requests=300, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")
+
+    def run() -> str:
+        f = Fleet(FleetSpec(cfg, replicas=3, router=router), workers=1)
+        f.run()
+        return json.dumps([f.metrics(), f.ticks, f.latencies().tolist()], sort_keys=True)
+
+    called = [0]
+    wake_one = Feed.wake_one
+
+    def counted(self: Feed, user: int, t: float) -> None:
+        called[0] += 1
+        wake_one(self, user, t)
+
+    monkeypatch.setattr(Feed, "wake_one", counted)
+    quiet = run()
+    assert called[0] > 50
+    monkeypatch.delattr(Feed, "wake_one")
+    monkeypatch.delattr(Feed, "wake")
+    assert run() == quiet
