@@ -119,6 +119,15 @@ class Replica(Engine):
         return self.lane.R.n + self.lane.waiting
 
     @property
+    def routed_load(self) -> int:
+        """Its load as a router reads it (routing(...).load): requests queued, with those routed here that its lane
+        has not drawn yet (Feed), preempted and running."""
+        ln = self.lane
+        Q = ln.Q
+        feed = self.feed
+        return Q.n - Q.head + ln.P.n + ln.R.n + (0 if feed is None else len(feed.rows))
+
+    @property
     def running(self) -> int:
         """Requests in the batch, plus copies on their way to it."""
         return self.lane.R.n + self.inflight

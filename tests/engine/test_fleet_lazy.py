@@ -14,7 +14,7 @@ from engine.fleet.feed import Feed
 from engine.fleet.fleet import Fleet, FleetSpec
 from engine.fleet.lazy import LazyLoop, _commit
 from engine.fleet.replica import _FEW_ROWS, _LIST_ROWS, Replica
-from engine.fleet.routers import RoutingSnapshot, least_loaded
+from engine.fleet.routers import LeastLoaded, RoutingSnapshot, least_loaded
 
 # Open loop on the lazy loop; a small KV pool so requests queue and get preempted (P and Q are not empty).
 TIGHT = EngineConfig(rate=12, users=0, requests=400, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
@@ -36,13 +36,21 @@ def test_kept_snapshots_are_the_replicas_read_afresh(router: str, monkeypatch: p
         seen[0] += 1
         return got
 
+    def current(self: LazyLoop) -> None:
+        fresh = [r.routing(self.wanted, None) for r in self.reps]
+        if self.loads is not None:  # a router reading loads alone (least-loaded) is kept the loads
+            assert self.loads == [s.load for s in fresh]
+            assert all(type(x) is int for x in self.loads)
+        else:
+            assert self.snaps == fresh
+            assert all(type(s) is RoutingSnapshot for s in self.snaps)
+
     def kept(self: LazyLoop, row: object, t: float, stop: float) -> int:
         if self.steady:
-            assert self.snaps == [r.routing(self.wanted, None) for r in self.reps]
-            assert all(type(s) is RoutingSnapshot for s in self.snaps)
+            current(self)
         n = arrive(self, row, t, stop)  # type: ignore[arg-type]
         if self.steady:  # (the chosen one's queued count raised by one, not read)
-            assert self.snaps == [r.routing(self.wanted, None) for r in self.reps]
+            current(self)
             seen[1] += 1
         return n
 
@@ -211,13 +219,16 @@ def test_only_a_scripts_requests_carry_content() -> None:
 
 def test_least_loaded_is_the_least_load_then_the_lowest_index() -> None:
     # The router's loop must give min by (load, index), whatever the order the replicas come in and however many
-    # tie on load.
+    # tie on load; its pick from the loads alone (pick_load, the lazy loop's) must be its pick from the snapshots.
     rng = np.random.default_rng(7)
+    router = LeastLoaded()
     for _ in range(2000):
         k = int(rng.integers(1, 12))
         reps = [RoutingSnapshot(int(i), int(rng.integers(0, 3)), int(rng.integers(0, 3)), 10, 20)
                 for i in rng.permutation(k)]
         assert least_loaded(reps) == min(reps, key=lambda s: (s.load, s.index))
+        in_order = sorted(reps, key=lambda s: s.index)
+        assert router.pick_load([s.load for s in in_order]) == router.pick(reps)
 
 
 # Fleets on each loop: the lazy and dealt loops (open loop), the event-ordered one (closed loop, P/D, a stretch of the
@@ -266,3 +277,29 @@ def test_the_quiet_run_bound_never_cuts_a_run(cfg: EngineConfig, kw: dict, monke
     monkeypatch.setattr(Lane, "jump", checked)
     assert run(True) == plain
     assert bounded[0] > 50
+
+
+@pytest.mark.parametrize("router", ["least-loaded", "round-robin"])
+def test_a_feeds_wake_is_its_inner_sources(router: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A feed's wake and wake_one do nothing: a replica's own source has no users, so its wakes (which the feed once
+    # passed on through __getattr__) draw nothing. Every figure must be the same with them passed on.
+    cfg = EngineConfig(rate=3, users=0, requests=300, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")
+
+    def run() -> str:
+        f = Fleet(FleetSpec(cfg, replicas=3, router=router), workers=1)
+        f.run()
+        return json.dumps([f.metrics(), f.ticks, f.latencies().tolist()], sort_keys=True)
+
+    called = [0]
+    wake_one = Feed.wake_one
+
+    def counted(self: Feed, user: int, t: float) -> None:
+        called[0] += 1
+        wake_one(self, user, t)
+
+    monkeypatch.setattr(Feed, "wake_one", counted)
+    quiet = run()
+    assert called[0] > 50
+    monkeypatch.delattr(Feed, "wake_one")
+    monkeypatch.delattr(Feed, "wake")
+    assert run() == quiet
