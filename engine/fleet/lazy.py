@@ -52,6 +52,12 @@ class LazyLoop:
         # request is given, down as it finishes; only for a router that is not steady (the one reader).
         self.counting = not self.router.steady
         self.commit = [_commit(r) for r in self.reps]
+        # The largest KV pool (the replicas' pools keep their sizes through a run): an idle replica with that
+        # many blocks free is an idle-first router's pick (decide).
+        self.top = max(r.lane.pool.total for r in self.reps)
+        self.idle_first = self.router.idle_first and not self.router.steady
+        # A router reading what waits (and no cached prefix) can take a replica's snapshot now as its room bound.
+        self.reads_room = "wanted_blocks" in self.router.reads and "cached_blocks" not in self.router.reads
         # A steady router's requests are handed to their replicas' lanes as their sources (see Feed): a replica is
         # moved up to an arrival only when its load could change before it, never because it gets the request.
         self.steady = self.router.steady
@@ -146,9 +152,20 @@ class LazyLoop:
         provably loses to it."""
         router = self.router
         exact, behind = [], []
+        idle_first, top = self.idle_first, self.top
         for r in self.reps:  # idle or at stop: exact at the arrival (r.clock and r.busy read without the properties)
             ln = r.lane
-            (behind if ln.clock < stop and ln.has_work else exact).append(r)
+            if ln.has_work:
+                (behind if ln.clock < stop else exact).append(r)
+                continue
+            if idle_first:
+                # The first idle replica with the largest pool all free is the pick (Router.idle_first): each one
+                # before it is busy at the arrival (one behind it is calm past it: the caller's rule) or idle with
+                # less free. No other replica read, no snapshot built.
+                pool = ln.pool
+                if pool.available == pool.total == top:
+                    return router.idle_pick(r.index, top), 0
+            exact.append(r)
         # The exact replicas' snapshots, each one moved up added as it is (moving a replica changes no other's, so the
         # list is not read again).
         known = self.snapshots(exact, row)
@@ -163,7 +180,7 @@ class LazyLoop:
                 known += self.snapshots([r], row)
             else:
                 bounds.append(b)
-        bounds.sort(key=router.rank)
+        bounds.sort(key=router.rank)  # (kept sorted as they are taken from the front: Router.settled reads so)
         while bounds:
             if known and (choice := router.settled(known, bounds)) is not None:
                 return choice, n
@@ -202,7 +219,7 @@ class LazyLoop:
         pool = ln.pool
         if (ln.caching and ln.shared_content) or self.commit[r.index] + r.held > pool.total:
             return None
-        if ln.sched.whole_prompts and "wanted_blocks" in self.router.reads and "cached_blocks" not in self.router.reads:
+        if ln.sched.whole_prompts and self.reads_room:
             s = self.snaps[r.index]
             if s is None:
                 s = self.snaps[r.index] = r.routing(True, None)

@@ -69,6 +69,9 @@ class Router:
     # Its pick reads each replica's load alone (queued + running): a lazy loop keeps the loads, not the snapshots,
     # and asks pick_load.
     by_load: ClassVar[bool] = False
+    # Whether an idle replica (nothing queued, preempted or running) with the largest pool all free beats every
+    # other, ties to the lowest index: a lazy loop then picks the first such one without reading the rest.
+    idle_first: ClassVar[bool] = False
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
         """The replica this request goes to."""
@@ -83,8 +86,12 @@ class Router:
         """For a lazy router that is not steady: its pick if it follows from the replicas in `known` alone (those
         whose state at the arrival is exact), else None (the fleet then moves more replicas up to the arrival).
         With `rest` None, whatever the others hold; else `rest` are all the others, each with at most that KV
-        headroom and exactly that load there (LazyLoop.room_bound)."""
+        headroom and exactly that load there (LazyLoop.room_bound), sorted by `rank` (the lowest first)."""
         return None
+
+    def idle_pick(self, index: int, blocks: int) -> Pick:
+        """For an idle_first router: its pick of idle replica `index` with its whole pool of `blocks` free."""
+        raise NotImplementedError
 
     def rank(self, s: RoutingSnapshot) -> tuple[int, ...]:
         """For a router that is not steady, its order of preference (the lowest first): the lazy loop moves the
@@ -136,6 +143,9 @@ class KvAware(Router):
     name = "kv-aware"
     loop = "lazy"
     reads = frozenset({"wanted_blocks"})
+    # Its rank's first term, wanted - free, is -blocks for such a replica, the least any replica's can be (free at
+    # most its pool, wanted at least 0), and its load, 0, the least too.
+    idle_first = True
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
         r = min(reps, key=self.rank)
@@ -147,12 +157,14 @@ class KvAware(Router):
         if r.headroom >= r.kv_blocks:  # a whole pool free: no replica can have more room
             return Pick(r.index, self.name, r.headroom)
         if rest is not None:
-            best = rank(r)
             # Each other replica's rank there is no better than its bound's (its load is exact, its room at most
-            # the bound's): beating every bound beats every replica.
-            if all(best < rank(b) for b in rest):
+            # the bound's): beating every bound, that is the first (rest is sorted by rank), beats every replica.
+            if not rest or rank(r) < rank(rest[0]):
                 return Pick(r.index, self.name, r.headroom)
         return None
+
+    def idle_pick(self, index: int, blocks: int) -> Pick:
+        return Pick(index, self.name, blocks)  # (its headroom: the whole pool, none wanted)
 
     def rank(self, s: RoutingSnapshot) -> tuple[int, ...]:
         """The most headroom, then the least loaded, then the lowest index (the properties written out: the lazy

@@ -143,6 +143,40 @@ def test_room_bounds_hold_at_the_arrival(cfg: EngineConfig, monkeypatch: pytest.
     assert checked[0] > 50, checked
 
 
+# A light load (an idle replica with its whole pool free at most arrivals) and a busy one (none, most of the time).
+DECIDED = [EngineConfig(rate=0.5, users=0, requests=150, prompt="lognormal:1000,0.8", output="lognormal:200,0.8"),
+           EngineConfig(rate=12, users=0, requests=150, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
+                        kv_pool_blocks=900)]
+
+
+def test_a_decision_is_the_routers_pick_over_every_replica_at_the_arrival(monkeypatch: pytest.MonkeyPatch) -> None:
+    # decide picks the first idle replica with its whole pool free without reading the others (Router.idle_first),
+    # else from exact replicas and bounds on the rest: either way, the pick (and its figure) the router makes over
+    # every replica moved up to the arrival (copies of them).
+    decide = LazyLoop.decide
+    seen = {"idle": 0, "busy": 0}
+
+    def checked(self: LazyLoop, row: object, stop: float) -> object:
+        exact = []
+        for r in self.reps:
+            c = copy.deepcopy(r)
+            while c.busy and c.clock < stop:
+                c.step_before(stop, 1 << 20)
+            exact.append(c.routing(True, None))
+        choice, n = decide(self, row, stop)  # type: ignore[arg-type]
+        assert choice == self.router.pick(exact)
+        seen["busy" if exact[choice.index].load else "idle"] += 1
+        return choice, n
+
+    monkeypatch.setattr(LazyLoop, "decide", checked)
+    for cfg in DECIDED:
+        f = Fleet(FleetSpec(cfg, replicas=3, router="kv-aware"))
+        assert f.loop == "lazy"
+        f.run()
+        assert f.metrics()["requests_completed"] == 150
+    assert min(seen.values()) > 100, seen
+
+
 def test_a_feed_queues_a_request_as_inject_does() -> None:
     # A steady router's (and a dealt) replica's lane draws its requests from a Feed at its step boundaries; each
     # draw must leave the replica as Replica.inject leaves it: the same queue rows, counts, content note and queue
