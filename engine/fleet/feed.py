@@ -4,12 +4,12 @@ to it, and its lane draws each at its first step boundary after the arrival, as 
 The event-ordered loop moves a replica up to an arrival and queues the request there (Replica.inject); under async
 scheduling the step after that still decodes the batch chosen before the arrival, a lone step of its own. A lane
 that knows the arrival (its source's next_time) takes that step inside its quiet run instead (engine.serving.steps
-_cut_at_arrival), and draws the request at the step's start: the same steps and numbers, one engine call fewer per
+cut_at_arrival), and draws the request at the step's start: the same steps and numbers, one engine call fewer per
 arrival at a busy replica, and the replica need not be moved up to the arrival at all.
 
 What Replica.inject does besides queueing is done here as the lane draws: the engine's accepted count, the content
 note, the replica's queue peak (the queue only grows between an arrival and the step that draws it, so its peak is
-the same). The lane counts its own accepted requests as it draws (Lane._arrive).
+the same). The lane counts its own accepted requests as it draws (Lane.draw_due).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Feed:
         # walk through their arrivals at once (Replica.step_before's open-loop stretches).
         self.dealt = dt_min is None
         # Whether a row can carry content another could share (a group prefix, a body): only a script's requests do
-        # (the rule Lane._arrive follows), so only then does a draw note it (Lane.note_content, ~2 us a row), as
+        # (the rule Lane.draw_due follows), so only then does a draw note it (Lane.note_content, ~2 us a row), as
         # Replica.inject does.
         self.content = rep.content
         self.inner = rep.lane.source
@@ -45,7 +45,7 @@ class Feed:
         self.times: deque[float] = deque()  # each row's arrival, as a float (read at every draw)
         self.next_time = math.inf  # the first row's arrival (what Lane.step and the quiet runs read)
         self.clipped = 0  # the fleet's source clipped the rows already
-        self.script = None  # (Lane._arrive notes only a script's content: draw_into notes a row's when `content`)
+        self.script = None  # (Lane.draw_due notes only a script's content: draw_into notes a row's when `content`)
         self.calm = math.inf  # no request here finishes in a step starting before this (see push)
 
     def __getattr__(self, name: str) -> Any:
@@ -55,11 +55,9 @@ class Feed:
 
     def wake(self, users: object, t: float) -> None:
         """Finished requests' users would think and send again: a replica's own source has no users (Replica builds
-        it with none: every think returns at once, Arrivals.think), so nothing happens, as there. Written here, with
-        wake_one, rather than reached through __getattr__ (~1 us a finish: Lane.complete wakes every finisher's)."""
-
-    def wake_one(self, user: int, t: float) -> None:
-        """wake() for one user (see wake: nothing happens)."""
+        it with none: every think returns at once, Arrivals.think), so nothing happens, as there. Written here
+        rather than reached through __getattr__ (~1 us a call). (A lone finisher's wake_one is not called for an
+        open-loop arrival, the only kind a feed carries: Lane.complete skips user -1.)"""
 
     def install(self) -> None:
         """Become the replica's lane's source."""
