@@ -69,7 +69,7 @@ class Replica(Engine):
         self.eventful = 0  # steps ahead that admit a new request, so cannot be a quiet run (see step_before)
         self.hint = False  # take those steps one by one (set by an open-loop fleet, see Fleet.__init__)
         # Whether requests injected here can carry content another could share (a group prefix, a body): only a
-        # script's do (the rule Lane._arrive follows), so the fleet clears it for a source with none (Fleet.__init__)
+        # script's do (the rule Lane.draw_due follows), so the fleet clears it for a source with none (Fleet.__init__)
         # and inject skips Lane.note_content (~3 us a request).
         self.content = True
         self.feed: Feed | None = None  # requests routed here that its lane draws itself (a fast loop's, see feed)

@@ -215,9 +215,9 @@ class Lane:
         """Take every request due at or before t into the queue without stepping (the run's end: see
         Engine.run)."""
         if self.next_arrival <= t:
-            self._arrive(t)
+            self.draw_due(t)
 
-    def _arrive(self, t: float) -> None:
+    def draw_due(self, t: float) -> None:
         """Every request this lane's source has due at or before t joins the queue (drawn into its tail)."""
         src = self.source
         before = src.clipped
@@ -314,7 +314,7 @@ class Lane:
         StepCost is built); an idle tick returns its small result either way."""
         t0 = self.clock
         if self.source.next_time <= t0:  # (self.next_arrival without its property call)
-            self._arrive(t0)
+            self.draw_due(t0)
         R = self.R
         n_run = R.n
         # Under async scheduling this step's batch was chosen when the previous busy step started (chosen_at):

@@ -10,7 +10,7 @@ them), but the running rows are counted on ints (CacheAggs, the steps each row h
 clock and every total move live, and only R (caches, generated counts, blocks; the finished rows' records; the
 admitted rows' stamps) waits for the end, as engine.serving.saturated applies its stretches.
 
-Arrivals are drawn for real at each step's start (Lane._arrive, as Lane.step draws them), so the RNG sees the same
+Arrivals are drawn for real at each step's start (Lane.draw_due, as Lane.step draws them), so the RNG sees the same
 draws. Times play a part (which step admits an arrival depends on the steps' times): the walk prices each step or run
 as it reaches it. It ends where it cannot decide: an admitted row would finish, a step would preempt, the batch
 empties, or the bound is reached; stepping resumes from there. Only the plain case is taken (one lane, headless,
@@ -53,7 +53,7 @@ _TARGET, _TOTAL, _ARRIVAL = int(IntCol.TARGET), int(IntCol.TOTAL), int(FloatCol.
 def eligible(lane: Lane, fed: bool = False) -> bool:
     """The plain open-loop case a stretch handles (cheapest tests first). `fed`: the lane's source is a fleet
     replica's share of an open loop (engine.fleet.feed: requests with known arrival times, no users, no script),
-    drawn as its own Poisson arrivals are (Lane._arrive), its finished rows handed to the replica (on_done)."""
+    drawn as its own Poisson arrivals are (Lane.draw_due), its finished rows handed to the replica (on_done)."""
     src = lane.source
     if lane.R.n < _MIN_ROWS or lane.n_pf or lane.P.n:
         return False
@@ -63,7 +63,7 @@ def eligible(lane: Lane, fed: bool = False) -> bool:
         return False
     if lane.staged or not lane.think_zero or lane.shared_content or lane.spec.debug:
         return False
-    if steps.STEP_KINDS != steps._BUILT_IN:
+    if not steps.built_in_only():
         return False
     pool, sched = lane.pool, lane.sched
     if pool.tiers is not None or pool.keyed_used or pool.cached:
@@ -81,7 +81,7 @@ def stretch(lane: Lane, stop: float, max_steps: int, fed: bool = False) -> int:
         return 0
     t0 = lane.clock
     if lane.source.next_time <= t0:  # the first step's arrivals, drawn as Lane.step draws them
-        lane._arrive(t0)
+        lane.draw_due(t0)
     if not eligible(lane, fed):
         return 0
     s = _Open(lane)
@@ -120,11 +120,11 @@ class _Open:
         return True
 
     def _draw(self, t: float) -> None:
-        """The arrivals due by t join the queue (Lane._arrive); their prompts, lengths and times noted."""
+        """The arrivals due by t join the queue (Lane.draw_due); their prompts, lengths and times noted."""
         lane = self.lane
         Q = lane.Q
         size = Q.n - Q.head
-        lane._arrive(t)
+        lane.draw_due(t)
         e = Q.n
         n0 = e - (e - Q.head - size)  # (the new rows are the last: the queue may have slid its rows down to grow)
         if e > n0:
@@ -281,14 +281,14 @@ class _Open:
             return 0, t, 0
         s0 = aggs.total
         # Priced as steps.jump prices a run (a price table where one serves it, the run's start sum then standing
-        # for its record: _last_of_run; else steps.run_batch's record), from the counts: the rows' caches are not
+        # for its record: last_of_run; else steps.run_batch's record), from the counts: the rows' caches are not
         # at hand mid-stretch, nor needed (no window layers here).
         b, _, got = steps.price_quiet(lane, s0, n, k, None)
         sums = steps.fold_run((t, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), got)
         clock = sums[0]
         Q = lane.Q
         queue = Q.n - Q.head  # (lane.waiting: nothing preempted)
-        k, k_arr = steps._cut_at_arrival(lane, lane.source.next_time, clock, k, stop)
+        k, k_arr = steps.cut_at_arrival(lane, lane.source.next_time, clock, k, stop)
         if not k:
             return 0, t, 0
         dts, flops, byts = got
@@ -310,7 +310,7 @@ class _Open:
         st.batch_hist[min(n, st.max_batch)] += k
         # (its finished rows leave before the history notes the pool's fill after the run)
         gone = self._finish(j + k - 1, t1) if self._left(j) == k else 0
-        steps._history_run(lane, n, k, t, (dts, flops, byts, priced), (used0, growth), (k_arr, queue))
+        steps.history_run(lane, n, k, t, (dts, flops, byts, priced), (used0, growth), (k_arr, queue))
         self.last = (b, k - 1, n)
         return k, float(clock[k - 1]), gone
 
@@ -360,7 +360,7 @@ class _Open:
         if len(last) == 2:  # a join or decode step: priced alone (as Lane.price keeps it)
             lane.priced = partial(lane.sm.record, *last)
         else:  # a run's last step (as steps.jump keeps it)
-            lane.priced = partial(steps._last_of_run, lane.sm, *last)
+            lane.priced = partial(steps.last_of_run, lane.sm, *last)
             st.last_batch = last[2]
 
     def _append(self, K: int) -> None:

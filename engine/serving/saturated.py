@@ -63,7 +63,7 @@ def eligible(lane: Lane) -> bool:
         return False
     if lane.lora is not None or lane.rec is not None or lane.on_done is not None or lane.staged:
         return False
-    if not lane.think_zero or lane.shared_content or lane.spec.debug or steps.STEP_KINDS != steps._BUILT_IN:
+    if not lane.think_zero or lane.shared_content or lane.spec.debug or not steps.built_in_only():
         return False
     pool, sched = lane.pool, lane.sched
     if pool.tiers is not None or pool.keyed_used or (lane.caching and pool.cached):
@@ -82,7 +82,7 @@ def stretch(lane: Lane, stop: float, max_steps: int) -> int:
         return 0
     t0 = lane.clock
     if lane.source.next_time <= t0:  # the first step's arrivals, drawn as Lane.step draws them
-        lane._arrive(t0)
+        lane.draw_due(t0)
     s = _Stretch(lane)
     if not s.fresh_queue():
         return 0
@@ -383,10 +383,8 @@ class _Stretch:
     def _begin(self) -> None:
         """The counters at the stretch's start: the queue's and the sends due later (the users already thinking:
         their sends are drawn at the steps' starts too)."""
-        a = self.lane.source.arrivals
         self.qsize0 = self.lane.Q.n - self.h0
-        at = a._send_at
-        self.sends = sorted([x for x, u in a._sends if at[u] == x])
+        self.sends = self.lane.source.arrivals.live_sends()
 
     def _wake(self, fp: int, end: int, t1: float) -> int:
         """The users of the finished rows fp..end-1 (those finishing with a step ending at t1) think, grouped as
@@ -398,10 +396,8 @@ class _Stretch:
             src.wake_one(gone[0], t1)
         else:
             src.wake(np.array(gone, dtype=np.int64), t1)
-        at = src.arrivals._send_at
-        for u in gone:
-            if 0 <= u < len(at) and at[u] != math.inf:
-                bisect.insort(self.sends, at[u])
+        for x in src.arrivals.sends_of(gone):
+            bisect.insort(self.sends, x)
         return end
 
     # ---- the tables, once -------------------------------------------------------------------------------------
@@ -450,7 +446,7 @@ class _Stretch:
         if done:
             record_done(st, di, df)
         if K > 1 and lane.source.next_time <= self.starts[-1]:  # the sends drawn at the later steps' starts
-            lane._arrive(self.starts[-1])
+            lane.draw_due(self.starts[-1])
         assert Q.n - Q.head == self.qsize0 - A + self.drawn_done, "saturated stretch: draws out of step"
 
     def _join(self, A: int, K: int, C_adm: int) -> Rows | None:

@@ -689,11 +689,11 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     st = lane.stats
     sums = fold_run((t0, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes), got)
     clock = sums[0]  # step j runs clock[j] -> clock[j + 1]
-    k, k_arr = _cut_at_arrival(lane, nxt, clock, k, stop)
+    k, k_arr = cut_at_arrival(lane, nxt, clock, k, stop)
     if k < 2:
         return 0
     # The times copied (the ITL counter keeps them and weighs a view by the array it keeps alive: a price table);
-    # FLOPs and bytes stay views (the history keeps them, see _history_run).
+    # FLOPs and bytes stay views (the history keeps them, see history_run).
     steps = (got[0][:k].copy(), got[1][:k], got[2][:k], len(got[0]))
     used0 = lane.pool.used
     _apply_run(lane, k, clock, grown.after(k), (think, cached, gen))
@@ -709,7 +709,7 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
         lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
         lane.lora.step(b.adapters, k, float(lb.sum()), float(steps[2].sum()))
     # The last step, priced alone if someone reads last_cost (a fleet's replicas run many short runs: none do).
-    lane.priced = partial(_last_of_run, lane.sm, b, k - 1, n)
+    lane.priced = partial(last_of_run, lane.sm, b, k - 1, n)
     lane.stats.last_batch = n
     return k
 
@@ -718,7 +718,7 @@ def price_quiet(lane: Lane, s0: int, n: int, k: int, cached: np.ndarray | list[i
                 ) -> tuple[Batch | int, StepParts | None, _Steps]:
     """A quiet run's k steps of n rows whose caches sum to s0, priced: (its record, its parts, the steps' times,
     FLOPs and bytes). Read from a price table (engine.physics.run_table: the same
-    doubles, read-only) where one serves it, the record then the run's start sum (_last_of_run prices the last step
+    doubles, read-only) where one serves it, the record then the run's start sum (last_of_run prices the last step
     from it) and no parts; else run_batch's record priced. jump and open_loop's stretch both price their runs here.
     `cached`: the rows' caches, which window layers read (None where they are not at hand, as in open_loop's
     stretch: a model without window layers there, and no adapters)."""
@@ -734,7 +734,7 @@ def price_quiet(lane: Lane, s0: int, n: int, k: int, cached: np.ndarray | list[i
     return b, p, (p.time, p.flops_total, p.bytes_total)
 
 
-def _cut_at_arrival(lane: Lane, nxt: float, clock: np.ndarray, k: int, stop: float) -> tuple[int, int]:
+def cut_at_arrival(lane: Lane, nxt: float, clock: np.ndarray, k: int, stop: float) -> tuple[int, int]:
     """How many of a quiet run's k steps (starting at clock[:-1]) run before the next arrival (at `nxt`) or `stop`,
     and the first step starting at or after the arrival (k when none does).
 
@@ -765,13 +765,13 @@ def _arrive_in_run(lane: Lane, t: float) -> None:
     the first to share content (Lane.note_content), step() would have keyed the blocks the last step filled:
     so are they here (the run's earlier steps filled theirs with nothing shared, unkeyed)."""
     was = lane.shared_content
-    lane._arrive(t)
+    lane.draw_due(t)
     if lane.shared_content and not was:
         cached = lane.R.cols.cached[:lane.R.n]  # (after the run: no row has left yet)
         keying.fill(lane, np.flatnonzero((cached & (BLOCK - 1)) == 0))
 
 
-def _last_of_run(sm: StepModel, b: Batch | int, last: int, n: int) -> StepCost:
+def last_of_run(sm: StepModel, b: Batch | int, last: int, n: int) -> StepCost:
     """The StepCost of step `last` of a run priced as one record `b` (built only when last_cost is read), or read
     from a price table (`b` the run's start sum s0: run_batch's record has sum_ctx s0 + j n, attention pairs
     sum_ctx + 0.5 n, no window terms, no adapters)."""
@@ -906,7 +906,7 @@ def _account_run(lane: Lane, k: int, clock: np.ndarray, steps: tuple[np.ndarray,
     gone = 0 if done is None else lane.complete(done, t1).size  # (some row is done: k was its tokens left)
     if kept:  # (the rows the run left, not R.n: a row landed meanwhile, by on_done, is not in the counts)
         aggs.at = (t1, n - gone)
-    _history_run(lane, n, k, t0, steps, used, queue)
+    history_run(lane, n, k, t0, steps, used, queue)
     if lane.rec is not None:
         lane.rec.steps(lane, clock[1:k + 1], dts, n, byts, flops)  # (the steps' ends)
 
@@ -927,7 +927,7 @@ def fold_run(start: tuple[float, ...], steps: _Steps) -> np.ndarray:
     return np.add.accumulate(fold, axis=1, out=fold)
 
 
-def _history_run(lane: Lane, n: int, k: int, t0: float, steps: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+def history_run(lane: Lane, n: int, k: int, t0: float, steps: tuple[np.ndarray, np.ndarray, np.ndarray, int],
                  used: tuple[int, Growth], queue: tuple[int, int]) -> None:
     """The run's k rows (steps of n rows) of the per-tick history, noted as the arrays they come from and built
     when read (engine.serving.history): as account's push_row would have written them one by one. `t0`: the clock
@@ -969,6 +969,12 @@ STEP_KINDS: list[StepKind] = [
 
 
 _BUILT_IN = list(STEP_KINDS)  # the kinds above, in their order (run picks among them by the plan's shape)
+
+
+def built_in_only() -> bool:
+    """Whether the step kinds are the built-in ones alone: the stretches (engine.serving.saturated, open_loop)
+    take the built-in kinds' steps themselves, so a registered kind turns them off."""
+    return STEP_KINDS == _BUILT_IN
 
 
 def register(kind: StepKind, before: str = "mixed") -> None:

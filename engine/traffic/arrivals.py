@@ -96,6 +96,18 @@ class Arrivals:
         """Set every user's send time (inf: not waiting; a test's users, none waiting, without set_users)."""
         self._send_at = [float(x) for x in at]
 
+    def live_sends(self) -> list[float]:
+        """The send times of the users waiting to send, sorted (the heap's entries still current): what a saturated
+        stretch (engine.serving.saturated) draws its steps' arrivals against."""
+        at = self._send_at
+        return sorted([x for x, u in self._sends if at[u] == x])
+
+    def sends_of(self, users: list[int]) -> list[float]:
+        """The send times, in order, of those of these users (Python ints) that wait to send: a saturated stretch's
+        finished users just woken (an open-loop arrival, -1, and a user not waiting have none)."""
+        at = self._send_at
+        return [at[u] for u in users if 0 <= u < len(at) and at[u] != math.inf]
+
     @property
     def u_pending(self) -> np.ndarray:
         """Which users wait to send (thinking or about to send): those whose send time is set (a copy)."""

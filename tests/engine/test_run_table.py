@@ -11,7 +11,7 @@ from engine.physics import run_table
 from engine.physics.run_table import CHUNK, REACH, table_run
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions, price_run
-from engine.serving.steps import _last_of_run, run_batch
+from engine.serving.steps import last_of_run, run_batch
 
 # (hardware, model, options): dense with CUDA graphs (padding below their largest size, none above), MoE, MLA at
 # tp 8, tp 2 with expert parallel (all-gather), --ideal with fp8, the eager runtime (no graphs, KV read in several passes), tp 4.
@@ -56,7 +56,7 @@ def test_a_run_read_from_a_table_is_the_run_priced_directly(hw: str, model: str,
             assert not got[1].flags.writeable and not got[2].flags.writeable  # views of the table: never written
             # the last step's record from the run's start sum, as from its priced record
             last = int(rng.integers(0, k))
-            assert _last_of_run(sm, s0, last, n) == _last_of_run(sm, run_batch(sm.model, cached, k), last, n)
+            assert last_of_run(sm, s0, last, n) == last_of_run(sm, run_batch(sm.model, cached, k), last, n)
     assert read > 60
 
 
