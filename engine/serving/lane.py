@@ -415,10 +415,7 @@ class Lane:
         st.bytes += b
         mb = st.max_batch
         st.batch_hist[n if n <= mb else mb] += 1
-        # (pool.util and self.waiting written out: two property layers, ~0.5 us, on every eventful tick)
-        pool, Q = self.pool, self.Q
-        util = (pool.private + pool.keyed_used) / pool.total if pool.total else 0.0
-        st.hist.push_row((t1, dt, util, Q.n - Q.head + self.P.n, n, n_emit, in_new, c_in, dt - c_in, useful, b))
+        st.hist.push_row((t1, dt, self.pool.util, self.waiting, n, n_emit, in_new, c_in, dt - c_in, useful, b))
         st.last_batch = n
         if self.rec is not None:
             self.rec.step(self, t1, dt, tokens, n, b, ftot)
