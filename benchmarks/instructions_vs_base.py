@@ -9,7 +9,8 @@ a change of a few per cent (repeat it, and prefer more requests, below ~5 %), an
 interpreter-bound loop. Each tree runs the same `run` arguments twice in a fresh interpreter under callgrind, once
 with 1 request and once with --requests N, after one run outside valgrind (bytecode cached for both); the
 difference is the run's own work (imports and start-up cancel out). Needs valgrind (Debian's package); about 20 s
-a count. A benchmark, not a test: it asserts nothing.
+a count. A fleet (`-- --replicas 8 --router least-loaded ...`) is counted too, its replicas in the one process
+callgrind follows. A benchmark, not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -25,15 +26,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 DEFAULT_RUN = ["--rate", "2", "--prompt", "lognormal:1000,0.8", "--output", "lognormal:200,0.8"]
 
-# Builds the engine from the tree's own parser and runs it to the request bound (as speed_vs_base.py's run row).
+# Builds the simulator from the tree's own parser (a fleet for --replicas, --pd or --autoscale, its replicas in this
+# one process: callgrind counts one process) and runs it to the request bound (as speed_vs_base.py's run row).
 _WORKER = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
 from tui.cli import build_parser
-from tui.commands.run_cmd import config_from_args
+from tui.commands import run_cmd
 from engine.serving.engine import Engine
 argv = ["run", *sys.argv[2:]]
-e = Engine(config_from_args(build_parser(argv).parse_args(argv)))
+args = build_parser(argv).parse_args(argv)
+cfg = run_cmd.config_from_args(args)
+spec = run_cmd.fleet_spec(args, cfg) if hasattr(run_cmd, "fleet_spec") else None
+if spec is None or spec.single:
+    e = Engine(cfg)
+else:
+    from engine.fleet.fleet import Fleet
+    e = Fleet(spec, workers=1)
 e.run()
 e.metrics()
 """
