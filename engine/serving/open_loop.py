@@ -34,6 +34,7 @@ from engine.serving.saturated import (
     advance_rows,
     finished_rows,
     fresh,
+    plain,
     record_done,
     running,
     stamp_joined,
@@ -59,19 +60,7 @@ def eligible(lane: Lane, fed: bool = False) -> bool:
         return False
     if not fed and (src.arrivals.rate <= 0 or src.script is not None or src.budget.users or lane.on_done is not None):
         return False
-    if lane.spec_k or lane.load_s or lane.lora is not None or lane.rec is not None:
-        return False
-    if lane.staged or not lane.think_zero or lane.shared_content or lane.spec.debug:
-        return False
-    if not steps.built_in_only():
-        return False
-    pool, sched = lane.pool, lane.sched
-    if pool.tiers is not None or pool.keyed_used or pool.cached:
-        return False
-    if not sched.whole_prompts or not sched.admits_while_running() or lane.sm.model.sliding_layers > 0:
-        return False
-    R = lane.R
-    return not (lane.stats.preemptions and not np.isnan(R.cols.mark[:R.n]).all())
+    return not lane.pool.cached and plain(lane)
 
 
 def stretch(lane: Lane, stop: float, max_steps: int, fed: bool = False) -> int:

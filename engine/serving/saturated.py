@@ -59,20 +59,28 @@ def eligible(lane: Lane) -> bool:
     Q, src = lane.Q, lane.source
     if Q.n - Q.head < _MIN_QUEUE or lane.n_pf or lane.P.n or src.arrivals.rate > 0 or src.script is not None:
         return False  # (an open loop's overloaded queue: the arrivals the plan does not count)
-    if lane.spec_k or lane.load_s:
+    if lane.on_done is not None or (lane.caching and lane.pool.cached):
         return False
-    if lane.lora is not None or lane.rec is not None or lane.on_done is not None or lane.staged:
+    return lane.R.n > 0 and plain(lane)
+
+
+def plain(lane: Lane) -> bool:
+    """What both stretches (this module's and engine.serving.open_loop's) ask of a lane besides their own case: its
+    steps are the built-in kinds' plain ones the stretches take themselves (no speculation, tier loads, LoRA,
+    recorder, stages, hidden thinking, shared content or debug checks; no KV tiers or keyed blocks; whole prompts
+    admitted while rows run; no window layers) and no recompute after a preemption is under way (one ends with the
+    row's first step: none is with nothing prefilling)."""
+    if lane.spec_k or lane.load_s or lane.lora is not None or lane.rec is not None or lane.staged:
         return False
     if not lane.think_zero or lane.shared_content or lane.spec.debug or not steps.built_in_only():
         return False
     pool, sched = lane.pool, lane.sched
-    if pool.tiers is not None or pool.keyed_used or (lane.caching and pool.cached):
+    if pool.tiers is not None or pool.keyed_used:
         return False
     if not sched.whole_prompts or not sched.admits_while_running() or lane.sm.model.sliding_layers > 0:
         return False
     R = lane.R
-    # (a recompute after a preemption ends with the row's first step: none is under way with nothing prefilling)
-    return R.n > 0 and not (lane.stats.preemptions and not np.isnan(R.cols.mark[:R.n]).all())
+    return not (lane.stats.preemptions and not np.isnan(R.cols.mark[:R.n]).all())
 
 
 def stretch(lane: Lane, stop: float, max_steps: int) -> int:
