@@ -14,7 +14,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.serving import open_loop
 from engine.serving.engine import Engine
-from tests.engine.test_saturated import _state
+from tests.engine.test_saturated import _state, same_under_advance
 
 # `run --model llama-3.1-8b --rate 10` (issue 26's busy open loop), fewer requests.
 BASE = EngineConfig(model="llama-3.1-8b", rate=10.0, prompt="uniform:500,1500", output="uniform:100,300",
@@ -91,16 +91,4 @@ def test_stretch_at_tick_bounds(name: str) -> None:
 
 def test_stretch_in_steps_of_advance() -> None:
     """Engine.advance's bounds (a wall-clock frame's seconds and ticks) cut stretches as they cut step runs."""
-    cfg = replace(BASE, requests=400)
-    states = []
-    for on in (False, True):
-        open_loop.ENABLED = on
-        try:
-            eng = Engine(cfg)
-            for _ in range(60):
-                eng.advance(0.37, max_ticks=97)
-            states.append(_state(eng))
-        finally:
-            open_loop.ENABLED = True
-    for (k, a), (_, b) in zip(*states, strict=True):
-        assert a == b, f"{k} differs with open-loop stretches"
+    same_under_advance(open_loop, replace(BASE, requests=400), 60, "open-loop")

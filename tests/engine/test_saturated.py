@@ -93,18 +93,23 @@ def test_stretch_matches_steps(name: str) -> None:
         assert a == b, f"{name}: {k} differs with saturated stretches"
 
 
-def test_stretch_in_steps_of_advance() -> None:
-    """Engine.advance's bounds (a wall-clock frame's seconds and ticks) cut stretches as they cut step runs."""
-    cfg = replace(BASE, **VARIANTS["varied"])
+def same_under_advance(module: Any, cfg: EngineConfig, frames: int, what: str) -> None:
+    """`frames` frames of Engine.advance (0.37 s and 97 ticks each) with `module`'s stretches off, then on: every
+    figure the same (test_open_loop asks it of the open-loop stretches too)."""
     states = []
     for on in (False, True):
-        saturated.ENABLED = on
+        module.ENABLED = on
         try:
             eng = Engine(cfg)
-            for _ in range(40):
+            for _ in range(frames):
                 eng.advance(0.37, max_ticks=97)
             states.append(_state(eng))
         finally:
-            saturated.ENABLED = True
+            module.ENABLED = True
     for (k, a), (_, b) in zip(*states, strict=True):
-        assert a == b, f"{k} differs with saturated stretches"
+        assert a == b, f"{k} differs with {what} stretches"
+
+
+def test_stretch_in_steps_of_advance() -> None:
+    """Engine.advance's bounds (a wall-clock frame's seconds and ticks) cut stretches as they cut step runs."""
+    same_under_advance(saturated, replace(BASE, **VARIANTS["varied"]), 40, "saturated")
