@@ -18,10 +18,12 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from engine.serving.tables import Rows, Table
+from engine.serving.tables import IntCol, Rows, Table
 
 if TYPE_CHECKING:
     from engine.fleet.replica import Replica
+
+_TOTAL = int(IntCol.TOTAL)  # (a plain int indexes faster than an IntEnum member)
 
 
 class Feed:
@@ -87,8 +89,9 @@ class Feed:
     def _calm(self, row: Rows, t: float) -> float:
         """A time before which request `row` (arriving at t) cannot finish: it joins at its arrival at the earliest,
         and writes one token a step after that, each step no shorter than dt_min (the fleet's cheapest step, see
-        LazyLoop.calm)."""
-        return t + (int(row.total[0]) - 1) * self.dt_min  # type: ignore[operator]
+        Replica.calm_bound). The row's total read as one item of its integer part (~0.1 us against ~0.5 us for
+        the field's view, its element and int: a least-loaded fleet reads it at every arrival)."""
+        return t + (row.i.item(_TOTAL, 0) - 1) * self.dt_min  # type: ignore[operator]
 
     def draw_into(self, t: float, q: Table) -> int:
         """The rows arrived by t, queued in q (the lane's queue) as Replica.inject queues them; returns how many (0:

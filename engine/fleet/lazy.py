@@ -116,8 +116,9 @@ class LazyLoop:
             self.fleet.route_log.append((row, choice, t))  # (Fleet._give, less what a lazy loop never has)
             feed = rep.feed
             assert feed is not None
-            if not feed.rows and not rep.lane.has_work:  # idle: it waits for the request (as Fleet._give moves it)
-                rep.clock = max(rep.clock, t)
+            ln = rep.lane  # (rep.clock is its clock: read and set here without the property)
+            if not feed.rows and not ln.has_work:  # idle: it waits for the request (as Fleet._give moves it)
+                ln.clock = max(ln.clock, t)
             feed.push(row, t)
             # Its snapshot with the request queued: routing counts the rows its feed holds as queued, and the push
             # changed nothing else it reads (the record built afresh, not read: ~1.5 us less).
@@ -128,7 +129,7 @@ class LazyLoop:
                 loads[i] += 1
             # calm(rep) is the least of its steps' bound and feed.calm; rep.calm is it before the push (the loop
             # keeps it so), and the push changed only the feed's: so the new one is rep.calm and the new feed.calm's
-            # least (no steps_to_finish read).
+            # least (no calm_bound read).
             rep.calm = min(rep.calm, feed.calm)
             return 0
         choice, n = self.decide(row, stop)
@@ -259,15 +260,16 @@ class LazyLoop:
         return q
 
     def catch_up(self, r: Replica, stop: float, calm: bool = True) -> int:
-        """Take replica r's steps that start before `stop`; with `calm`, only as far as needed to be sure no
-        request of its finishes in them unseen, keeping r.calm up to date. Without `calm`, r.calm is left for the
-        caller to set (it is read only at the next arrival). Returns the steps taken. A replica with nothing to
-        run but requests handed to it (Feed) waits for the first of them (as Fleet._give moves its clock)."""
+        """Take replica r's steps that start before `stop`; with `calm` (asked only of a replica not calm past
+        `stop`: r.calm < stop), only as far as needed to be sure no request of its finishes in them unseen, keeping
+        r.calm up to date (read after each step: Replica.calm_bound). Without `calm`, r.calm is left for the caller
+        to set (it is read only at the next arrival). Returns the steps taken. A replica with nothing to run but
+        requests handed to it (Feed) waits for the first of them (as Fleet._give moves its clock)."""
         n = 0
         ln = r.lane  # (its clock is r.clock, read here without the property)
         feed = r.feed
         done = r.finished_rows
-        while ln.clock < stop and not (calm and r.calm >= stop):
+        while ln.clock < stop:
             if not ln.has_work:
                 if feed is None or feed.next_time >= stop:
                     break
@@ -278,7 +280,9 @@ class LazyLoop:
                     self.commit[r.index] -= _held_whole(done)
                 done.clear()  # open loop: no user to wake (Fleet._think would wake nobody)
             if calm:
-                r.calm = self.calm(r)
+                c = r.calm = r.calm_bound()
+                if c >= stop:
+                    break
         if n:
             self.fleet.ticks += n
             # A steady router reads every replica at every arrival: read this one now, else when next asked.
@@ -289,12 +293,9 @@ class LazyLoop:
         return n
 
     def calm(self, r: Replica) -> float:
-        """A time before which no step of r can finish a request: after m - 1 more steps at the least, each no
-        shorter than the cheapest step this model can take (every cost term grows with tokens and context)."""
-        m = r.steps_to_finish()
-        c = math.inf if not m else r.lane.clock + (m - 1) * self.dt_min  # (r.clock without the property)
-        feed = r.feed
-        return c if feed is None else min(c, feed.calm)  # the requests its lane has not drawn yet (Feed.calm)
+        """A time before which no step of r can finish a request (Replica.calm_bound, which catch_up reads directly
+        after each step it takes)."""
+        return r.calm_bound()
 
 
 def _held_whole(done: list[Rows]) -> int:

@@ -26,7 +26,7 @@ from engine.serving.lane import Lane
 from engine.serving.tables import BLOCK, SHIFT, Rows, blocks_for
 
 KV_HISTORY = 128  # steps of KV fill each replica's row carries (ReplicaState.kv_history)
-_FEW_ROWS = 4  # steps_to_finish reads a table of up to this many live rows one row at a time,
+_FEW_ROWS = 4  # calm_bound reads a table of up to this many live rows one row at a time,
 _LIST_ROWS = 32  # ... and up to this many as a Python list
 
 
@@ -65,7 +65,7 @@ class Replica(Engine):
         self.held = 0  # KV blocks pinned by copies (prefill: until the copy lands; decode: reserved for it)
         self.inflight = 0  # decode: batch slots reserved for copies on their way
         self.finished_rows: list[Rows] = []
-        self.calm = -math.inf  # no step that could finish a request starts before this time (LazyLoop.calm)
+        self.calm = -math.inf  # no step that could finish a request starts before this time (calm_bound)
         self.eventful = 0  # steps ahead that admit a new request, so cannot be a quiet run (see step_before)
         self.hint = False  # take those steps one by one (set by an open-loop fleet, see Fleet.__init__)
         # Whether requests injected here can carry content another could share (a group prefix, a body): only a
@@ -174,21 +174,34 @@ class Replica(Engine):
         would reuse (0 with prefix caching off)."""
         return self.lane.pool.match(keys)
 
-    def steps_to_finish(self) -> int:
-        """The fewest steps after which a request here can finish: each step emits at most one token per request
-        (no speculative decoding), so a request needs as many steps as tokens it has left (0: nothing here)."""
+    def calm_bound(self) -> float:
+        """A time before which no step of this replica can finish a request (the lazy loop's calm, engine.fleet.lazy):
+        each step emits at most one token per request (no speculative decoding), so a request needs as many steps
+        as tokens it has left; after m - 1 more steps at the least (m the fewest left over its requests running,
+        preempted or queued; inf with none), each no shorter than dt_min, the cheapest step this model can take
+        (every cost term grows with tokens and context). Those routed here and not drawn yet (Feed) finish no
+        sooner than Feed.calm.
+
+        The lazy loop reads it after every step it takes (~2.6 times an arrival on a least-loaded fleet day), so it
+        is one call: each table read through its columns (its live rows are [start, n)), a lone running row (the
+        usual case at low load) as two items, the queue and the preempted only when some request waits."""
         ln = self.lane
-        # The lazy loop asks after every step it takes (LazyLoop.calm): each table read through its columns (its
-        # live rows are [start, n)), the queue and the preempted only when some request waits.
-        R = ln.R
-        m = _least_left(R.cols, 0, R.n) if R.n else 0
-        if ln.waiting:
-            for t in (ln.P, ln.Q):
+        R, Q, P = ln.R, ln.Q, ln.P
+        n = R.n
+        if n == 1:
+            c = R.cols
+            m = c.total.item(0) - c.gen.item(0)
+        else:
+            m = _least_left(R.cols, 0, n) if n else 0
+        if Q.n > Q.head or P.n:  # (ln.waiting without its property call)
+            for t in (P, Q):
                 s = t.start
                 if t.n > s:
                     left = _least_left(t.cols, s, t.n)
                     m = left if not m else min(m, left)
-        return m
+        calm = math.inf if not m else ln.clock + (m - 1) * self.dt_min
+        feed = self.feed
+        return calm if feed is None or feed.calm >= calm else feed.calm  # (min(calm, feed.calm) without the call)
 
     def routing(self, wanted: bool, keys: np.ndarray | None) -> RoutingSnapshot:
         """What a router reads of this replica; the blocks its waiting requests want only if `wanted`, and the

@@ -131,7 +131,7 @@ class LeastLoaded(Router):
         """The least load, the first of equal ones (least_loaded's tie to the lowest index), in two C calls: ~0.3 us
         against ~1.2 us for least_loaded's loop over 8 snapshots (a least-loaded fleet asks at every arrival)."""
         m = min(loads)
-        return Pick(loads.index(m), self.name, m)
+        return tuple.__new__(Pick, (loads.index(m), self.name, m))  # (a NamedTuple's own __new__ costs ~0.3 us more)
 
 
 class KvAware(Router):

@@ -63,7 +63,7 @@ def test_kept_snapshots_are_the_replicas_read_afresh(router: str, monkeypatch: p
 
 
 def _fewest_left(r: Replica) -> int:
-    """steps_to_finish by its definition: the least (total - gen) over running, preempted then queued requests,
+    """The fewest tokens left by definition: the least (total - gen) over running, preempted then queued requests,
     a table's 0 giving way to the next one's figure, as numpy computes it on each whole table."""
     ln = r.lane
     m = 0
@@ -74,23 +74,32 @@ def _fewest_left(r: Replica) -> int:
     return m
 
 
-def test_steps_to_finish_is_the_least_tokens_left_over_every_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Its running batch is read as a Python min over a list (a few rows: cheaper than numpy's), and the queue
-    # and the preempted only when some request waits: after every step it must give the definition's figure,
-    # through batches, queues and preemptions.
+def _calm_by_definition(r: Replica) -> float:
+    """Replica.calm_bound by its definition: the fewest steps to a finish (_fewest_left) at dt_min each from the
+    clock, the first of them starting now, and no sooner than its feed's calm."""
+    m = _fewest_left(r)
+    c = math.inf if not m else r.clock + (m - 1) * r.dt_min
+    return c if r.feed is None else min(c, r.feed.calm)
+
+
+def test_calm_bound_is_the_definitions_over_every_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its running batch is read as two items for one row, one row at a time for a few, as a Python min over a list
+    # for more, and the queue and the preempted only when some request waits: after every step it must give the
+    # definition's figure, through batches, queues and preemptions.
     # A table is read one row at a time, as a list or by numpy's min by its size (_least_left): each way is met.
     original = Replica.step_before
     tables = {"R": 0, "P": 0, "Q": 0}
-    sizes = {"few": 0, "list": 0, "numpy": 0}
+    sizes = {"one": 0, "few": 0, "list": 0, "numpy": 0}
 
     def checked(self: Replica, limit: float, max_steps: int) -> int:
         k = original(self, limit, max_steps)
-        assert self.steps_to_finish() == _fewest_left(self)
+        assert self.calm_bound() == _calm_by_definition(self)
         for name in tables:
             size = getattr(self.lane, name).size
             tables[name] += size > 0
             if size:
-                sizes["few" if size <= _FEW_ROWS else "list" if size <= _LIST_ROWS else "numpy"] += 1
+                sizes["one" if size == 1 else "few" if size <= _FEW_ROWS else "list" if size <= _LIST_ROWS
+                      else "numpy"] += 1
         return k
 
     monkeypatch.setattr(Replica, "step_before", checked)
@@ -218,14 +227,14 @@ def test_a_feed_queues_a_request_as_inject_does() -> None:
 def test_kept_calm_is_the_replicas_calm_read_afresh(router: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Each replica's calm is kept from one arrival to the next (a steady router's arrival lowers it to its feed's
     # new calm instead of reading the replica again): at every arrival, before and after, each must be what
-    # LazyLoop.calm gives now.
+    # Replica.calm_bound gives now.
     original = LazyLoop.arrive
     seen = [0]
 
     def checked(self: LazyLoop, row: object, t: float, stop: float) -> int:
-        assert [r.calm for r in self.reps] == [self.calm(r) for r in self.reps]
+        assert [r.calm for r in self.reps] == [r.calm_bound() for r in self.reps]
         n = original(self, row, t, stop)  # type: ignore[arg-type]
-        assert [r.calm for r in self.reps] == [self.calm(r) for r in self.reps]
+        assert [r.calm for r in self.reps] == [r.calm_bound() for r in self.reps]
         seen[0] += 1
         return n
 
