@@ -26,7 +26,7 @@ from engine.config import MAX_BATCHED_TOKENS, EngineConfig
 from engine.errors import InputError
 from engine.fleet import pool
 from engine.fleet.autoscale import POLICIES
-from engine.fleet.fleet import Fleet, FleetSpec, engine_for, parse_pd, scripted
+from engine.fleet.fleet import Fleet, FleetSpec, StepModels, engine_for, parse_pd, scripted
 from engine.fleet.routers import ROUTERS
 from engine.fleet.spec import ScaleSpec, parse_autoscale
 from engine.physics import energy
@@ -368,13 +368,20 @@ def _slo_bounds(cfg: EngineConfig, percentile: float) -> tuple[float | None, flo
     return ttft, tpot
 
 
+# The step models of the latest points' replica configurations (hardware, model, tp, batch caps ...), shared by the
+# points that differ only in replicas or router (a grid's neighbours: its order puts them together), so each quiet-run
+# price table is priced once per configuration, not once per replica of every point. A few kept: each holds up to
+# ~9 MB of tables (engine.physics.run_table).
+_STEP_MODELS = StepModels(keep=4)
+
+
 def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | None = None) -> PointResult:
     """Serve the workload on the point's deployment to the end and return its numbers.
 
     One replica runs on the engine itself (a fleet of one gives the same numbers; the engine also replays
     --workload files and --trace); more run as a fleet.
     """
-    dep = engine_for(fleet_spec(point, base, kv_link_gbps))
+    dep = engine_for(fleet_spec(point, base, kv_link_gbps), step_models=_STEP_MODELS)
     dep.run()
     tot, used, m = _read(dep, point, base)
     lat = dep.latencies()
