@@ -32,7 +32,7 @@ from engine.fleet.spec import ScaleSpec, parse_autoscale
 from engine.physics import energy
 from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware
-from engine.serving.accounting import L, Totals, finite_percentiles, totals
+from engine.serving.accounting import L, Totals, finite_percentiles, totals, uncount_itl
 from engine.serving.engine import Engine
 from engine.traffic.workload import parse_dist
 
@@ -382,6 +382,8 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
     --workload files and --trace); more run as a fleet.
     """
     dep = engine_for(fleet_spec(point, base, kv_link_gbps), step_models=_STEP_MODELS)
+    if _brief(point, base):
+        uncount_itl(_lanes(dep))  # (nothing the point reads is an inter-token latency)
     dep.run()
     tot, used, m = _read(dep, point, base)
     lat = dep.latencies()
@@ -413,14 +415,25 @@ def _read(dep: Engine | Fleet, point: Point, base: EngineConfig) -> tuple[Totals
     autoscaler's GPU-hours, energy), else None: the metrics' percentiles, histograms and rates (~3 ms a point,
     2-3 % of one) are not built for a plan point that reads none of them. Both ways read the same numbers:
     run_metrics takes its totals from accounting.totals and its replicas' rows from Replica.summary."""
-    if point.pd is None and point.scale is None and not base.energy:
+    if _brief(point, base):
+        tot = totals(_lanes(dep))
         if isinstance(dep, Fleet):
-            tot = totals([r.lane for r in dep.reps])
             return tot, _used([r.summary(tot.sim_time_s) for r in dep.reps]), None
-        return totals(list(dep.lanes)), point.replicas, None
+        return tot, point.replicas, None
     m = dep.metrics()
     reps = m.get("replicas")
     return Totals(*(m[k] for k in Totals._fields)), point.replicas if reps is None else _used(reps), m
+
+
+def _brief(point: Point, base: EngineConfig) -> bool:
+    """Whether a point's figures come from its run's totals and latency rows alone (no P:D, autoscaling or energy:
+    see _read), so its run need count no inter-token latencies."""
+    return point.pd is None and point.scale is None and not base.energy
+
+
+def _lanes(dep: Engine | Fleet) -> list[Any]:
+    """Every lane of an engine or a fleet (a replica's one lane each)."""
+    return [r.lane for r in dep.reps] if isinstance(dep, Fleet) else list(dep.lanes)
 
 
 def _used(reps: list[dict[str, Any]]) -> int:

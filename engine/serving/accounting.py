@@ -291,6 +291,42 @@ class Itl:
         return Summary(total / (n << _FIX_BITS), p[0], p[1], p[2])  # int / int: correctly rounded
 
 
+class Uncounted(Itl):
+    """An Itl that counts nothing, for a run whose inter-token latencies nobody reads (a plan point reads its totals
+    and latency rows: plan._read): the writers' calls return at once, so the runs' step times are never binned (the
+    binning is ~2-3 % of a low-load run). Reading it is an error, not an empty histogram."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:  # (no histogram to allocate)
+        pass
+
+    def add(self, dt: float, stage: np.ndarray | int, k: int) -> None:
+        """Nothing counted."""
+
+    def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
+        """Nothing counted."""
+
+    @property
+    def counts(self) -> np.ndarray:
+        raise RuntimeError("this run counted no inter-token latencies (accounting.uncount_itl)")
+
+    @property
+    def sum(self) -> list[int]:
+        raise RuntimeError("this run counted no inter-token latencies (accounting.uncount_itl)")
+
+    @property
+    def n(self) -> np.ndarray:
+        raise RuntimeError("this run counted no inter-token latencies (accounting.uncount_itl)")
+
+
+def uncount_itl(lanes: Iterable[LaneLike]) -> None:
+    """Count no inter-token latencies in these lanes from now on (Uncounted): for a caller that will read only their
+    totals and latency rows, before the run."""
+    for ln in lanes:
+        ln.stats.itl = Uncounted()
+
+
 @dataclass(slots=True)
 class LaneStats:
     """One lane's running totals (per GPU of its group) and bounded histories."""

@@ -12,7 +12,7 @@ from engine.fleet import plan as pl
 from engine.fleet.fleet import Fleet, FleetSpec, StepModels, engine_for
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepOptions
-from engine.serving.accounting import Totals
+from engine.serving.accounting import Totals, uncount_itl
 
 BASE = EngineConfig(rate=3, users=0, requests=150, prompt="lognormal:800,0.6", output="lognormal:120,0.6")
 SLO = pl.Slo(ttft=0.5, tpot=0.04)
@@ -81,3 +81,19 @@ def test_plan_points_sharing_step_models_give_the_results_of_fresh_ones(monkeypa
     fresh = [pl.evaluate(p, BASE, SLO) for p in points]
     assert [r.as_dict() for r in shared] == [r.as_dict() for r in fresh]
     assert [r.served for r in shared] == [r.served for r in fresh]
+
+
+def test_points_counting_no_itl_give_the_results_of_counting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A point reading only totals counts no inter-token latencies (accounting.uncount_itl): its results are those
+    of a run that counts them, and its metrics refuse to report a histogram they never kept."""
+    points = POINTS + [replace(POINTS[2], router="round-robin", max_num_seqs=2)]
+    skipped = [pl.evaluate(p, BASE, SLO) for p in points]
+    monkeypatch.setattr(pl, "uncount_itl", lambda lanes: None)
+    counted = [pl.evaluate(p, BASE, SLO) for p in points]
+    assert [r.as_dict() for r in skipped] == [r.as_dict() for r in counted]
+    assert [r.served for r in skipped] == [r.served for r in counted]
+    dep = engine_for(pl.fleet_spec(POINTS[2], BASE))
+    uncount_itl(pl._lanes(dep))
+    dep.run()
+    with pytest.raises(RuntimeError, match="no inter-token latencies"):
+        dep.metrics()
