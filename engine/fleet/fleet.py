@@ -41,6 +41,7 @@ from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
 from engine.fleet.routers import ROUTERS, Pick, RoutingSnapshot, make_router
 from engine.fleet.spec import FleetSpec, parse_pd
 from engine.physics.batch import Batch
+from engine.physics.calibration import Runtime, load_runtime
 from engine.physics.energy import recent_power
 from engine.physics.specs import Hardware, Model
 from engine.physics.step import StepModel, StepOptions
@@ -99,22 +100,24 @@ class StepModels:
     A step model is a pure function of those three, and what it caches (StepModel._memo: the fixed terms of a step
     shape, run_table's quiet-run price tables) is too, so engines sharing one price every step to the same doubles;
     each table is priced once for all of them instead of once per replica (a fleet's) or per point (a plan's). The
-    hardware and model are keyed by identity (the spec loaders return one object per name) and held with the model
-    so an id is never reused while its entry lives."""
+    hardware, model and runtime profile are keyed by identity (their loaders return one object per name until a
+    file is loaded again, which then gives a new one: a profile re-registered under its name is not priced with the
+    old one), and held with the model so an id is never reused while its entry lives."""
 
     def __init__(self, keep: int = 1) -> None:
         self.keep = keep
-        self._held: OrderedDict[tuple[int, int, StepOptions], tuple[Hardware, Model, StepModel]] = OrderedDict()
+        self._held: OrderedDict[tuple[int, int, int, StepOptions], tuple[Any, ...]] = OrderedDict()
 
     def __call__(self, hw: Hardware, model: Model, opts: StepOptions) -> StepModel:
         """The held step model for (hw, model, opts), or a new one held in the place of the least recently used."""
-        key = (id(hw), id(model), opts)
+        rt = opts.runtime if isinstance(opts.runtime, Runtime) else load_runtime(opts.runtime)
+        key = (id(hw), id(model), id(rt), opts)
         got = self._held.get(key)
         if got is not None:
             self._held.move_to_end(key)
-            return got[2]
+            return got[-1]  # type: ignore[no-any-return]
         sm = StepModel(hw, model, opts)
-        self._held[key] = (hw, model, sm)
+        self._held[key] = (hw, model, rt, sm)
         while len(self._held) > self.keep:
             self._held.popitem(last=False)
         return sm

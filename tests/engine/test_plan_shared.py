@@ -10,6 +10,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.fleet import plan as pl
 from engine.fleet.fleet import Fleet, FleetSpec, StepModels, engine_for
+from engine.physics.calibration import register
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepOptions
 from engine.serving.accounting import Totals, uncount_itl
@@ -97,3 +98,18 @@ def test_points_counting_no_itl_give_the_results_of_counting(monkeypatch: pytest
     dep.run()
     with pytest.raises(RuntimeError, match="no inter-token latencies"):
         dep.metrics()
+
+
+def test_step_models_follow_a_runtime_profile_registered_again() -> None:
+    """A profile registered again under its name (a calibrate file loaded again) is a new key: the held step model
+    priced with the old profile is not handed out for it."""
+    hw, m = load_hardware("h100-sxm"), load_model("generic-14b")
+    section = {"description": "test (calibrated)", "bw_eff": 0.5, "flops_eff": 0.5, "step_overhead_s": 0.001,
+               "layer_overhead_s": 1e-5}
+    register("test-shared-models", section)
+    models = StepModels(keep=4)
+    a = models(hw, m, StepOptions(runtime="test-shared-models"))
+    assert models(hw, m, StepOptions(runtime="test-shared-models")) is a
+    register("test-shared-models", {**section, "bw_eff": 0.25})
+    b = models(hw, m, StepOptions(runtime="test-shared-models"))
+    assert b is not a and b.runtime.bw_eff == 0.25 and a.runtime.bw_eff == 0.5
