@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,8 +41,10 @@ from engine.fleet.replica import KV_HISTORY, Replica, ReplicaState, prefix_keys
 from engine.fleet.routers import ROUTERS, Pick, RoutingSnapshot, make_router
 from engine.fleet.spec import FleetSpec, parse_pd
 from engine.physics.batch import Batch
+from engine.physics.calibration import Runtime, load_runtime
 from engine.physics.energy import recent_power
-from engine.physics.step import StepModel
+from engine.physics.specs import Hardware, Model
+from engine.physics.step import StepModel, StepOptions
 from engine.serving import lora_slots
 from engine.serving.accounting import H, T, check_conserved, explain, rolling, run_metrics
 from engine.serving.engine import Engine, check_config, users_out
@@ -52,7 +54,7 @@ from engine.serving.tables import Rows
 from engine.traffic.source import RequestSource, Workload, load_script
 
 __all__ = ["KV_HISTORY", "KV_LINK_LATENCY_S", "ROUTERS", "CopyState", "Fleet", "FleetSpec", "ReplicaState", "Route",
-           "engine_for", "parse_pd", "scripted"]
+           "StepModels", "engine_for", "parse_pd", "scripted"]
 
 MAX_REPLICAS = 4096
 ROUTE_LOG = 8  # the router's latest decisions kept for the app (Fleet.routes)
@@ -91,10 +93,41 @@ def replica_states(reps: list[Replica], scaler: Autoscaler | None, now: float, e
     return tuple(states)
 
 
+class StepModels:
+    """Step models shared by the engines that ask for the same hardware, model and options (an Engine's
+    `step_models`): the `keep` most recently asked for are held.
+
+    A step model is a pure function of those three, and what it caches (StepModel._memo: the fixed terms of a step
+    shape, run_table's quiet-run price tables) is too, so engines sharing one price every step to the same doubles;
+    each table is priced once for all of them instead of once per replica (a fleet's) or per point (a plan's). The
+    hardware, model and runtime profile are keyed by identity (their loaders return one object per name until a
+    file is loaded again, which then gives a new one: a profile re-registered under its name is not priced with the
+    old one), and held with the model so an id is never reused while its entry lives."""
+
+    def __init__(self, keep: int = 1) -> None:
+        self.keep = keep
+        self._held: OrderedDict[tuple[int, int, int, StepOptions], tuple[Any, ...]] = OrderedDict()
+
+    def __call__(self, hw: Hardware, model: Model, opts: StepOptions) -> StepModel:
+        """The held step model for (hw, model, opts), or a new one held in the place of the least recently used."""
+        rt = opts.runtime if isinstance(opts.runtime, Runtime) else load_runtime(opts.runtime)
+        key = (id(hw), id(model), id(rt), opts)
+        got = self._held.get(key)
+        if got is not None:
+            self._held.move_to_end(key)
+            return got[-1]  # type: ignore[no-any-return]
+        sm = StepModel(hw, model, opts)
+        self._held[key] = (hw, model, rt, sm)
+        while len(self._held) > self.keep:
+            self._held.popitem(last=False)
+        return sm
+
+
 class Fleet:
     """Replicas of one deployment behind a router, on one clock: run(), metrics(), latencies()."""
 
-    def __init__(self, spec: FleetSpec, preroute: bool = True, workers: int = 1) -> None:
+    def __init__(self, spec: FleetSpec, preroute: bool = True, workers: int = 1,
+                 step_models: StepModels | None = None) -> None:
         _validate(spec)
         cfg = spec.config
         check_config(cfg)  # the workload's own options (users, rate, bounds): the replicas are built without them
@@ -102,10 +135,11 @@ class Fleet:
         n_pf = spec.pd[0] if spec.pd else 0
         roles = ["prefill"] * n_pf + ["decode"] * (spec.replicas - n_pf) if spec.pd else ["both"] * spec.replicas
         script = load_script(cfg)
-        first = Replica(cfg, 0, roles[0])
+        models = step_models or StepModels()  # every replica prices with one step model (or a caller's: a plan's)
+        first = Replica(cfg, 0, roles[0], models)
         # Estimated before the rest are built: 4,096 replicas take gigabytes.
         self.estimate = _check_budget(cfg, first, script, spec.replicas)
-        self.reps = [first, *(Replica(cfg, i, role) for i, role in enumerate(roles) if i)]
+        self.reps = [first, *(Replica(cfg, i, role, models) for i, role in enumerate(roles) if i)]
         _share_remote_tier(self.reps, cfg.kv_tier_policy)
         # The workload, drawn once for the whole fleet: the streams, lengths, content and stages one engine's main
         # lane draws, clipped to what a replica holds.
@@ -147,11 +181,7 @@ class Fleet:
         # so a fleet inside a plan worker (already one process of a pool) never nests a pool.
         self.workers = max(1, int(workers))
         self.ahead: deque[Rows] = deque()  # open-loop requests drawn ahead, not yet routed (_run_lazy)
-        # The cheapest step this model can take (one token, no context; a decode replaying a full CUDA graph or a
-        # prefill chunk without logits), less a margin for rounding in the lanes' clock sums.
-        self.dt_min = 0.999 * min(sm.price(Batch(tokens=1, seqs=1, sum_ctx=0.0, sum_win=0.0, attn_full=0.5,
-                                                 attn_win=0.5, logits=lg, attn_decode=ad)).time
-                                  for lg, ad in ((1, 0.5), (0, 0.0)))
+        self.dt_min = _dt_min(sm)
         for r in self.reps:  # (each bounds its quiet runs' length with it: see Replica.step_before)
             r.dt_min = self.dt_min
 
@@ -528,6 +558,13 @@ class Fleet:
         return m
 
 
+def _dt_min(sm: StepModel) -> float:
+    """The cheapest step this model can take (one token, no context; a decode replaying a full CUDA graph or a
+    prefill chunk without logits), less a margin for rounding in the lanes' clock sums."""
+    return 0.999 * min(sm.price(Batch(tokens=1, seqs=1, sum_ctx=0.0, sum_win=0.0, attn_full=0.5, attn_win=0.5,
+                                      logits=lg, attn_decode=ad)).time for lg, ad in ((1, 0.5), (0, 0.0)))
+
+
 def _share_remote_tier(reps: list[Replica], policy: str) -> None:
     """The remote KV tier is one store for the whole fleet: every replica's pool spills to and reads from the same
     one (engine.serving.kv_tiers), so the prefix-aware router can send a request where another replica's spill is
@@ -567,14 +604,15 @@ def _serve_share(job: tuple[Replica, Rows, float | None]) -> tuple[Replica, int]
     return r, n
 
 
-def engine_for(spec: FleetSpec, preroute: bool = True) -> Engine | Fleet:
+def engine_for(spec: FleetSpec, preroute: bool = True, step_models: StepModels | None = None) -> Engine | Fleet:
     """One Engine for one replica without P/D, else a Fleet: the one place options become a simulator.
 
     `preroute=False` keeps a round-robin fleet on the event-ordered loop, which `advance_to` (the app) needs.
+    `step_models`: step models shared with other simulators (a plan's points; None: the simulator's own).
     """
     if spec.single:
-        return Engine(spec.config)
-    return Fleet(spec, preroute=preroute)
+        return Engine(spec.config) if step_models is None else Engine(spec.config, step_models)
+    return Fleet(spec, preroute=preroute, step_models=step_models)
 
 
 def scripted(cfg: EngineConfig) -> bool:

@@ -26,13 +26,13 @@ from engine.config import MAX_BATCHED_TOKENS, EngineConfig
 from engine.errors import InputError
 from engine.fleet import pool
 from engine.fleet.autoscale import POLICIES
-from engine.fleet.fleet import FleetSpec, engine_for, parse_pd, scripted
+from engine.fleet.fleet import Fleet, FleetSpec, StepModels, engine_for, parse_pd, scripted
 from engine.fleet.routers import ROUTERS
 from engine.fleet.spec import ScaleSpec, parse_autoscale
 from engine.physics import energy
 from engine.physics.batch import Batch
 from engine.physics.specs import load_hardware
-from engine.serving.accounting import L, finite_percentiles
+from engine.serving.accounting import L, Totals, finite_percentiles, totals, uncount_itl
 from engine.serving.engine import Engine
 from engine.traffic.workload import parse_dist
 
@@ -368,20 +368,29 @@ def _slo_bounds(cfg: EngineConfig, percentile: float) -> tuple[float | None, flo
     return ttft, tpot
 
 
+# The step models of the latest points' replica configurations (hardware, model, tp, batch caps ...), shared by the
+# points that differ only in replicas or router (a grid's neighbours: its order puts them together), so each quiet-run
+# price table is priced once per configuration, not once per replica of every point. A few kept: each holds up to
+# ~9 MB of tables (engine.physics.run_table).
+_STEP_MODELS = StepModels(keep=4)
+
+
 def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | None = None) -> PointResult:
     """Serve the workload on the point's deployment to the end and return its numbers.
 
     One replica runs on the engine itself (a fleet of one gives the same numbers; the engine also replays
     --workload files and --trace); more run as a fleet.
     """
-    dep = engine_for(fleet_spec(point, base, kv_link_gbps))
+    dep = engine_for(fleet_spec(point, base, kv_link_gbps), step_models=_STEP_MODELS)
+    if _brief(point, base):
+        uncount_itl(_lanes(dep))  # (nothing the point reads is an inter-token latency)
     dep.run()
-    m = dep.metrics()
+    tot, used, m = _read(dep, point, base)
     lat = dep.latencies()
     ttft, tpot = lat[:, L.TTFT], lat[:, L.TPOT]
     q = slo.percentile
-    sim = m["sim_time_s"]
-    tokens = m["input_tokens"] + m["output_tokens"]
+    sim = tot.sim_time_s
+    tokens = tot.input_tokens + tot.output_tokens
     ok = np.ones(ttft.size, dtype=bool)
     if slo.ttft is not None:
         ok &= ttft <= slo.ttft
@@ -389,20 +398,48 @@ def evaluate(point: Point, base: EngineConfig, slo: Slo, kv_link_gbps: float | N
         ok &= ~(tpot > slo.tpot)  # a one-token answer has no TPOT: it cannot miss it
     good = int(ok.sum())
     goodput = good / sim if sim else 0.0
-    cost_h, per_dollar, per_mtok, gpu_h = _costs(point, base, sim, tokens, goodput,
-                                                 m["autoscale"]["gpu_hours"] if point.scale is not None else None)
+    scaled = m["autoscale"]["gpu_hours"] if m is not None and point.scale is not None else None
+    cost_h, per_dollar, per_mtok, gpu_h = _costs(point, base, sim, tokens, goodput, scaled)
     watts = energy.run_energy(m, dep.step_model, point.gpus, point.replica_gpus, base.price_per_kwh,
                               cost_h / point.gpus) \
-        if base.energy else {}
-    # A fleet's replicas from the first up to the last one that received a request (a replica that never did has
-    # neither an answer nor a queue peak); an engine is its one replica.
-    reps = m.get("replicas")
-    used = point.replicas if reps is None else \
-        1 + max((i for i, r in enumerate(reps) if r["requests_completed"] or r["queue_peak"]), default=-1)
+        if m is not None and base.energy else {}
     return PointResult(point, cost_h, _pct(ttft, q), _pct(tpot, q), _pct(ttft, 99), _pct(tpot, 99), goodput,
                        per_dollar, good / ttft.size if ttft.size else 0.0, per_mtok,
-                       m["throughput_out_tok_s"], m["requests_completed"], sim, m["preemptions"], gpu_h,
+                       tot.throughput_out_tok_s, tot.requests_completed, sim, tot.preemptions, gpu_h,
                        **{k: watts[k] for k in _ENERGY if k in watts}, served=Served(tokens, used))
+
+
+def _read(dep: Engine | Fleet, point: Point, base: EngineConfig) -> tuple[Totals, int, dict[str, Any] | None]:
+    """What evaluate reads of a finished run: its totals, how many of its replicas (from the first) received a
+    request, and its whole metrics where a figure needs them (P:D reads answers from its decode replicas alone, an
+    autoscaler's GPU-hours, energy), else None: the metrics' percentiles, histograms and rates (~3 ms a point,
+    2-3 % of one) are not built for a plan point that reads none of them. Both ways read the same numbers:
+    run_metrics takes its totals from accounting.totals and its replicas' rows from Replica.summary."""
+    if _brief(point, base):
+        tot = totals(_lanes(dep))
+        if isinstance(dep, Fleet):
+            return tot, _used([r.summary(tot.sim_time_s) for r in dep.reps]), None
+        return tot, point.replicas, None
+    m = dep.metrics()
+    reps = m.get("replicas")
+    return Totals(*(m[k] for k in Totals._fields)), point.replicas if reps is None else _used(reps), m
+
+
+def _brief(point: Point, base: EngineConfig) -> bool:
+    """Whether a point's figures come from its run's totals and latency rows alone (no P:D, autoscaling or energy:
+    see _read), so its run need count no inter-token latencies."""
+    return point.pd is None and point.scale is None and not base.energy
+
+
+def _lanes(dep: Engine | Fleet) -> list[Any]:
+    """Every lane of an engine or a fleet (a replica's one lane each)."""
+    return [r.lane for r in dep.reps] if isinstance(dep, Fleet) else list(dep.lanes)
+
+
+def _used(reps: list[dict[str, Any]]) -> int:
+    """A fleet's replicas from the first up to the last one that received a request (a replica that never did has
+    neither an answer nor a queue peak), from their metrics rows (Replica.summary)."""
+    return 1 + max((i for i, r in enumerate(reps) if r["requests_completed"] or r["queue_peak"]), default=-1)
 
 
 def _costs(point: Point, base: EngineConfig, sim: float, tokens: int, goodput: float,

@@ -11,6 +11,7 @@ the fleet and its routers never touch a lane.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,6 +20,8 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.fleet.feed import Feed
 from engine.fleet.routers import RoutingSnapshot
+from engine.physics.specs import Hardware, Model
+from engine.physics.step import StepModel, StepOptions
 from engine.serving import keying, open_loop
 from engine.serving.accounting import H
 from engine.serving.engine import Engine
@@ -58,7 +61,8 @@ class ReplicaState:
 class Replica(Engine):
     """A fleet's replica (index, role "both", "prefill" or "decode"): its main lane fed from outside."""
 
-    def __init__(self, cfg: EngineConfig, index: int, role: str = "both") -> None:
+    def __init__(self, cfg: EngineConfig, index: int, role: str = "both",
+                 step_models: Callable[[Hardware, Model, StepOptions], StepModel] = StepModel) -> None:
         self.index = index
         self.role = role
         self.queue_peak = 0
@@ -77,7 +81,7 @@ class Replica(Engine):
         self._stages = 1  # workload stages the lane keeps latencies for (see count_stages)
         # No users, no rate, no bounds, no script: the lane only serves what the fleet injects.
         super().__init__(replace(cfg, users=0, rate=0.0, requests=None, duration=None, fast_share=0.0,
-                                 workload=None, trace=None))
+                                 workload=None, trace=None), step_models)
 
     def _build(self, cfg: EngineConfig) -> None:
         """The engine's lanes, then the replica's view of its main lane: per-stage totals for a workload file's

@@ -291,6 +291,42 @@ class Itl:
         return Summary(total / (n << _FIX_BITS), p[0], p[1], p[2])  # int / int: correctly rounded
 
 
+class Uncounted(Itl):
+    """An Itl that counts nothing, for a run whose inter-token latencies nobody reads (a plan point reads its totals
+    and latency rows: plan._read): the writers' calls return at once, so the runs' step times are never binned (the
+    binning is ~2-3 % of a low-load run). Reading it is an error, not an empty histogram."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:  # (no histogram to allocate)
+        pass
+
+    def add(self, dt: float, stage: np.ndarray | int, k: int) -> None:
+        """Nothing counted."""
+
+    def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
+        """Nothing counted."""
+
+    @property
+    def counts(self) -> np.ndarray:
+        raise RuntimeError("this run counted no inter-token latencies (accounting.uncount_itl)")
+
+    @property
+    def sum(self) -> list[int]:
+        raise RuntimeError("this run counted no inter-token latencies (accounting.uncount_itl)")
+
+    @property
+    def n(self) -> np.ndarray:
+        raise RuntimeError("this run counted no inter-token latencies (accounting.uncount_itl)")
+
+
+def uncount_itl(lanes: Iterable[LaneLike]) -> None:
+    """Count no inter-token latencies in these lanes from now on (Uncounted): for a caller that will read only their
+    totals and latency rows, before the run."""
+    for ln in lanes:
+        ln.stats.itl = Uncounted()
+
+
 @dataclass(slots=True)
 class LaneStats:
     """One lane's running totals (per GPU of its group) and bounded histories."""
@@ -688,17 +724,37 @@ def _itl(st: list[LaneStats], stage: int | None = None) -> Summary:
     return agg.summary()
 
 
+class Totals(NamedTuple):
+    """A run's headline totals (run_metrics' keys of the same names): what a plan point reads of its run, without
+    the percentiles, histograms and rates the whole metrics take ~3 ms to build."""
+
+    sim_time_s: float
+    requests_completed: int
+    input_tokens: int
+    output_tokens: int
+    throughput_out_tok_s: float
+    preemptions: int
+
+
+def totals(lanes: list[LaneLike]) -> Totals:
+    """The headline totals of `lanes` (one lane, or every lane of an engine or a fleet): run_metrics reads its keys
+    of these names from here, so a reader of either gets the same numbers."""
+    st = [ln.stats for ln in lanes]
+    sim = max(ln.clock for ln in lanes)
+    out = sum(s.out_tokens for s in st)
+    return Totals(sim, sum(s.completed for s in st), sum(s.in_tokens for s in st), out, out / sim if sim else 0.0,
+                  sum(s.preemptions for s in st))
+
+
 def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_bytes: float,
                 kv_bytes_per_token: float, slo: bool, tp: int, stages: tuple[Any, ...] = ()) -> RunMetrics:
     """The run metrics of `lanes` (one lane, or every lane of an engine) after `ticks` engine ticks."""
     st = [ln.stats for ln in lanes]
-    sim = max(ln.clock for ln in lanes)
+    tot = totals(lanes)
+    sim, completed, inp, out = tot.sim_time_s, tot.requests_completed, tot.input_tokens, tot.output_tokens
     lat = np.concatenate([s.lat.last() for s in st])
     ps = rates.dollars_per_s
     nl = len(lanes)
-    completed = sum(s.completed for s in st)
-    out = sum(s.out_tokens for s in st)
-    inp = sum(s.in_tokens for s in st)
     cached = sum(s.cached_in_tokens for s in st)
     spec_steps = sum(s.spec_steps for s in st)
     slo_ok = sum(s.slo_ok for s in st)
@@ -712,7 +768,7 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
         sim_time_s=sim,
         ticks=ticks,
         throughput_in_tok_s=inp / sim if sim else 0.0,
-        throughput_out_tok_s=out / sim if sim else 0.0,
+        throughput_out_tok_s=tot.throughput_out_tok_s,
         ttft_s=Summary.of(lat[:, L.TTFT]),
         ttft_raw_s=Summary.of(lat[:, L.TTFT_RAW]),
         tpot_s=Summary.of(lat[:, L.TPOT]),
@@ -729,7 +785,7 @@ def run_metrics(lanes: list[LaneLike], rates: Rates, ticks: int, kv_capacity_byt
         goodput_tok_s=(sum(s.slo_ok_tokens for s in st) / sim if sim else 0.0) if slo else None,
         slo_attainment=(slo_ok / completed if completed else None) if slo else None,
         **_kv_fields(lanes, kv_capacity_bytes, kv_bytes_per_token),
-        preemptions=sum(s.preemptions for s in st),
+        preemptions=tot.preemptions,
         mfu=sum(s.flops_useful for s in st) / (rates.peak_flops * sim * nl) if sim else 0.0,
         bw_util=sum(s.bytes for s in st) / (rates.bandwidth * sim * nl) if sim else 0.0,
         busy_fraction=sum(s.busy_s for s in st) / (sim * nl) if sim else 0.0,

@@ -13,6 +13,7 @@ forward for both (a fleet of replicas is more lanes on the same clock, with a ro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import fields, replace
 from functools import partial
 from typing import Any
@@ -26,7 +27,7 @@ from engine.errors import InputError
 from engine.fleet.spec import FleetSpec
 from engine.physics import lora
 from engine.physics.economics import solo_cost_per_mtok_out
-from engine.physics.specs import WEIGHT_DTYPES, load_hardware, load_model
+from engine.physics.specs import WEIGHT_DTYPES, Hardware, Model, load_hardware, load_model
 from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
 from engine.physics.step import StepModel, StepOptions
@@ -52,9 +53,14 @@ class Engine:
     set_scheduler; reset(config) rebuilds (e.g. another model or GPU) with the same workload.
     """
 
-    def __init__(self, config: EngineConfig | None = None) -> None:
+    def __init__(self, config: EngineConfig | None = None,
+                 step_models: Callable[[Hardware, Model, StepOptions], StepModel] = StepModel) -> None:
         # run() and advance() price runs of quiet decode steps in one call (same results); step() is one tick.
         self.skip_quiet = True
+        # Where the engine gets its step model: a new one, or one shared with engines of the same hardware, model
+        # and options (engine.fleet.fleet.StepModels: a fleet's replicas, a plan's points), whose price memo and
+        # quiet-run tables (pure functions of those) they then fill once.
+        self._step_models = step_models
         self._build(config or EngineConfig())
 
     # ---- building -----------------------------------------------------------------------------
@@ -66,7 +72,7 @@ class Engine:
         lora.check(model, cfg.lora_adapters, cfg.max_loras, cfg.max_lora_rank)  # vLLM's rules, however built
         # Every step option the config names (tp, dtypes, ideal, runtime, multipliers, ...) is passed through.
         opts = StepOptions(**{f.name: getattr(cfg, f.name) for f in fields(StepOptions) if hasattr(cfg, f.name)})
-        sm = StepModel(hw, model, opts)
+        sm = self._step_models(hw, model, opts)
         sm.check_fits()
         self._cfg = cfg
         self._sm = sm
