@@ -72,6 +72,9 @@ class Router:
     # Whether an idle replica (nothing queued, preempted or running) with the largest pool all free beats every
     # other, ties to the lowest index: a lazy loop then picks the first such one without reading the rest.
     idle_first: ClassVar[bool] = False
+    # Whether its rank (not steady) only worsens as a replica's free blocks fall, its load and waiting blocks fixed:
+    # a lazy loop may then pick a busy replica by its floor (LazyLoop.room_floor) without moving it up.
+    floors: ClassVar[bool] = False
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
         """The replica this request goes to."""
@@ -146,6 +149,7 @@ class KvAware(Router):
     # Its rank's first term, wanted - free, is -blocks for such a replica, the least any replica's can be (free at
     # most its pool, wanted at least 0), and its load, 0, the least too.
     idle_first = True
+    floors = True  # (free blocks enter its rank as -free_blocks)
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
         r = min(reps, key=self.rank)
