@@ -4,7 +4,9 @@ up to an arrival only when the router could see a difference there.
 A least-loaded router reads loads, which change only when a request joins or finishes; a replica whose requests
 cannot finish before an arrival (see `LazyLoop.calm`) keeps its long quiet decode run past it. A router that is not
 steady (kv-aware) is given every replica's state at the arrival, unless `settled` can decide from the replicas
-whose state there is already exact and bounds on the others' (LazyLoop.decide). The routes and every step are
+whose state there is already exact and bounds on the others' (LazyLoop.decide), or from a busy replica's floor
+there beating every other's bound (LazyLoop.room_floor: kv-aware), that replica then left behind the arrival as a
+steady router's is (below). The routes and every step are
 those of the event-ordered loop (Fleet._run_events): each replica still takes exactly its steps that start before
 each arrival, and how its steps are grouped into quiet runs changes no number (open loop: see Fleet.__init__).
 A steady router's request is handed to its replica's lane as that lane's source (engine.fleet.feed): the lane draws

@@ -141,7 +141,8 @@ class KvAware(Router):
     """The most KV room once the requests already waiting are placed; ties to the least loaded, then the lowest
     index. Free blocks change at every step, so it is not steady; a replica with its whole pool free cannot be
     beaten, and one that beats every other's bound (the lazy loop's room_bound) cannot either, which settles most
-    arrivals without moving the busy replicas up to them."""
+    arrivals without moving the busy replicas up to them; and one whose floor there (room_floor: the least room it
+    can have) beats every other's bound is the pick without being moved up either."""
 
     name = "kv-aware"
     loop = "lazy"
