@@ -4,7 +4,9 @@ up to an arrival only when the router could see a difference there.
 A least-loaded router reads loads, which change only when a request joins or finishes; a replica whose requests
 cannot finish before an arrival (see `LazyLoop.calm`) keeps its long quiet decode run past it. A router that is not
 steady (kv-aware) is given every replica's state at the arrival, unless `settled` can decide from the replicas
-whose state there is already exact and bounds on the others' (LazyLoop.decide). The routes and every step are
+whose state there is already exact and bounds on the others' (LazyLoop.decide), or from a busy replica's floor
+there beating every other's bound (LazyLoop.room_floor: kv-aware), that replica then left behind the arrival as a
+steady router's is (below). The routes and every step are
 those of the event-ordered loop (Fleet._run_events): each replica still takes exactly its steps that start before
 each arrival, and how its steps are grouped into quiet runs changes no number (open loop: see Fleet.__init__).
 A steady router's request is handed to its replica's lane as that lane's source (engine.fleet.feed): the lane draws
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 from engine.fleet.feed import Feed
 from engine.fleet.replica import Replica
 from engine.fleet.routers import Pick, RoutingSnapshot
-from engine.serving.tables import Rows, blocks_for
+from engine.serving.tables import BLOCK, Rows, blocks_for
 
 if TYPE_CHECKING:
     from engine.fleet.fleet import Fleet
@@ -65,7 +67,10 @@ class LazyLoop:
         # must not depend on the request (no cached prefix read), and read the waiting's blocks only if it does.
         self.wanted = "wanted_blocks" in self.router.reads
         assert not (self.steady and "cached_blocks" in self.router.reads)
-        self.feeds = [Feed(r, self.dt_min) for r in self.reps] if self.steady else []
+        # A router whose pick a busy replica's floor can settle (room_floor) hands that replica its request unmoved,
+        # through its feed as a steady router does: so each replica has one.
+        self.floors = self.router.floors and not self.steady
+        self.feeds = [Feed(r, self.dt_min) for r in self.reps] if self.steady or self.floors else []
         self.times: deque[float] = deque()  # the arrival times of the rows in fleet.ahead (see ahead)
         # A router reading loads alone (Router.by_load) is given each replica's load, kept current as its snapshot
         # would be (read again as the replica steps, one added as it is given a request), not the snapshots.
@@ -132,20 +137,34 @@ class LazyLoop:
             # least (no calm_bound read).
             rep.calm = min(rep.calm, feed.calm)
             return 0
-        choice, n = self.decide(row, stop)
+        choice, n, unmoved = self.decide(row, stop)
         rep = self.reps[choice.index]
-        n += self.catch_up(rep, stop, calm=False)
         # Fleet._give, less what a lazy loop never has (a prefill replica) or reads (the heap of ready replicas).
         self.fleet.route_log.append((row, choice, t))
-        rep.inject(row)
-        rep.clock = max(rep.clock, t)
+        feed = rep.feed
+        if unmoved:
+            # Picked by its floor (room_floor), still behind the arrival: its lane draws the request as it passes it
+            # (Feed), and the step after the arrival rides in its quiet run. r.calm was kept past the arrival (run),
+            # so the new calm is the least of it and the feed's (as the steady branch).
+            assert feed is not None
+            feed.push(row, t)
+            rep.calm = min(rep.calm, feed.calm)
+            self.snaps[rep.index] = None
+            self.commit[rep.index] += blocks_for(int(row.prompt[0]) + int(row.total[0]))
+            return n
+        n += self.catch_up(rep, stop, calm=False)
+        if feed is not None and feed.rows:  # requests routed here before are not drawn yet: this one after them
+            feed.push(row, t)
+        else:
+            rep.inject(row)
+            rep.clock = max(rep.clock, t)
         self.snaps[rep.index] = None
         rep.calm = self.calm(rep)
         if self.counting:
             self.commit[rep.index] += blocks_for(int(row.prompt[0]) + int(row.total[0]))
         return n
 
-    def decide(self, row: Rows, stop: float) -> tuple[Pick, int]:
+    def decide(self, row: Rows, stop: float) -> tuple[Pick, int, bool]:
         """A router that is not steady: its pick at `stop`, and the steps taken to be sure of it. Replicas idle
         or already at `stop` are exact there; the others are first bounded (`room_bound`), and moved up to `stop`
         one at a time, the most promising first, only while one of them could still beat the best exact one
@@ -156,7 +175,7 @@ class LazyLoop:
         idle_first, top = self.idle_first, self.top
         for r in self.reps:  # idle or at stop: exact at the arrival (r.clock and r.busy read without the properties)
             ln = r.lane
-            if ln.has_work:
+            if ln.has_work or (r.feed is not None and r.feed.rows):  # (requests in its feed: it is not idle)
                 (behind if ln.clock < stop else exact).append(r)
                 continue
             if idle_first:
@@ -165,13 +184,13 @@ class LazyLoop:
                 # less free. No other replica read, no snapshot built.
                 pool = ln.pool
                 if pool.available == pool.total == top:
-                    return router.idle_pick(r.index, top), 0
+                    return router.idle_pick(r.index, top), 0, False
             exact.append(r)
         # The exact replicas' snapshots, each one moved up added as it is (moving a replica changes no other's, so the
         # list is not read again).
         known = self.snapshots(exact, row)
         if known and (choice := router.settled(known)) is not None:
-            return choice, 0
+            return choice, 0, False
         n = 0
         bounds = []
         for r in behind:
@@ -182,13 +201,20 @@ class LazyLoop:
             else:
                 bounds.append(b)
         bounds.sort(key=router.rank)  # (kept sorted as they are taken from the front: Router.settled reads so)
+        floors = self.floors and self.later()
         while bounds:
             if known and (choice := router.settled(known, bounds)) is not None:
-                return choice, n
+                return choice, n, False
+            if floors and (f := self.room_floor(bounds[0], stop)) is not None:
+                # The most promising one, at its worst, still beats every other at its best: the pick, not moved.
+                rf = router.rank(f)
+                if (len(bounds) < 2 or rf < router.rank(bounds[1])) and (
+                        not known or rf < min(map(router.rank, known))):
+                    return Pick(f.index, router.name, f.headroom), n, True
             r = self.reps[bounds.pop(0).index]  # the one that could beat the most: its exact state
             n += self.step_to(r, stop)
             known += self.snapshots([r], row)
-        return router.pick(self.snapshots(self.reps, row)), n
+        return router.pick(self.snapshots(self.reps, row)), n, False
 
     def step_to(self, r: Replica, stop: float) -> int:
         """Replica r's steps before `stop` (its state there exact), r.calm brought up to date if it stepped."""
@@ -225,7 +251,60 @@ class LazyLoop:
             if s is None:
                 s = self.snaps[r.index] = r.routing(True, None)
             return s
-        return RoutingSnapshot(r.index, ln.waiting, ln.R.n, pool.available, pool.total)
+        queued = ln.waiting if r.feed is None else ln.waiting + len(r.feed.rows)
+        return RoutingSnapshot(r.index, queued, ln.R.n, pool.available, pool.total)
+
+    def room_floor(self, b: RoutingSnapshot, stop: float) -> RoutingSnapshot | None:
+        """Replica b.index (bounded by b: room_bound) as it could be at the arrival at its worst: its exact load and
+        at most its KV headroom there, or None where no such floor is cheap (a request prefilling or preempted).
+
+        None of its requests finishes before the arrival (run keeps it calm past it: a finish would only add room
+        and lower its load), none is preempted (room_bound's test) and no filled block is found held by another
+        (no shared content: room_bound's test), so what changes its headroom (free blocks less those its waiting
+        requests want) before the arrival is only:
+        - an admission: a waiting request's wanted blocks, blocks_for(target), leave the wanted sum as it starts,
+          and its prefill takes at most as many (a whole prompt at once, or chunk by chunk) before it decodes;
+        - a decode step: one token a row (no speculative decoding on a lazy loop), a row opening a block at each
+          step j where its cache (cached + j) is a multiple of BLOCK (steps.py _quiet_blocks); a waiting request
+          decodes from a cache of its target.
+        So its headroom there is at least the headroom now less what every row opens in the most steps that can
+        start before `stop`: each takes at least dt_min (Fleet.dt_min), so at most (stop - clock) / dt_min + 1
+        of them (one more for rounding), a waiting request's prefill counted among its decode steps."""
+        r = self.reps[b.index]
+        ln = r.lane
+        if ln.n_pf or ln.P.n:
+            return None
+        k = int((stop - ln.clock) / self.dt_min) + 2
+        R = ln.R
+        cached = R.cols.cached[:R.n].tolist()
+        wanted = 0
+        feed = r.feed
+        if ln.waiting or feed.rows:  # type: ignore[union-attr]
+            w = ln.Q.col("target").tolist() + [int(row.target[0]) for row in feed.rows]  # type: ignore[union-attr]
+            wanted = sum(map(blocks_for, w))
+            cached += w
+        opened = 0
+        for c in cached:
+            lag = (-c) & (BLOCK - 1)  # the first step opening a block
+            if k > lag:
+                opened += (k - 1 - lag) // BLOCK + 1
+        pool = ln.pool
+        return RoutingSnapshot(b.index, b.queued, R.n, pool.available - opened, pool.total, wanted)
+
+    def later(self) -> bool:
+        """Whether at least Fleet.ROUTE_LOG more arrivals follow this one (drawing the next stretch if need be: drawing
+        it early gives the same rows, see ahead): a pick made without its replica's exact state (room_floor) logs
+        its floor, not its headroom, and those later routes push it out of the route log (Fleet.routes) before
+        anyone reads it."""
+        q = self.fleet.ahead
+        src = self.fleet.src
+        keep = self.fleet.route_log.maxlen or 0
+        while len(q) < keep and (t := src.next_time) < math.inf:
+            rows = src.draw(t + DRAW_AHEAD_S)
+            if rows is not None:
+                q.extend(rows.pick(slice(j, j + 1)) for j in range(len(rows)))
+                self.times.extend(rows.arrival.tolist())
+        return len(q) >= keep
 
     def snapshots(self, reps: list[Replica], row: Rows) -> list[RoutingSnapshot]:
         """What the router reads of these replicas (Fleet._snapshots), each as last read unless it has changed
@@ -306,6 +385,8 @@ def _held_whole(done: list[Rows]) -> int:
 
 
 def _commit(r: Replica) -> int:
-    """Blocks replica r's requests (running, preempted, queued) would hold with their whole contexts cached."""
+    """Blocks replica r's requests (running, preempted, queued, routed to its feed) would hold with their whole
+    contexts cached."""
     ln = r.lane
-    return sum(int(blocks_for(t.col("prompt") + t.col("total")).sum()) for t in (ln.R, ln.P, ln.Q) if t.size)
+    fed = 0 if r.feed is None else _held_whole(list(r.feed.rows))
+    return fed + sum(int(blocks_for(t.col("prompt") + t.col("total")).sum()) for t in (ln.R, ln.P, ln.Q) if t.size)

@@ -144,11 +144,14 @@ class Replica(Engine):
     def wanted_blocks(self) -> int:
         """Blocks the requests waiting here (queued or preempted) need to start."""
         ln = self.lane
+        feed = self.feed
+        # Requests routed here that its lane has not drawn yet (Feed) wait here as a router sees them.
+        f = sum(blocks_for(int(row.target[0])) for row in feed.rows) if feed is not None and feed.rows else 0
         if not ln.waiting:
-            return 0
+            return f
         # Only a table holding rows is summed: the preempted are rare (a kv-aware fleet reads this about once an
         # arrival, and an empty table's view, blocks_for and sum cost ~3 us).
-        w = int(blocks_for(ln.Q.col("target")).sum()) if ln.Q.size else 0
+        w = f + int(blocks_for(ln.Q.col("target")).sum()) if ln.Q.size else f
         return w + int(blocks_for(ln.P.col("target")).sum()) if ln.P.n else w
 
     @property

@@ -72,6 +72,9 @@ class Router:
     # Whether an idle replica (nothing queued, preempted or running) with the largest pool all free beats every
     # other, ties to the lowest index: a lazy loop then picks the first such one without reading the rest.
     idle_first: ClassVar[bool] = False
+    # Whether its rank (not steady) only worsens as a replica's free blocks fall, its load and waiting blocks fixed:
+    # a lazy loop may then pick a busy replica by its floor (LazyLoop.room_floor) without moving it up.
+    floors: ClassVar[bool] = False
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
         """The replica this request goes to."""
@@ -138,7 +141,8 @@ class KvAware(Router):
     """The most KV room once the requests already waiting are placed; ties to the least loaded, then the lowest
     index. Free blocks change at every step, so it is not steady; a replica with its whole pool free cannot be
     beaten, and one that beats every other's bound (the lazy loop's room_bound) cannot either, which settles most
-    arrivals without moving the busy replicas up to them."""
+    arrivals without moving the busy replicas up to them; and one whose floor there (room_floor: the least room it
+    can have) beats every other's bound is the pick without being moved up either."""
 
     name = "kv-aware"
     loop = "lazy"
@@ -146,6 +150,7 @@ class KvAware(Router):
     # Its rank's first term, wanted - free, is -blocks for such a replica, the least any replica's can be (free at
     # most its pool, wanted at least 0), and its load, 0, the least too.
     idle_first = True
+    floors = True  # (free blocks enter its rank as -free_blocks)
 
     def pick(self, reps: Sequence[RoutingSnapshot]) -> Pick:
         r = min(reps, key=self.rank)
