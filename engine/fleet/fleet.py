@@ -188,7 +188,7 @@ class Fleet:
     def _loop(self, open_loop: bool) -> str:
         """The loop run() takes for a whole run: "dealt" or "lazy" when the router and an open-loop workload allow
         it, else "events". Neither fast loop runs P/D; the lazy one needs at most one token per step (so not
-        speculative decoding: see LazyLoop.calm) and no KV offload."""
+        speculative decoding: see Replica.calm_bound) and no KV offload."""
         spec, cfg = self.spec, self.spec.config
         kind = self.router.loop
         if not open_loop or spec.pd is not None or spec.replicas < 2 or spec.scale is not None:

@@ -2,7 +2,7 @@
 up to an arrival only when the router could see a difference there.
 
 A least-loaded router reads loads, which change only when a request joins or finishes; a replica whose requests
-cannot finish before an arrival (see `LazyLoop.calm`) keeps its long quiet decode run past it. A router that is not
+cannot finish before an arrival (see `Replica.calm_bound`) keeps its long quiet decode run past it. A router that is not
 steady (kv-aware) is given every replica's state at the arrival, unless `settled` can decide from the replicas
 whose state there is already exact and bounds on the others' (LazyLoop.decide), or from a busy replica's floor
 there beating every other's bound (LazyLoop.room_floor: kv-aware), that replica then left behind the arrival as a
@@ -84,8 +84,8 @@ class LazyLoop:
         reps = self.reps
         for f in self.feeds:
             f.install()
-        for r in reps:  # each replica's calm as `calm` gives it, kept so from here on (see arrive)
-            r.calm = self.calm(r)
+        for r in reps:  # each replica's calm as calm_bound gives it, kept so from here on (see arrive)
+            r.calm = r.calm_bound()
         if self.router.steady:  # its snapshots (or loads) kept current from here on (see catch_up and arrive)
             if self.loads is None:
                 self.snaps = [r.routing(self.wanted, None) for r in reps]
@@ -159,7 +159,7 @@ class LazyLoop:
             rep.inject(row)
             rep.clock = max(rep.clock, t)
         self.snaps[rep.index] = None
-        rep.calm = self.calm(rep)
+        rep.calm = rep.calm_bound()
         if self.counting:
             self.commit[rep.index] += blocks_for(int(row.prompt[0]) + int(row.total[0]))
         return n
@@ -220,7 +220,7 @@ class LazyLoop:
         """Replica r's steps before `stop` (its state there exact), r.calm brought up to date if it stepped."""
         k = self.catch_up(r, stop, calm=False)
         if k:
-            r.calm = self.calm(r)
+            r.calm = r.calm_bound()
         return k
 
     def room_bound(self, r: Replica) -> RoutingSnapshot | None:
@@ -370,11 +370,6 @@ class LazyLoop:
             else:
                 self.snaps[r.index] = r.routing(self.wanted, None) if self.steady else None
         return n
-
-    def calm(self, r: Replica) -> float:
-        """A time before which no step of r can finish a request (Replica.calm_bound, which catch_up reads directly
-        after each step it takes)."""
-        return r.calm_bound()
 
 
 def _held_whole(done: list[Rows]) -> int:
