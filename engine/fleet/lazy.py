@@ -297,13 +297,9 @@ class LazyLoop:
         its floor, not its headroom, and those later routes push it out of the route log (Fleet.routes) before
         anyone reads it."""
         q = self.fleet.ahead
-        src = self.fleet.src
         keep = self.fleet.route_log.maxlen or 0
-        while len(q) < keep and (t := src.next_time) < math.inf:
-            rows = src.draw(t + DRAW_AHEAD_S)
-            if rows is not None:
-                q.extend(rows.pick(slice(j, j + 1)) for j in range(len(rows)))
-                self.times.extend(rows.arrival.tolist())
+        while len(q) < keep and self.draw():
+            pass
         return len(q) >= keep
 
     def snapshots(self, reps: list[Replica], row: Rows) -> list[RoutingSnapshot]:
@@ -330,13 +326,23 @@ class LazyLoop:
         of the run. Each row is a view of its stretch's fresh rows, which nothing else holds (inject copies it into
         a queue)."""
         q = self.fleet.ahead
-        src = self.fleet.src
-        while not q and (t := src.next_time) < math.inf:
-            rows = src.draw(t + DRAW_AHEAD_S)
-            if rows is not None:
-                q.extend(rows.pick(slice(j, j + 1)) for j in range(len(rows)))
-                self.times.extend(rows.arrival.tolist())
+        while not q and self.draw():
+            pass
         return q
+
+    def draw(self) -> bool:
+        """The next stretch of DRAW_AHEAD_S from the source's next arrival, its rows (one view each) queued in
+        fleet.ahead and their arrival times in `times` (maybe none: a quiet workload stage); False when no request
+        is left to draw."""
+        src = self.fleet.src
+        t = src.next_time
+        if t == math.inf:
+            return False
+        rows = src.draw(t + DRAW_AHEAD_S)
+        if rows is not None:
+            self.fleet.ahead.extend(rows.pick(slice(j, j + 1)) for j in range(len(rows)))
+            self.times.extend(rows.arrival.tolist())
+        return True
 
     def catch_up(self, r: Replica, stop: float, calm: bool = True) -> int:
         """Take replica r's steps that start before `stop`; with `calm` (asked only of a replica not calm past
