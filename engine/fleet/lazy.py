@@ -149,18 +149,16 @@ class LazyLoop:
             assert feed is not None
             feed.push(row, t)
             rep.calm = min(rep.calm, feed.calm)
-            self.snaps[rep.index] = None
-            self.commit[rep.index] += blocks_for(int(row.prompt[0]) + int(row.total[0]))
-            return n
-        n += self.catch_up(rep, stop, calm=False)
-        if feed is not None and feed.rows:  # requests routed here before are not drawn yet: this one after them
-            feed.push(row, t)
         else:
-            rep.inject(row)
-            rep.clock = max(rep.clock, t)
+            n += self.catch_up(rep, stop, calm=False)
+            if feed is not None and feed.rows:  # requests routed here before are not drawn yet: this one after them
+                feed.push(row, t)
+            else:
+                rep.inject(row)
+                rep.clock = max(rep.clock, t)
+            rep.calm = rep.calm_bound()
         self.snaps[rep.index] = None
-        rep.calm = rep.calm_bound()
-        if self.counting:
+        if self.counting:  # (always, for a router picking by floors: it is not steady)
             self.commit[rep.index] += blocks_for(int(row.prompt[0]) + int(row.total[0]))
         return n
 
@@ -251,8 +249,7 @@ class LazyLoop:
             if s is None:
                 s = self.snaps[r.index] = r.routing(True, None)
             return s
-        queued = ln.waiting if r.feed is None else ln.waiting + len(r.feed.rows)
-        return RoutingSnapshot(r.index, queued, ln.R.n, pool.available, pool.total)
+        return r.routing(False, None)  # (the headroom bound: its free blocks, what its waiting want not read)
 
     def room_floor(self, b: RoutingSnapshot, stop: float) -> RoutingSnapshot | None:
         """Replica b.index (bounded by b: room_bound) as it could be at the arrival at its worst: its exact load and
