@@ -251,6 +251,7 @@ class StepModel:
     _kv_share: float = field(init=False, repr=False, default=1.0)
     lora: LoraCost | None = field(init=False, repr=False, default=None)  # multi-LoRA kernels' coefficients
     _memo: _Memo = field(init=False, repr=False, compare=False, default_factory=_Memo)
+    plain: bool = field(init=False, repr=False, compare=False, default=False)  # no stages, adapters, local layers
 
     def __post_init__(self) -> None:
         o, m, hw = self.opts, self.model, self.hw
@@ -276,6 +277,7 @@ class StepModel:
             if o.pp > 1:  # the pipelined price (_pipelined) has no LoRA term: refuse rather than leave it out
                 raise InputError("multi-LoRA with pipeline parallel (--pp) is not modelled: give one or the other")
             self.lora = LoraCost(m, o.max_lora_rank, o.tp)
+        self.plain = self.lora is None and o.pp <= 1 and m.sliding_layers <= 0
 
     def _work_constants(self) -> dict[str, float]:
         """Per-GPU bytes and FLOPs the step moves and does, per token, pair or step (price's coefficients)."""
@@ -499,13 +501,11 @@ class StepModel:
 
     # ---- pricing ----------------------------------------------------------------------------
     def price(self, b: Batch) -> StepParts:
-        """Price a batch record (engine.physics.batch): the step model's one pricing entry point.
-
-        Every field of `b` a float prices one step (the serving loop, every eventful tick); fields that are
-        arrays price many steps at once (a run of quiet decode steps, a replayed benchmark), elementwise, with
-        the same arithmetic in the same order. Tokens and logits may stay one float when every step shares them:
-        the terms that depend on them only are then computed once.
-        """
+        """Price a batch record (engine.physics.batch): the step model's one pricing entry point. Every field of `b` a
+        float prices one step (every eventful tick: _one_step, which a `plain` model's lone joins call themselves,
+        engine.serving.steps.join_lone); fields that are arrays price many steps at once (a run of quiet decode
+        steps, a replayed benchmark), elementwise, with the same arithmetic in the same order. Tokens and logits may
+        stay one float when every step shares them: the terms that depend on them only are computed once."""
         T, lg, s, sw, af, aw, ad = b.tokens, b.logits, b.sum_ctx, b.sum_win, b.attn_full, b.attn_win, b.attn_decode
         # One step of Python numbers, no stage, no LoRA (every eventful tick): _agg's _one_step without its layers
         if ((type(T) is int or type(T) is float) and (type(lg) is int or type(lg) is float) and type(s) is float

@@ -26,6 +26,7 @@ _EMPTY.flags.writeable = False
 _FEW_QUEUED = 16  # up to this many queued rows the async cut is found in a Python list
 _FEW_ADMIT = 8  # up to this many queued candidates are tried in Python (_admit_queued)
 _SEQ, _BLOCKS, _ADMIT = int(IntCol.SEQ), int(IntCol.BLOCKS), int(FloatCol.ADMIT)  # plain ints index faster
+_CACHED, _TARGET, _ARRIVAL = int(IntCol.CACHED), int(IntCol.TARGET), int(FloatCol.ARRIVAL)
 
 
 def closed(lane: Lane) -> bool:
@@ -226,6 +227,50 @@ def _admit_queued(lane: Lane, mq: int, free: int, tokens_planned: int, prefill_p
     Q.pop(k)
     lane.n_pf += k
     return np.array(chunks, dtype=np.int64), whole
+
+
+def admit_lone(lane: Lane, n_run: int, t: float, cut: float) -> tuple[int, int] | None:
+    """The usual join at low load, planned and admitted on Python ints: at most one running row, decoding (n_run
+    0 or 1), and one request queued, nothing preempted, no adapters, nothing to find in the cache (Lane.step checks
+    these). What Lane._plan_running, closed, admit and _admit_queued do for it, in one call: returns the admitted
+    row's chunk and the blocks the running row's next token opens (0 or 1), or None, changing nothing but the
+    plan's dropped aggregates, where the general path must run instead (no slot, the async cut, preemption, the
+    budget or the blocks refuse it, or a split prompt: a mixed step). steps.join_lone runs the step."""
+    sched = lane.sched
+    if sched.max_batch <= n_run or (n_run and not sched.admits_while_running()):  # closed()
+        return None
+    Q = lane.Q
+    h = Q.head
+    qi = Q.cols.i
+    if cut < t and Q.cols.f.item(_ARRIVAL, h) > cut:  # async scheduling: it arrived after the batch was chosen
+        return None
+    need = 0
+    if n_run:  # _plan_running of one decoding row: its next token opens a block when its cache fills one
+        lane.aggs.at = None
+        if not lane.R.cols.i.item(_CACHED, 0) & (BLOCK - 1):
+            need = 1
+    free = lane.pool.available - need
+    if free < 0:  # preemption first
+        return None
+    tg = qi.item(_TARGET, h)
+    c, ok = sched.admit_one(tg, n_run, False)  # (tokens planned: one a decoding row; no prefill planned)
+    took = blocks_for(c)
+    if not ok or took > free or not (sched.whole_prompts or c == tg):
+        return None
+    assert not (lane.spec.debug and sched.whole_prompts) or c == tg, \
+        f"scheduler {sched.name!r} says whole_prompts but split a prompt"
+    # _admit_queued's one row (lane.n_pf is left at 0: the join step ends the admitted row's prefill)
+    R = lane.R
+    R.append_buf(Q.cols.b[:, h:h + 1])
+    ri, rf = R.cols.i, R.cols.f
+    ri[_SEQ, n_run] = lane.seq
+    ri[_BLOCKS, n_run] = took  # a waiting request holds no cache: its chunk's blocks
+    if math.isnan(rf.item(_ADMIT, n_run)):  # _leave_waiting: first admitted now
+        rf[_ADMIT, n_run] = t
+    lane.seq += 1
+    lane.pool.alloc(took)
+    Q.pop(1)
+    return c, need
 
 
 def _candidates(lane: Lane, t: float, cut: float) -> tuple[np.ndarray, int, np.ndarray] | None:

@@ -49,6 +49,7 @@ _ID, _USER, _CACHED = int(IntCol.ID), int(IntCol.USER), int(IntCol.CACHED)
 _MASK = np.dtype(bool)  # (numpy's one bool dtype: `is` asks what == asks, ~0.3 us less)
 _FEW_ROWS = 8  # up to this many running rows a decode plan's new blocks are counted in Python
 _ONE_ROW = 1  # complete(): this many finished rows wake their user by wake_one (tests set -1: wake always)
+_LONE_ROWS = 1  # step(): a lone request joins 0 or 1 running rows by admit_lone and join_lone (tests set -1: never)
 @dataclass(frozen=True, slots=True)
 class TickResult:
     """What one tick did. Id arrays are read-only; `cost` is None for an idle tick (no tokens, clock jumps)."""
@@ -321,6 +322,16 @@ class Lane:
         # requests that arrived since wait for the next step (with nothing running, nothing was chosen ahead).
         cut = t0 if self.chosen_at is None or n_run == 0 else self.chosen_at
         self.chosen_at = t0 if self.async_sched else None
+        Q = self.Q
+        if (n_run <= _LONE_ROWS and Q.n - Q.head == 1 and not self.n_pf and not self.P.n and not self.spec_k
+                and not self.load_s and self.lora is None and not self.shared_content and self.sm.plain
+                and steps.STEP_KINDS == steps._BUILT_IN):  # (steps.built_in_only without its call)
+            # The usual join at low load (one request waiting, at most one row running): its plan, admission and
+            # step on Python numbers in two calls (admission.admit_lone, steps.join_lone), unless admission refuses.
+            got = admission.admit_lone(self, n_run, t0, cut)
+            if got is not None:
+                admitted = R.cols.id[n_run:n_run + 1].copy() if want else _EMPTY
+                return steps.join_lone(self, n_run, got[0], got[1], tick, admitted, want)
         pool = self.pool
         # 1. Keep the running batch going; under KV pressure evict the newest until the step fits.
         new, nb, need = self._plan_running()

@@ -26,7 +26,7 @@ from engine.physics.batch import Batch
 from engine.physics.run_table import table_run
 from engine.physics.specs import Model
 from engine.physics.speculative import sample_accepted
-from engine.physics.step import StepCost, StepModel, StepParts, price_run
+from engine.physics.step import StepCost, StepModel, StepParts, _one_step, price_run
 from engine.serving import admission, keying
 from engine.serving.history import Growth, Run
 from engine.serving.lora_slots import LoraSlots
@@ -40,6 +40,9 @@ _EMPTY.flags.writeable = False
 _FIRST_VISIBLE = slice(int(FloatCol.FIRST), int(FloatCol.VISIBLE) + 1)  # (plain ints: IntEnum indexes slower)
 _THINK, _CACHED, _GEN, _BLOCKS = int(IntCol.THINK), int(IntCol.CACHED), int(IntCol.GEN), int(IntCol.BLOCKS)
 _VISIBLE = int(FloatCol.VISIBLE)
+_FIRST = int(FloatCol.FIRST)
+_CACHED, _GEN, _TOTAL, _BLOCKS = int(IntCol.CACHED), int(IntCol.GEN), int(IntCol.TOTAL), int(IntCol.BLOCKS)
+_INPUT, _PROMPT = int(IntCol.INPUT), int(IntCol.PROMPT)
 assert (_THINK, _CACHED, _BLOCKS) == (int(IntCol.TOTAL) - 1, int(IntCol.TARGET) + 1, _GEN + 1)  # jump's one slice
 _ADD = np.add.reduce  # an int array's sum: exact, as ndarray.sum (which calls it)
 _MIN = np.minimum.reduce  # an array's least item, as ndarray.min (which calls it)
@@ -442,6 +445,85 @@ def join_step(lane: Lane, s: StepPlan) -> TickResult | None:
     lane.n_pf = 0
     return finish(lane, s, p, b.tokens, n, vis_tokens, t1, dt, ids, ones(n) if s.want else _EMPTY,
                   (in_new, recomputed, share_in, 0.0), aggs is not None)
+
+
+def join_lone(lane: Lane, n_run: int, chunk: int, need: int, tick: int, admitted: np.ndarray,
+              want: bool) -> TickResult | None:
+    """join_step, and the finish after it, of the usual join at low load on Python numbers: at most one running row
+    (decoding, n_run 0 or 1, its next token opening `need` blocks) and the one row admission.admit_lone just admitted
+    reading its whole prompt (`chunk` tokens) from an empty cache; a model whose steps price straight to _one_step
+    (StepModel.plain). Lane.step calls it in place of a StepPlan run through run, join_step, join_batch, Lane.price,
+    _join_inputs, _join_shares, _stamp_first and finish: their operations on these rows in the same order
+    (tests/engine/test_lone_join.py runs with it off and checks every step against them)."""
+    if need:  # (alloc(0) takes nothing)
+        lane.pool.alloc(need)
+    sm = lane.sm
+    c = lane.R.cols
+    ci = c.i
+    n = n_run + 1
+    # join_batch: the running row decodes one token, the admitted one's pairs are a float (the sum of one term)
+    s_dec = float(ci.item(_CACHED, 0)) if n_run else 0.0
+    attn_dec = s_dec + 0.5 * n_run
+    attn_pf = chunk * (chunk / 2)
+    tokens = chunk + n_run
+    attn_full = attn_dec + attn_pf
+    b = tuple.__new__(Batch, (tokens, n, s_dec, 0.0, attn_full, 0.0, n, attn_dec, 0))
+    p = _one_step(sm, sm._c, float(tokens), n, s_dec, 0.0, attn_full, 0.0, attn_dec)  # (StepModel.price's own call)
+    lane.priced = partial(sm.record, b, p)  # (Lane.price without adapters)
+    dt = p.time
+    # _join_inputs and _join_shares of one admitted row
+    was = ci.item(_INPUT, n_run)
+    in_new = max(min(chunk, ci.item(_PROMPT, n_run)), was) - was
+    if in_new:
+        ci[_INPUT, n_run] = was + in_new
+    ftot = p.flops_total
+    part = p.fl_mm * chunk / tokens
+    if attn_full:
+        part += p.fl_attn * attn_pf / attn_full
+    part += p.fl_lm * 1 / n
+    share_in = part / ftot if ftot else 0.0
+    t1 = lane.clock + dt  # (Lane.advance)
+    lane.clock = t1
+    if lane.stats.preemptions:
+        lane.end_recomputes(~np.isnan(c.mark[:n]), t1)  # every row emits: recomputes that end with this step
+    if n_run:
+        ci[_CACHED, 0] = ci.item(_CACHED, 0) + 1
+        if need:  # (the plan's mask: the row opens a block)
+            ci[_BLOCKS, 0] = ci.item(_BLOCKS, 0) + 1
+        ci[_GEN, 0] = ci.item(_GEN, 0) + 1
+    ci[_CACHED, n_run] = chunk
+    gen = ci.item(_GEN, n_run) + 1
+    ci[_GEN, n_run] = gen
+    return _lone_end(lane, n_run, gen, tokens, p, (in_new, chunk - in_new, share_in), t1, dt, tick, admitted, want)
+
+
+def _lone_end(lane: Lane, n_run: int, gen: int, tokens: int, p: StepParts, inputs: tuple[int, int, float], t1: float,
+              dt: float, tick: int, admitted: np.ndarray, want: bool) -> TickResult | None:
+    """join_lone's second half: join_step's stamps and inter-token latencies for the admitted row (`gen` tokens
+    now), then finish (finished rows leave, the step is accounted, the TickResult built when wanted)."""
+    c = lane.R.cols
+    n = n_run + 1
+    if gen == 1:  # _stamp_first's usual lone new row
+        c.f[_FIRST, n_run] = t1
+        if lane.think_zero:  # nothing hidden: the first token is the first visible one
+            c.f[_VISIBLE, n_run] = t1
+        n_first, first = 1, None
+    else:
+        n_first, first = _stamp_first(lane, n_run, n, c.gen[:n], t1)
+    vis_tokens = n if lane.think_zero else stamp_visible(lane, n, c.gen[:n], None, t1)
+    if lane.staged:
+        st = c.stage[:n]
+        lane.stats.itl.add(dt, st[:n_run] if first is None else np.concatenate([st[:n_run], st[n_run:][~first]]),
+                           n - n_first)
+    else:
+        lane.stats.itl.add(dt, 0, n - n_first)
+    ids = c.id[:n].copy() if want else _EMPTY
+    ci = c.i
+    few = [j for j in range(n) if ci.item(_GEN, j) >= ci.item(_TOTAL, j)]
+    completed = lane.complete(np.array(few, dtype=np.int64), t1) if few else _EMPTY
+    in_new, recomputed, share_in = inputs
+    lane.account(p, tokens, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt, 0.0)
+    return lane.result(tick, dt, ids, ones(n), admitted, _EMPTY, completed) if want else None
 
 
 def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float) -> tuple[int, int, float]:
