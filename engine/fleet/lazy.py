@@ -95,9 +95,9 @@ class LazyLoop:
         reps = self.reps
         for f in self.feeds:
             f.install()
-        for r in reps:  # each replica's calm as calm_bound gives it, kept so from here on (see arrive)
+        for r in reps:  # each replica's calm as calm_bound gives it, kept so from here on (see hand and arrive)
             r.calm = r.calm_bound()
-        if self.router.steady:  # its snapshots (or loads) kept current from here on (see catch_up and arrive)
+        if self.router.steady:  # its snapshots (or loads) kept current from here on (see catch_up and hand)
             if self.loads is None:
                 self.snaps = [r.routing(self.wanted, None) for r in reps]
             else:
