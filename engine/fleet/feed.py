@@ -83,8 +83,10 @@ class Feed:
             self.next_time = t
         self.rows.append(row)
         self.times.append(t)
-        if self.dt_min is not None:
-            self.calm = min(self.calm, self._calm(row, t))
+        if self.dt_min is not None:  # (_calm written out: a least-loaded fleet pushes at every arrival)
+            c = t + (row.i.item(_TOTAL, 0) - 1) * self.dt_min
+            if c < self.calm:
+                self.calm = c
 
     def _calm(self, row: Rows, t: float) -> float:
         """A time before which request `row` (arriving at t) cannot finish: it joins at its arrival at the earliest,
@@ -113,5 +115,8 @@ class Feed:
         if self.dt_min is not None:  # (a lazy loop's: rarely a row left)
             self.calm = min(map(self._calm, rows, times)) if rows else math.inf
         rep._budget.accepted += k
-        rep.queue_peak = max(rep.queue_peak, ln.waiting)
+        Q = ln.Q
+        w = Q.n - Q.head + ln.P.n  # (ln.waiting without its property call)
+        if w > rep.queue_peak:
+            rep.queue_peak = w
         return k

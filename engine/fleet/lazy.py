@@ -21,6 +21,15 @@ to a replica's feed only adds one to the kept snapshot's queue. A router reading
 Router.by_load) is kept each replica's load, a Python int, instead: picked by two C calls (Router.pick_load), raised
 by one as a request is handed over, read again as the replica steps (3.3 % fewer instructions on a fleet day than
 building, keeping and scanning 8 snapshots).
+
+A replica's steps up to an arrival are one call (Replica.catch_up: no step_before, Lane.jump or calm_bound call a
+step). For a router reading loads alone it also drops the finished requests and writes the load, and a step after a
+quiet run that drew a request (one routed here cut it) is taken before calm is read: that step is a lone decode step
+(steps.jump skips it) which the arrival does not enter (only an idle step reads its limit), the same whenever taken;
+and calm never falls as a replica steps (each step takes at least dt_min and brings a request at most one token
+nearer its end), so were it past the arrival before that step it still is after it, and the loop stops there: the
+quiet runs are those it took before. (A router that is not steady could read that replica exact at the arrival
+after it, where it was behind, and move other replicas up otherwise: not for it.)
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from engine.serving.tables import BLOCK, Rows, blocks_for
 if TYPE_CHECKING:
     from engine.fleet.fleet import Fleet
 
+_CALM = operator.attrgetter("calm")
 DRAW_AHEAD_S = 10.0  # open-loop fleets draw their requests this far ahead (fewer, larger draws; the same rows)
 
 
@@ -75,6 +85,7 @@ class LazyLoop:
         # A router reading loads alone (Router.by_load) is given each replica's load, kept current as its snapshot
         # would be (read again as the replica steps, one added as it is given a request), not the snapshots.
         self.loads: list[int] | None = [] if self.steady and self.router.by_load else None
+        self.keep = fleet.route_log.maxlen or 0  # (Fleet.ROUTE_LOG)
 
     def run(self) -> int:
         """Every arrival in time order, then every replica to the run's end; returns the replica steps taken."""
@@ -84,59 +95,80 @@ class LazyLoop:
         reps = self.reps
         for f in self.feeds:
             f.install()
-        for r in reps:  # each replica's calm as calm_bound gives it, kept so from here on (see arrive)
+        for r in reps:  # each replica's calm as calm_bound gives it, kept so from here on (see hand and arrive)
             r.calm = r.calm_bound()
-        if self.router.steady:  # its snapshots (or loads) kept current from here on (see catch_up and arrive)
+        if self.router.steady:  # its snapshots (or loads) kept current from here on (see catch_up and hand)
             if self.loads is None:
                 self.snaps = [r.routing(self.wanted, None) for r in reps]
             else:
                 self.loads = [r.routed_load for r in reps]
         q, times = self.fleet.ahead, self.times
+        inf = math.inf
+        loads, steady = self.loads, self.steady
         while self.ahead():
             while q:  # (the stretch drawn, one arrival at a time)
                 row = q.popleft()
                 t = times.popleft()
-                stop = min(t, end)
-                for r in reps:
-                    if r.calm < stop:
-                        n += self.catch_up(r, stop)
-                n += self.arrive(row, t, stop)
+                stop = t if t < end else end
+                # The replicas not calm past the arrival (~1.1 an arrival on a least-loaded fleet day, none at 4 in
+                # 10), found by C calls over their calms rather than a Python loop over the 8: the least calm first
+                # (each replica's steps are its own, so the order changes no number). A router reading loads alone
+                # has each one's load written by Replica.catch_up itself (no catch_up here).
+                calms = list(map(_CALM, reps))
+                while (c := min(calms)) < stop:
+                    i = calms.index(c)
+                    calms[i] = inf
+                    n += self.catch_up(reps[i], stop) if loads is None else reps[i].catch_up(stop, True, loads)
+                if steady:
+                    self.hand(row, t)
+                else:
+                    n += self.arrive(row, t, stop)
         for r in reps:
             n += self.catch_up(r, end, calm=False)
         for f in self.feeds:
             f.remove()
+        self.fleet.ticks += n  # (nothing reads it while the loop runs)
         return n
 
-    def arrive(self, row: Rows, t: float, stop: float) -> int:
-        """One request: the chosen replica takes its steps before t, then gets it. Returns the steps taken.
-        A steady router's replica is not moved: its lane draws the request itself (Feed)."""
-        if self.router.steady:
-            # Every replica's snapshot (or load) is current (catch_up reads a replica again when it steps): no list to
-            # build.
-            loads = self.loads
-            snaps = self.snaps
-            choice = self.router.pick(snaps) if loads is None else self.router.pick_load(loads)  # type: ignore[arg-type]
-            i = choice.index
-            rep = self.reps[i]
-            self.fleet.route_log.append((row, choice, t))  # (Fleet._give, less what a lazy loop never has)
-            feed = rep.feed
-            assert feed is not None
+    def hand(self, row: Rows, t: float) -> None:
+        """One request for a steady router: handed to its replica's feed, which its lane draws itself (Feed), so the
+        replica is not moved up to the arrival for it."""
+        # Every replica's snapshot (or load) is current (the replicas are read again as they step): no list to build.
+        loads = self.loads
+        choice = self.router.pick(self.snaps) if loads is None else self.router.pick_load(loads)  # type: ignore[arg-type]
+        i = choice.index
+        rep = self.reps[i]
+        # (Fleet._give, less what a lazy loop never has.) Logged only among the last ROUTE_LOG: one with as many
+        # arrivals drawn behind it would be pushed out of the log by them before anyone reads it (nobody reads the log
+        # while the loop runs).
+        if len(self.fleet.ahead) < self.keep:
+            self.fleet.route_log.append((row, choice, t))
+        feed = rep.feed
+        assert feed is not None
+        calm = rep.calm
+        if calm == math.inf:
+            # Idle, nothing in its feed: it waits for the request (as Fleet._give moves it). (Its calm is calm_bound's,
+            # kept so: inf exactly when no request is queued, preempted, running or in its feed.)
             ln = rep.lane  # (rep.clock is its clock: read and set here without the property)
-            if not feed.rows and not ln.has_work:  # idle: it waits for the request (as Fleet._give moves it)
-                ln.clock = max(ln.clock, t)
-            feed.push(row, t)
-            # Its snapshot with the request queued: routing counts the rows its feed holds as queued, and the push
-            # changed nothing else it reads (the record built afresh, not read: ~1.5 us less).
-            if loads is None:
-                s = snaps[i]
-                snaps[i] = tuple.__new__(RoutingSnapshot, (i, s[1] + 1, *s[2:]))  # type: ignore[index]
-            else:
-                loads[i] += 1
-            # calm(rep) is the least of its steps' bound and feed.calm; rep.calm is it before the push (the loop
-            # keeps it so), and the push changed only the feed's: so the new one is rep.calm and the new feed.calm's
-            # least (no calm_bound read).
-            rep.calm = min(rep.calm, feed.calm)
-            return 0
+            if ln.clock < t:
+                ln.clock = t
+        feed.push(row, t)
+        # Its snapshot with the request queued: routing counts the rows its feed holds as queued, and the push
+        # changed nothing else it reads (the record built afresh, not read: ~1.5 us less).
+        if loads is None:
+            s = self.snaps[i]
+            self.snaps[i] = tuple.__new__(RoutingSnapshot, (i, s[1] + 1, *s[2:]))  # type: ignore[index]
+        else:
+            loads[i] += 1
+        # calm(rep) is the least of its steps' bound and feed.calm; rep.calm is it before the push (the loop keeps it
+        # so), and the push changed only the feed's: so the new one is rep.calm and the new feed.calm's least (no
+        # calm_bound read).
+        if feed.calm < calm:
+            rep.calm = feed.calm
+
+    def arrive(self, row: Rows, t: float, stop: float) -> int:
+        """One request for a router that is not steady: the chosen replica takes its steps before t, then gets it
+        (or, picked by its floor, its feed does). Returns the steps taken."""
         choice, n, unmoved = self.decide(row, stop)
         rep = self.reps[choice.index]
         # Fleet._give, less what a lazy loop never has (a prefill replica) or reads (the heap of ready replicas).
@@ -145,7 +177,7 @@ class LazyLoop:
         if unmoved:
             # Picked by its floor (room_floor), still behind the arrival: its lane draws the request as it passes it
             # (Feed), and the step after the arrival rides in its quiet run. r.calm was kept past the arrival (run),
-            # so the new calm is the least of it and the feed's (as the steady branch).
+            # so the new calm is the least of it and the feed's (as in hand).
             assert feed is not None
             feed.push(row, t)
             rep.calm = min(rep.calm, feed.calm)
@@ -342,31 +374,17 @@ class LazyLoop:
         return True
 
     def catch_up(self, r: Replica, stop: float, calm: bool = True) -> int:
-        """Take replica r's steps that start before `stop`; with `calm` (asked only of a replica not calm past
-        `stop`: r.calm < stop), only as far as needed to be sure no request of its finishes in them unseen, keeping
-        r.calm up to date (read after each step: Replica.calm_bound). Without `calm`, r.calm is left for the caller
-        to set (it is read only at the next arrival). Returns the steps taken. A replica with nothing to run but
-        requests handed to it (Feed) waits for the first of them (as Fleet._give moves its clock)."""
-        n = 0
-        ln = r.lane  # (its clock is r.clock, read here without the property)
-        feed = r.feed
-        done = r.finished_rows
-        while ln.clock < stop:
-            if not ln.has_work:
-                if feed is None or feed.next_time >= stop:
-                    break
-                ln.clock = max(ln.clock, feed.next_time)
-            n += r.step_before(stop, 1 << 20)
+        """Take replica r's steps that start before `stop` (Replica.catch_up); with `calm` (asked only of a replica not
+        calm past `stop`: r.calm < stop), only as far as needed to be sure no request of its finishes in them unseen,
+        keeping r.calm up to date. Without `calm`, r.calm is left for the caller to set (it is read only at the next
+        arrival). Returns the steps taken; a replica that stepped is read again (its load or snapshot)."""
+        n = r.catch_up(stop, calm)
+        if n:
+            done = r.finished_rows
             if done:
                 if self.counting:
                     self.commit[r.index] -= _held_whole(done)
                 done.clear()  # open loop: no user to wake (Fleet._think would wake nobody)
-            if calm:
-                c = r.calm = r.calm_bound()
-                if c >= stop:
-                    break
-        if n:
-            self.fleet.ticks += n
             # A steady router reads every replica at every arrival: read this one now, else when next asked.
             if self.loads is not None:
                 self.loads[r.index] = r.routed_load

@@ -22,7 +22,7 @@ from engine.fleet.feed import Feed
 from engine.fleet.routers import RoutingSnapshot
 from engine.physics.specs import Hardware, Model
 from engine.physics.step import StepModel, StepOptions
-from engine.serving import keying, open_loop
+from engine.serving import keying, open_loop, steps
 from engine.serving.accounting import H
 from engine.serving.engine import Engine
 from engine.serving.lane import Lane
@@ -319,8 +319,70 @@ class Replica(Engine):
         self._clock = ln.clock
         if self._cfg.debug and not self._pinned:  # pinned blocks belong to no request: the check would miscount
             ln.check(prev)
-        self.queue_peak = max(self.queue_peak, ln.waiting)
+        if ln.P.n:  # (without a preempted request the queue is no longer than at its last growth: see catch_up)
+            self.queue_peak = max(self.queue_peak, ln.waiting)
         return k
+
+    def catch_up(self, stop: float, calm: bool, loads: list[int] | None = None) -> int:
+        """The lazy loop's steps (engine.fleet.lazy): step_before(stop, 1 << 20) while the clock is before `stop`, an
+        idle replica waiting for the first request in its feed (as Fleet._give moves its clock); with `calm`, only
+        until none of its requests can finish before `stop` unseen (self.calm, read after each step as calm_bound
+        gives it). Returns the steps taken. With `loads` (a steady router reading loads alone) the finished requests
+        are dropped (open loop), the load written to loads[index] (routed_load) and the step after a quiet run that
+        drew a request taken before calm is read (see the lazy loop's doc); else finished_rows is the caller's. One
+        call for what took four a step (step_before, Lane.jump, calm_bound). The queue's peak is read only with P
+        rows: it grows only as requests are queued (inject and Feed.draw_into raise the peak then)."""
+        ln = self.lane
+        R, Q, P = ln.R, ln.Q, ln.P
+        feed, src, dt_min, quiet = self.feed, ln.source, self.dt_min, self.skip_quiet
+        debug = self._cfg.debug and not self._pinned  # pinned blocks belong to no request: the check would miscount
+        tick, n, stale = self._tick, 0, False  # (stale: self.calm not read since the last step)
+        while ln.clock < stop:
+            if not (R.n or Q.n > Q.head or P.n):  # (ln.has_work without its property call)
+                if feed is None or feed.next_time >= stop:
+                    break
+                if ln.clock < feed.next_time:
+                    ln.clock = feed.next_time
+            prev, k = ln.clock, 0
+            if self.eventful:  # (step_before's hint: the step admitting a request taken alone)
+                self.eventful -= 1
+            elif quiet:
+                most = 1 << 20  # (step_before's bound, its min and max written out)
+                if dt_min:
+                    T = src.next_time
+                    w = ((T if T < stop else stop) - prev) / dt_min
+                    most = most if w >= most - 3 else int(w) + 3 if w > -1 else 2
+                k = steps.jump(ln, stop, most)
+            if not k:
+                ln.step(stop, tick + n + 1, want=False)
+                k = 1
+            n += k
+            if debug:
+                ln.check(prev)
+            if P.n:
+                self.queue_peak = max(self.queue_peak, ln.waiting)
+            if calm:
+                stale = loads is not None and ln.join_next and R.n > 0
+                if stale:
+                    continue
+                if R.n > 1 or P.n or Q.n > Q.head:
+                    c = self.calm_bound()
+                else:  # (calm_bound's one-row and idle cases)
+                    m = R.n and R.cols.total.item(0) - R.cols.gen.item(0)
+                    c = ln.clock + (m - 1) * dt_min if m else math.inf
+                    if feed is not None and feed.calm < c:
+                        c = feed.calm
+                self.calm = c
+                if c >= stop:
+                    break
+        if stale:  # (left at `stop`, or idle with nothing due before it)
+            self.calm = self.calm_bound()
+        if n:
+            self._tick, self._clock = tick + n, ln.clock
+            if loads is not None:
+                self.finished_rows.clear()
+                loads[self.index] = Q.n - Q.head + P.n + R.n + (0 if feed is None else len(feed.rows))
+        return n
 
 
 def _least_left(c: Rows, s: int, e: int) -> int:

@@ -15,6 +15,8 @@ from engine.fleet.fleet import Fleet, FleetSpec
 from engine.fleet.lazy import LazyLoop, _commit
 from engine.fleet.replica import _FEW_ROWS, _LIST_ROWS, Replica
 from engine.fleet.routers import LeastLoaded, RoutingSnapshot, least_loaded
+from engine.serving import steps
+from engine.serving.lane import Lane
 
 # Open loop on the lazy loop; a small KV pool so requests queue and get preempted (P and Q are not empty).
 TIGHT = EngineConfig(rate=12, users=0, requests=400, prompt="lognormal:1000,0.8", output="lognormal:200,0.8",
@@ -26,7 +28,7 @@ def test_kept_snapshots_are_the_replicas_read_afresh(router: str, monkeypatch: p
     # A replica's snapshot is kept until it steps or takes a request: at every arrival each one the router is
     # given must be what reading the replica now gives. (A steady router is given every kept one, each read
     # again as its replica steps; one that is not, those snapshots() gives.)
-    original, arrive = LazyLoop.snapshots, LazyLoop.arrive
+    original, hand = LazyLoop.snapshots, LazyLoop.hand
     seen = [0, 0]
 
     def checked(self: LazyLoop, reps: list[Replica], row: object) -> list[RoutingSnapshot]:
@@ -45,17 +47,14 @@ def test_kept_snapshots_are_the_replicas_read_afresh(router: str, monkeypatch: p
             assert self.snaps == fresh
             assert all(type(s) is RoutingSnapshot for s in self.snaps)
 
-    def kept(self: LazyLoop, row: object, t: float, stop: float) -> int:
-        if self.steady:
-            current(self)
-        n = arrive(self, row, t, stop)  # type: ignore[arg-type]
-        if self.steady:  # (the chosen one's queued count raised by one, not read)
-            current(self)
-            seen[1] += 1
-        return n
+    def kept(self: LazyLoop, row: object, t: float) -> None:  # (a steady router's arrival)
+        current(self)
+        hand(self, row, t)  # type: ignore[arg-type]
+        current(self)  # (the chosen one's queued count raised by one, not read)
+        seen[1] += 1
 
     monkeypatch.setattr(LazyLoop, "snapshots", checked)
-    monkeypatch.setattr(LazyLoop, "arrive", kept)
+    monkeypatch.setattr(LazyLoop, "hand", kept)
     f = Fleet(FleetSpec(TIGHT, replicas=4, router=router))
     assert f.loop == "lazy"
     f.run()
@@ -87,27 +86,76 @@ def test_calm_bound_is_the_definitions_over_every_table(monkeypatch: pytest.Monk
     # for more, and the queue and the preempted only when some request waits: after every step it must give the
     # definition's figure, through batches, queues and preemptions.
     # A table is read one row at a time, as a list or by numpy's min by its size (_least_left): each way is met.
-    original = Replica.step_before
     tables = {"R": 0, "P": 0, "Q": 0}
     sizes = {"one": 0, "few": 0, "list": 0, "numpy": 0}
+    f = Fleet(FleetSpec(TIGHT, replicas=2, router="least-loaded"))
+    owner = {id(r.lane): r for r in f.reps}
 
-    def checked(self: Replica, limit: float, max_steps: int) -> int:
-        k = original(self, limit, max_steps)
-        assert self.calm_bound() == _calm_by_definition(self)
+    def check(lane: Lane) -> None:
+        r = owner[id(lane)]
+        assert r.calm_bound() == _calm_by_definition(r)
         for name in tables:
-            size = getattr(self.lane, name).size
+            size = getattr(lane, name).size
             tables[name] += size > 0
             if size:
                 sizes["one" if size == 1 else "few" if size <= _FEW_ROWS else "list" if size <= _LIST_ROWS
                       else "numpy"] += 1
+
+    # Every step is a quiet run (steps.jump) or a lone step (Lane.step), whichever loop takes it.
+    jump, step = steps.jump, Lane.step
+
+    def checked_jump(lane: Lane, stop: float, most: int) -> int:
+        k = jump(lane, stop, most)
+        if k:
+            check(lane)
         return k
 
-    monkeypatch.setattr(Replica, "step_before", checked)
-    f = Fleet(FleetSpec(TIGHT, replicas=2, router="least-loaded"))
+    def checked_step(lane: Lane, *args: object, **kw: object) -> object:
+        got = step(lane, *args, **kw)  # type: ignore[arg-type]
+        check(lane)
+        return got
+
+    monkeypatch.setattr(steps, "jump", checked_jump)
+    monkeypatch.setattr(Lane, "step", checked_step)
     f.run()
     assert f.metrics()["preemptions"] > 0
     assert all(v > 0 for v in tables.values()), tables
     assert all(v > 0 for v in sizes.values()), sizes
+
+
+def test_the_calm_a_catch_up_keeps_is_calm_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Replica.catch_up reads a replica's calm after each step itself where it runs one row or none with nothing
+    # waiting (calm_bound's cases written out), else by calm_bound, and not at all after a quiet run that drew a
+    # request (the step after it is taken first). Whenever it takes a step after reading it (every step but one
+    # right after such a run), the calm it keeps must be calm_bound's there, each way met. (Between arrivals: the
+    # run's end takes its steps without reading calm.) A light load (the fleet day's: a replica holds a row or
+    # two) and a tight pool (queues, preemptions).
+    light = EngineConfig(rate=2.5, users=0, requests=400, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")
+    fleets = [Fleet(FleetSpec(cfg, replicas=4, router="least-loaded")) for cfg in (light, TIGHT)]
+    owner = {id(r.lane): r for f in fleets for r in f.reps}
+    jump, catch_up = steps.jump, LazyLoop.catch_up
+    seen = {"idle": 0, "one": 0, "more": 0}
+    ending = [False]
+
+    def checked(lane: Lane, stop: float, most: int) -> int:
+        if not ending[0] and not lane.join_next:
+            r = owner[id(lane)]
+            assert r.calm == r.calm_bound()
+            waits = lane.waiting > 0
+            seen["idle" if not lane.R.n and not waits else "one" if lane.R.n == 1 and not waits else "more"] += 1
+        return jump(lane, stop, most)
+
+    def last(self: LazyLoop, r: Replica, stop: float, calm: bool = True) -> int:
+        ending[0] = not calm  # (least-loaded: only the run's end asks the loop's catch_up, without calm)
+        return catch_up(self, r, stop, calm)
+
+    monkeypatch.setattr(steps, "jump", checked)
+    monkeypatch.setattr(LazyLoop, "catch_up", last)
+    for f in fleets:
+        ending[0] = False
+        f.run()
+        assert ending[0] and f.metrics()["requests_completed"] == 400
+    assert all(v > 20 for v in seen.values()), seen
 
 
 # Bounded replicas: a roomy pool (no preemption possible), a tight one (bounds refused where the requests might not
@@ -273,17 +321,28 @@ def test_kept_calm_is_the_replicas_calm_read_afresh(router: str, monkeypatch: py
     # Each replica's calm is kept from one arrival to the next (a steady router's arrival lowers it to its feed's
     # new calm instead of reading the replica again): at every arrival, before and after, each must be what
     # Replica.calm_bound gives now.
-    original = LazyLoop.arrive
+    # (A steady router's requests are handed over by LazyLoop.hand, the others' by arrive.)
+    original, hand = LazyLoop.arrive, LazyLoop.hand
     seen = [0]
 
+    def fresh(self: LazyLoop) -> None:
+        assert [r.calm for r in self.reps] == [r.calm_bound() for r in self.reps]
+
     def checked(self: LazyLoop, row: object, t: float, stop: float) -> int:
-        assert [r.calm for r in self.reps] == [r.calm_bound() for r in self.reps]
+        fresh(self)
         n = original(self, row, t, stop)  # type: ignore[arg-type]
-        assert [r.calm for r in self.reps] == [r.calm_bound() for r in self.reps]
+        fresh(self)
         seen[0] += 1
         return n
 
+    def handed(self: LazyLoop, row: object, t: float) -> None:
+        fresh(self)
+        hand(self, row, t)  # type: ignore[arg-type]
+        fresh(self)
+        seen[0] += 1
+
     monkeypatch.setattr(LazyLoop, "arrive", checked)
+    monkeypatch.setattr(LazyLoop, "hand", handed)
     f = Fleet(FleetSpec(TIGHT, replicas=4, router=router))
     f.run()
     assert seen[0] == 400 and f.metrics()["requests_completed"] == 400
@@ -338,16 +397,14 @@ STEP_BOUND = [
 
 @pytest.mark.parametrize(("cfg", "kw"), STEP_BOUND)
 def test_the_quiet_run_bound_never_cuts_a_run(cfg: EngineConfig, kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Replica.step_before asks its lane for at most (T - clock) / dt_min + 3 quiet steps: a run must never be as long
-    # as that (it would be the bound, not the cut, that ended it), and the fleet's figures must be those of fleets
-    # whose replicas ask for runs of any length (dt_min 0).
-    from engine.serving.lane import Lane
-
-    jump = Lane.jump
+    # Replica.step_before (and Replica.catch_up, the lazy loop's) asks its lane for at most (T - clock) / dt_min + 3
+    # quiet steps: a run must never be as long as that (it would be the bound, not the cut, that ended it), and the
+    # fleet's figures must be those of fleets whose replicas ask for runs of any length (dt_min 0).
+    jump = steps.jump
     bounded = [0]
 
-    def checked(self: Lane, stop: float, max_steps: int) -> int:
-        k = jump(self, stop, max_steps)
+    def checked(lane: Lane, stop: float, max_steps: int) -> int:
+        k = jump(lane, stop, max_steps)
         if max_steps < 1 << 19:
             bounded[0] += 1
             assert k < max_steps
@@ -362,7 +419,7 @@ def test_the_quiet_run_bound_never_cuts_a_run(cfg: EngineConfig, kw: dict, monke
         return json.dumps([f.metrics(), f.ticks, f.latencies().tolist()], sort_keys=True)  # (NaN as NaN: equal)
 
     plain = run(False)
-    monkeypatch.setattr(Lane, "jump", checked)
+    monkeypatch.setattr(steps, "jump", checked)
     assert run(True) == plain
     assert bounded[0] > 50
 
