@@ -146,25 +146,31 @@ class LazyLoop:
         feed = rep.feed
         assert feed is not None
         calm = rep.calm
-        if calm == math.inf:
-            # Idle, nothing in its feed: it waits for the request (as Fleet._give moves it). (Its calm is calm_bound's,
-            # kept so: inf exactly when no request is queued, preempted, running or in its feed.)
-            ln = rep.lane  # (rep.clock is its clock: read and set here without the property)
-            if ln.clock < t:
-                ln.clock = t
-        feed.push(row, t)
-        # Its snapshot with the request queued: routing counts the rows its feed holds as queued, and the push
+        ln = rep.lane  # (rep.clock is its clock: read and set here without the property)
+        if calm == math.inf and ln.clock <= t:
+            # Idle at the arrival (its calm is calm_bound's, kept so: inf exactly when no request is queued,
+            # preempted, running or in its feed): queued there now, as Fleet._give queues it, the clock moved up to
+            # the arrival. Its next step starts at t either way and draws nothing else (a request routed here later
+            # comes after t); from its feed it would draw this one at t (~0.5 arrivals in 1 at a least-loaded fleet
+            # day: no push and draw). Its calm is then the feed's for this row (Feed._calm: t + (total - 1) dt_min),
+            # calm_bound's now.
+            ln.clock = t
+            rep.inject(row)
+            rep.calm = feed._calm(row, t)
+        else:
+            # Busy, or idle past the arrival: its lane draws the request at its first step after t. rep.calm is
+            # calm_bound's before the push (the loop keeps it so), which changed only feed.calm: the new one is the
+            # least of rep.calm and the new feed.calm (no calm_bound read).
+            feed.push(row, t)
+            if feed.calm < calm:
+                rep.calm = feed.calm
+        # Its snapshot with the request queued: routing counts the rows its feed holds as queued, and the request
         # changed nothing else it reads (the record built afresh, not read: ~1.5 us less).
         if loads is None:
             s = self.snaps[i]
             self.snaps[i] = tuple.__new__(RoutingSnapshot, (i, s[1] + 1, *s[2:]))  # type: ignore[index]
         else:
             loads[i] += 1
-        # calm(rep) is the least of its steps' bound and feed.calm; rep.calm is it before the push (the loop keeps it
-        # so), and the push changed only the feed's: so the new one is rep.calm and the new feed.calm's least (no
-        # calm_bound read).
-        if feed.calm < calm:
-            rep.calm = feed.calm
 
     def arrive(self, row: Rows, t: float, stop: float) -> int:
         """One request for a router that is not steady: the chosen replica takes its steps before t, then gets it

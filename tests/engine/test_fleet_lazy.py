@@ -126,31 +126,57 @@ def test_calm_bound_is_the_definitions_over_every_table(monkeypatch: pytest.Monk
 def test_the_calm_a_catch_up_keeps_is_calm_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     # Replica.catch_up reads a replica's calm after each step itself where it runs one row or none with nothing
     # waiting (calm_bound's cases written out), else by calm_bound, and not at all after a quiet run that drew a
-    # request (the step after it is taken first). Whenever it takes a step after reading it (every step but one
-    # right after such a run), the calm it keeps must be calm_bound's there, each way met. (Between arrivals: the
-    # run's end takes its steps without reading calm.) A light load (the fleet day's: a replica holds a row or
-    # two) and a tight pool (queues, preemptions).
+    # request (the step after it is taken first). Wherever it read it (its next step, or its return), the calm it
+    # keeps must be calm_bound's right after the step, each way met. (The run's end takes its steps without
+    # reading calm.) A light load (the fleet day's: a replica holds a row or two) and a tight pool (queues,
+    # preemptions).
     light = EngineConfig(rate=2.5, users=0, requests=400, prompt="lognormal:1000,0.8", output="lognormal:200,0.8")
     fleets = [Fleet(FleetSpec(cfg, replicas=4, router="least-loaded")) for cfg in (light, TIGHT)]
     owner = {id(r.lane): r for f in fleets for r in f.reps}
-    jump, catch_up = steps.jump, LazyLoop.catch_up
+    jump, step, catch_up, last = steps.jump, Lane.step, Replica.catch_up, LazyLoop.catch_up
     seen = {"idle": 0, "one": 0, "more": 0}
+    after: dict[int, tuple[float, str]] = {}  # calm_bound right after each replica's last step, and its case
     ending = [False]
 
-    def checked(lane: Lane, stop: float, most: int) -> int:
-        if not ending[0] and not lane.join_next:
-            r = owner[id(lane)]
-            assert r.calm == r.calm_bound()
+    def stepped(lane: Lane) -> None:
+        r = owner[id(lane)]
+        after.pop(id(r), None)
+        if not ending[0] and not (lane.join_next and lane.R.n):  # (else the loop takes the next step first)
             waits = lane.waiting > 0
-            seen["idle" if not lane.R.n and not waits else "one" if lane.R.n == 1 and not waits else "more"] += 1
-        return jump(lane, stop, most)
+            case = "idle" if not lane.R.n and not waits else "one" if lane.R.n == 1 and not waits else "more"
+            after[id(r)] = (r.calm_bound(), case)
 
-    def last(self: LazyLoop, r: Replica, stop: float, calm: bool = True) -> int:
+    def read(r: Replica) -> None:
+        if (got := after.pop(id(r), None)) is not None:
+            assert r.calm == got[0]
+            seen[got[1]] += 1
+
+    def checked_jump(lane: Lane, stop: float, most: int) -> int:
+        read(owner[id(lane)])
+        k = jump(lane, stop, most)
+        if k:
+            stepped(lane)
+        return k
+
+    def checked_step(lane: Lane, *args: object, **kw: object) -> object:
+        read(owner[id(lane)])
+        got = step(lane, *args, **kw)  # type: ignore[arg-type]
+        stepped(lane)
+        return got
+
+    def checked_catch_up(self: Replica, stop: float, calm: bool, loads: list[int] | None = None) -> int:
+        n = catch_up(self, stop, calm, loads)
+        read(self)
+        return n
+
+    def run_end(self: LazyLoop, r: Replica, stop: float, calm: bool = True) -> int:
         ending[0] = not calm  # (least-loaded: only the run's end asks the loop's catch_up, without calm)
-        return catch_up(self, r, stop, calm)
+        return last(self, r, stop, calm)
 
-    monkeypatch.setattr(steps, "jump", checked)
-    monkeypatch.setattr(LazyLoop, "catch_up", last)
+    monkeypatch.setattr(steps, "jump", checked_jump)
+    monkeypatch.setattr(Lane, "step", checked_step)
+    monkeypatch.setattr(Replica, "catch_up", checked_catch_up)
+    monkeypatch.setattr(LazyLoop, "catch_up", run_end)
     for f in fleets:
         ending[0] = False
         f.run()
