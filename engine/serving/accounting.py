@@ -200,7 +200,11 @@ class Itl:
         """k tokens (of rows in `stage`, an array or one index) came dt seconds after their previous ones."""
         if k <= 0:
             return
-        b = min(max(bisect.bisect_left(_ITL_EDGES, dt) - 1, 0), _TOP)  # np.searchsorted's side='left'
+        b = bisect.bisect_left(_ITL_EDGES, dt) - 1  # np.searchsorted's side='left', clipped to the bins (min and max
+        if b < 0:  # parse their keywords on every call in this interpreter: ~0.2 us)
+            b = 0
+        elif b > _TOP:
+            b = _TOP
         v = int(dt * _FIX)  # fixed(dt), inline
         if isinstance(stage, int) or self._n.size == 1:
             s = stage if isinstance(stage, int) else 0
@@ -223,10 +227,12 @@ class Itl:
         one.clear()
         self._one_n = [0] * len(self._one_n)
 
-    def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
+    def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int, held: int | None = None) -> None:
         """Several decode steps in a row, each giving n rows (in `stage`) their next token after dts[j]: noted, and
         counted with the other pending runs when read or when _RUNS_PENDING runs (or _HELD_PENDING doubles) wait.
-        `dts` must not change afterwards (a run's step times are never written again)."""
+        `dts` must not change afterwards (a run's step times are never written again). `held`: the doubles noting
+        it keeps alive, if the caller knows (a view of a price table, which its step model keeps anyway: its own
+        steps); else its base's, if a view."""
         k = len(dts)
         if n <= 0 or not k:
             return
@@ -236,7 +242,9 @@ class Itl:
             cnt = np.bincount(stage, minlength=self._n.size)
             for s in np.flatnonzero(cnt).tolist():
                 self._pend.append((dts, s, int(cnt[s])))
-        self._pend_held += k if dts.base is None else dts.base.size  # (a view keeps its whole base alive)
+        if held is None:
+            held = k if dts.base is None else dts.base.size  # (a view keeps its whole base alive)
+        self._pend_held += held
         if len(self._pend) >= _RUNS_PENDING or self._pend_held >= _HELD_PENDING:
             self._count_runs()
 
@@ -304,7 +312,7 @@ class Uncounted(Itl):
     def add(self, dt: float, stage: np.ndarray | int, k: int) -> None:
         """Nothing counted."""
 
-    def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int) -> None:
+    def add_steps(self, dts: np.ndarray, stage: np.ndarray | int, n: int, held: int | None = None) -> None:
         """Nothing counted."""
 
     @property

@@ -53,6 +53,10 @@ _RUN_AGGS = 8  # above this many rows (as Lane's _FEW_ROWS) a quiet run counts t
 _FEW_TALLIED = 16  # CacheAggs.tally counts up to this many rows in Python
 _FEW_INC = 4  # up to this many rows a join step adds its tokens and finish finds its finished rows by scalar reads
 _FEW_RUN = 4  # up to this many rows (<= _RUN_AGGS) a quiet run reads and writes its rows' counts as Python ints
+# The blocks quiet runs of one or two rows take (Growth), by the rows' steps to their next block: a key one of 16 lags
+# (one row) or BLOCK + BLOCK * lag0 + lag1 (two rows). A Growth is immutable: runs share one (building one costs ~9k
+# instructions, about a tenth of a lone row's run).
+_GROWTHS: dict[int, Growth] = {}
 _ROW0 = np.zeros(1, dtype=np.int64)  # the row numbers [0]: a lone row finishing a run
 _ROW0.flags.writeable = False
 _Ints = np.ndarray | list[int]  # a quiet run's rows' counts: views, or Python ints for a few rows
@@ -745,15 +749,14 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     the per-tick history come out exactly as step() by step() would give them (the same aggregates, and sums taken
     in the same order). A run of up to _FEW_RUN rows (a replica at low load holds one or two) reads its rows' counts
     as Python ints, in one call, and writes them back item by item (_apply_run): numpy's calls on views of a row or
-    two cost more than the work.
-    """
+    two cost more than the work."""
     if lane.join_next:  # the last run drew a request into the queue: the next tick admits it, a step (and were it
         lane.join_next = False  # blocked after all, a step gives what a run would: the skip never changes a figure)
         return 0
     n, t0 = lane.R.n, lane.clock
     if n == 0 or lane.n_pf or max_steps < 2 or lane.spec_k:
         return 0
-    nxt = lane.next_arrival  # read once (a property chain): nothing in a run draws arrivals before its cut
+    nxt = lane.source.next_time  # (Lane.next_arrival's property unread) read once: a run draws none before its cut
     if nxt <= t0:
         return 0
     queue = lane.waiting  # the same until the run's arrival or completions (neither happens before they are noted)
@@ -774,9 +777,10 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     k, k_arr = cut_at_arrival(lane, nxt, clock, k, stop)
     if k < 2:
         return 0
-    # The times copied (the ITL counter keeps them and weighs a view by the array it keeps alive: a price table);
-    # FLOPs and bytes stay views (the history keeps them, see history_run).
-    steps = (got[0][:k].copy(), got[1][:k], got[2][:k], len(got[0]))
+    # The steps' times, FLOPs and bytes (views: sliced only for a run cut short) and the doubles they keep alive: a
+    # price table's views their own (its step model keeps the table), a pricing's all it priced (history_run).
+    priced = len(got[0])
+    steps = got + (priced,) if k == priced else (got[0][:k], got[1][:k], got[2][:k], k if type(b) is int else priced)
     used0 = lane.pool.used
     _apply_run(lane, k, clock, grown.after(k), (think, cached, gen))
     if lane.async_sched:
@@ -784,8 +788,8 @@ def jump(lane: Lane, stop: float, max_steps: int) -> int:
     if k_arr < k:  # the run's last step starts after the arrival: it joins the queue then, as step() draws it
         _arrive_in_run(lane, clock.item(k_arr))
         lane.join_next = lane.waiting > queue  # (2,540 of 7,737 jump attempts at rate 10 asked admission to learn it)
-    # A row finishes in the run only if its last step is the run's: k reached the fewest tokens left.
-    done = _finished(total, gen, k) if k == left else None
+    # A row finishes in the run only if its last step is the run's: k reached the fewest tokens left (a lone row: 0).
+    done = None if k != left else _ROW0 if n == 1 else _finished(total, gen, k)
     _account_run(lane, k, clock, steps, sums[:, k].tolist(), (used0, grown), done, (k_arr, queue))
     if lane.lora is not None:
         lb = np.broadcast_to(np.asarray(p.lora_bytes, dtype=np.float64), np.shape(p.time))[:k]
@@ -825,7 +829,7 @@ def cut_at_arrival(lane: Lane, nxt: float, clock: np.ndarray, k: int, stop: floa
     queue. The run then takes that step too (the arrival is drawn at its start), instead of ending a step early
     and leaving it to step(). Never past `stop`.
     """
-    cut = starts_before(clock, k, min(nxt, stop))
+    cut = starts_before(clock, k, stop if stop < nxt else nxt)  # (min(nxt, stop), without min's keyword parsing)
     if cut >= k:
         return k, k
     if lane.async_sched and nxt <= stop and clock[cut] < stop:
@@ -877,14 +881,15 @@ def _quiet_blocks(lane: Lane, max_steps: int, waiting: int, rows: tuple[_Ints, _
     ints for up to _FEW_RUN rows)."""
     cached, gen, total = rows
     n = len(cached)
-    # The first step finishing a request ends the run.
+    # The first step finishing a request ends the run. (Conditional expressions for min() of two: in this
+    # interpreter min parses its keywords on every call, ~0.1 us; the same result, ties to the first.)
     if type(cached) is list:
-        left = min(map(operator.sub, total, gen))
+        left = total[0] - gen[0] if n == 1 else min(map(operator.sub, total, gen))
     elif n <= _FEW_ROWS:  # a few rows: Python ints, cheaper than numpy's calls
         left = min(map(operator.sub, total.tolist(), gen.tolist()))
     else:
         left = int(_MIN(total - gen))
-    k = min(max_steps, left)
+    k = left if left < max_steps else max_steps
     model = lane.sm.model
     if model.sliding_layers and model.chunked:
         k = min(k, int(model.sliding_window))  # window_sums' closed form holds for k <= the chunk
@@ -893,21 +898,36 @@ def _quiet_blocks(lane: Lane, max_steps: int, waiting: int, rows: tuple[_Ints, _
     # Blocks: a row opens one at each step j where its cache (cached + j) is a multiple of 16, i.e. at the steps
     # j = lag (mod 16) with lag = -cached mod 16.
     aggs, at = lane.aggs, (lane.clock, n)
+    growth = key = None
     if aggs.at == at or n > _RUN_AGGS:  # the lane's counts, kept by its steps (counted here for more rows: the run
         if aggs.at != at:  # keeps them, so the step after it need not)
             aggs.count(np.asarray(cached), at)  # (an array already unless _RUN_AGGS < _FEW_RUN, as tests set it)
         opens = aggs.lags()
         s0 = aggs.total  # (a kept total is the sum counted again: integers)
     else:
-        opens = [0] * BLOCK
         cl = cached if type(cached) is list else cached.tolist()
-        for x in cl:
-            opens[(-x) & (BLOCK - 1)] += 1
-        s0 = sum(cl)
+        if n == 1:  # (a replica at low load: its blocks' pattern is one of 16, one of 256 for two rows, kept)
+            s0 = cl[0]
+            key = -s0 & (BLOCK - 1)
+            growth = _GROWTHS.get(key)
+        elif n == 2:
+            c0, c1 = cl
+            s0 = c0 + c1
+            key = BLOCK + (-c0 & (BLOCK - 1)) * BLOCK + (-c1 & (BLOCK - 1))
+            growth = _GROWTHS.get(key)
+        else:
+            s0 = sum(cl)
+        if growth is None:
+            opens = [0] * BLOCK
+            for x in cl:
+                opens[(-x) & (BLOCK - 1)] += 1
+    if growth is None:  # (tuple.__new__: a NamedTuple's own __new__ costs more)
+        growth = tuple.__new__(Growth, (n, tuple(itertools.accumulate(opens, initial=0))))
+        if key is not None:
+            _GROWTHS[key] = growth
     avail = lane.pool.available  # a dry admission check takes no blocks: read once
-    if waiting and not admission.blocked(lane, avail - opens[0], n, False):
-        return 0, None, left, s0
-    growth = tuple.__new__(Growth, (n, tuple(itertools.accumulate(opens, initial=0))))  # (NamedTuple's __new__: more)
+    if waiting and not admission.blocked(lane, avail - growth.prefix[1], n, False):  # (prefix[1]: rows opening a
+        return 0, None, left, s0  # block in the first step)
     return growth.cut(k, avail), growth, left, s0  # (cached blocks are reclaimed before anyone is preempted)
 
 
@@ -967,20 +987,22 @@ def _account_run(lane: Lane, k: int, clock: np.ndarray, steps: tuple[np.ndarray,
                  totals: list[float], used: tuple[int, Growth], done: np.ndarray | None,
                  queue: tuple[int, int]) -> None:
     """Account each of the k steps as Lane.account would, in the same order, then let the rows `done` leave
-    (None: no row finished). `steps`: the steps' times, FLOPs and bytes, and how many steps were priced (k or
-    more); `totals`: the clock and the five running totals after them (fold_run's column k).
-    `queue`: (j, w) the steps before step j saw w requests waiting (an arrival drawn at step j's start)."""
+    (None: no row finished). `steps`: the steps' times, FLOPs and bytes, and the doubles they keep alive (k for
+    views of a price table, else how many steps were priced: k or more); `totals`: the clock and the five running
+    totals after them (fold_run's column k). `queue`: (j, w) the steps before step j saw w requests waiting (an
+    arrival drawn at step j's start)."""
     n = lane.R.n
     st = lane.stats
     dts, flops, byts = steps[:3]
     # The ITL sum is exact (accounting.fixed_sum): the run's steps go in at once, wherever the run starts and ends.
-    st.itl.add_steps(dts, lane.R.cols.stage[:n] if lane.staged else 0, n)
+    st.itl.add_steps(dts, lane.R.cols.stage[:n] if lane.staged else 0, n, steps[3])
     t0 = lane.clock  # (the run's start: the clock moves only here)
     lane.clock, st.busy_s, st.charge_out_s, st.flops, st.flops_useful, st.bytes = totals
     t1 = totals[0]
     st.ticks += k
     st.out_tokens += n * k
-    st.batch_hist[min(n, st.max_batch)] += k
+    mb = st.max_batch
+    st.batch_hist[mb if mb < n else n] += k  # (min(n, mb), without min's keyword parsing)
     aggs = lane.aggs
     kept = aggs.at == (t0, n)  # the lane's cache counts, kept through the run (complete takes the finished rows out)
     if kept:
@@ -1014,11 +1036,12 @@ def history_run(lane: Lane, n: int, k: int, t0: float, steps: tuple[np.ndarray, 
     """The run's k rows (steps of n rows) of the per-tick history, noted as the arrays they come from and built
     when read (engine.serving.history): as account's push_row would have written them one by one. `t0`: the clock
     before the run (the steps' ends are folded again from it when read); `used`: the pool's used blocks before the
-    run and the blocks it had taken after each step. The arrays are views of the pricing's, copied if the run was
-    priced far past its cut (a pending run then pins about its own rows)."""
+    run and the blocks it had taken after each step. The arrays are views of the pricing's (or of a price table, which
+    its step model keeps), copied if they keep far more alive (steps[3]: a run priced far past its cut), so a
+    pending run pins about its own rows."""
     pool = lane.pool
-    dts, flops, byts, priced = steps
-    if priced > 4 * k + 64:
+    dts, flops, byts, held = steps
+    if held > 4 * k + 64:
         dts, flops, byts = dts.copy(), flops.copy(), byts.copy()
     # tuple.__new__ with every field (a NamedTuple's __new__ costs ~0.4 us more)
     lane.stats.hist.push_run(tuple.__new__(Run, (t0, dts, flops, byts, used[0], used[1], pool.total, pool.util,

@@ -3,10 +3,15 @@ engine.serving.accounting): the same left folds, the same cut, the same ITL bins
 
 from __future__ import annotations
 
+import itertools
+from types import SimpleNamespace
+
 import numpy as np
 
 from engine.serving.accounting import ITL_EDGES, Itl, fixed, fixed_sum
-from engine.serving.steps import _FEW_STEPS_PY, fold_run, starts_before
+from engine.serving.history import Growth
+from engine.serving.steps import _FEW_STEPS_PY, CacheAggs, _quiet_blocks, fold_run, starts_before
+from engine.serving.tables import BLOCK
 
 
 def test_a_runs_fold_is_each_total_added_step_by_step() -> None:
@@ -53,3 +58,24 @@ def test_long_fixed_sums_past_int64_room_stay_exact() -> None:
     for k, scale in ((33, 3.9), (5000, 0.03), (5000, 3.9), (100_000, 0.05)):
         d = rng.random(k) * scale
         assert fixed_sum(d) == sum(fixed(x) for x in d.tolist())
+
+
+def test_a_few_rows_growth_kept_is_the_growth_counted() -> None:
+    """_quiet_blocks keeps the Growth of one or two rows by their lags (steps._GROWTHS): whatever the caches, as
+    Python ints or a view, a run reads the Growth counting their lags gives (the pattern and every step's blocks),
+    the caches' sum, and the same cut at the blocks available; three rows are counted as before."""
+    rng = np.random.default_rng(15)
+    for _ in range(600):
+        n = int(rng.integers(1, 4))
+        cached, gen = rng.integers(0, 5000, n), rng.integers(1, 300, n)
+        total = gen + rng.integers(2, 400, n)
+        opens = np.bincount(-cached & (BLOCK - 1), minlength=BLOCK).tolist()
+        want = Growth(n, tuple(itertools.accumulate(opens, initial=0)))
+        avail = int(rng.integers(0, 60))
+        lane = SimpleNamespace(sm=SimpleNamespace(model=SimpleNamespace(sliding_layers=0, chunked=False)),
+                               aggs=CacheAggs(), clock=0.0, pool=SimpleNamespace(available=avail))
+        for rows in ((cached.tolist(), gen.tolist(), total.tolist()), (cached, gen, total)):
+            k, grown, left, s0 = _quiet_blocks(lane, 10_000, 0, rows)  # type: ignore[arg-type]
+            assert grown == want and [grown.after(m) for m in range(40)] == [want.after(m) for m in range(40)]
+            assert s0 == int(cached.sum()) and left == int((total - gen).min())
+            assert k == want.cut(left, avail)
