@@ -282,7 +282,8 @@ class _Open:
             return 0, t, 0
         dts, flops, byts = got
         priced = len(dts)
-        dts, flops, byts, ends = dts[:k].copy(), flops[:k], byts[:k], clock[1:k + 1]  # (times copied: as jump)
+        # The times copied: Itl.add_steps weighs a view by the base it keeps alive (jump passes a table's own length).
+        dts, flops, byts, ends = dts[:k].copy(), flops[:k], byts[:k], clock[1:k + 1]
         used0 = pool.private  # (pool.used: nothing keyed)
         pool.alloc(growth.after(k))
         aggs.total = s0 + n * k

@@ -41,7 +41,7 @@ _FIRST_VISIBLE = slice(int(FloatCol.FIRST), int(FloatCol.VISIBLE) + 1)  # (plain
 _THINK, _CACHED, _GEN, _BLOCKS = int(IntCol.THINK), int(IntCol.CACHED), int(IntCol.GEN), int(IntCol.BLOCKS)
 _VISIBLE = int(FloatCol.VISIBLE)
 _FIRST = int(FloatCol.FIRST)
-_CACHED, _GEN, _TOTAL, _BLOCKS = int(IntCol.CACHED), int(IntCol.GEN), int(IntCol.TOTAL), int(IntCol.BLOCKS)
+_TOTAL = int(IntCol.TOTAL)
 _INPUT, _PROMPT = int(IntCol.INPUT), int(IntCol.PROMPT)
 assert (_THINK, _CACHED, _BLOCKS) == (int(IntCol.TOTAL) - 1, int(IntCol.TARGET) + 1, _GEN + 1)  # jump's one slice
 _ADD = np.add.reduce  # an int array's sum: exact, as ndarray.sum (which calls it)
