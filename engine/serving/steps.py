@@ -438,13 +438,7 @@ def join_step(lane: Lane, s: StepPlan) -> TickResult | None:
     gen = c.gen[:n]
     n_first, first = _stamp_first(lane, n_run, n, gen, t1)
     vis_tokens = n if lane.think_zero else stamp_visible(lane, n, gen, None, t1)  # (its answer with nothing hidden)
-    # Tokens after a request's first (their gap is this step): every decode row's, and a recomputed row's.
-    if lane.staged:
-        st = c.stage[:n]
-        lane.stats.itl.add(dt, st[:n_run] if first is None else np.concatenate([st[:n_run], st[n_run:][~first]]),
-                           n - n_first)
-    else:
-        lane.stats.itl.add(dt, 0, n - n_first)
+    _join_itl(lane, n_run, n, n_first, first, dt)
     ids = c.id[:n].copy() if s.want else _EMPTY
     lane.n_pf = 0
     return finish(lane, s, p, b.tokens, n, vis_tokens, t1, dt, ids, ones(n) if s.want else _EMPTY,
@@ -515,12 +509,7 @@ def _lone_end(lane: Lane, n_run: int, gen: int, tokens: int, p: StepParts, input
     else:
         n_first, first = _stamp_first(lane, n_run, n, c.gen[:n], t1)
     vis_tokens = n if lane.think_zero else stamp_visible(lane, n, c.gen[:n], None, t1)
-    if lane.staged:
-        st = c.stage[:n]
-        lane.stats.itl.add(dt, st[:n_run] if first is None else np.concatenate([st[:n_run], st[n_run:][~first]]),
-                           n - n_first)
-    else:
-        lane.stats.itl.add(dt, 0, n - n_first)
+    _join_itl(lane, n_run, n, n_first, first, dt)
     ids = c.id[:n].copy() if want else _EMPTY
     ci = c.i
     few = [j for j in range(n) if ci.item(_GEN, j) >= ci.item(_TOTAL, j)]
@@ -528,6 +517,18 @@ def _lone_end(lane: Lane, n_run: int, gen: int, tokens: int, p: StepParts, input
     in_new, recomputed, share_in = inputs
     lane.account(p, tokens, n, n, vis_tokens, in_new, recomputed, share_in, t1, dt, 0.0)
     return lane.result(tick, dt, ids, ones(n), admitted, _EMPTY, completed) if want else None
+
+
+def _join_itl(lane: Lane, n_run: int, n: int, n_first: int, first: np.ndarray | None, dt: float) -> None:
+    """A join step's inter-token gaps: the tokens after a request's first (their gap is this step), every decode
+    row's and a recomputed row's. `first` marks the admitted rows (from n_run) whose first token this is, as
+    _stamp_first gives it (None: every admitted row's); join_step's and join_lone's alike."""
+    if lane.staged:
+        st = lane.R.cols.stage[:n]
+        lane.stats.itl.add(dt, st[:n_run] if first is None else np.concatenate([st[:n_run], st[n_run:][~first]]),
+                           n - n_first)
+    else:
+        lane.stats.itl.add(dt, 0, n - n_first)
 
 
 def _join_inputs(lane: Lane, s: StepPlan, p: StepParts, b: Batch, attn_pf: float) -> tuple[int, int, float]:
