@@ -19,7 +19,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.fleet.fleet import Fleet, FleetSpec
 from engine.serving import admission, lane, steps
-from engine.serving.engine import Engine
+from tests.engine.test_step_paths import debug_engine, run_figures
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "open": dict(users=0, rate=3.0, requests=120, prompt="uniform:50,1500", output="uniform:1,60"),
@@ -34,16 +34,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def _engine(**kw: Any) -> Engine:
-    base: dict[str, Any] = {"prompt": "200", "output": "100", "seed": 5, "debug": True}
-    base.update(kw)
-    return Engine(EngineConfig(**base))
-
-
 def _run(name: str) -> tuple[str, bytes]:
-    e = _engine(**CONFIGS[name])
-    e.run()
-    return json.dumps(e.metrics(), sort_keys=True), e.latencies().tobytes()
+    return run_figures(CONFIGS[name])
 
 
 def _state(ln: lane.Lane) -> tuple[Any, ...]:
@@ -83,7 +75,7 @@ def test_every_lone_join_is_the_general_paths_step(name: str, monkeypatch: pytes
 
     monkeypatch.setattr(steps, "join_lone", counted)
     monkeypatch.setattr(lane.Lane, "step", checked)
-    _engine(**CONFIGS[name]).run()
+    debug_engine(**CONFIGS[name]).run()
     assert len(joins) >= 10
     if name != "static":  # (a static batch admits only into an empty one)
         assert 0 < joins.count(1) < len(joins)  # joins into an idle lane and next to one row
@@ -117,7 +109,7 @@ def test_a_fleets_runs_are_the_same_with_the_lone_join_off(router: str, monkeypa
 
 def test_the_lone_join_leaves_a_split_prompt_to_the_mixed_step() -> None:
     # A chunked scheduler splitting a long prompt: admit_lone refuses (None) and changes nothing.
-    e = _engine(users=0, rate=1.0, requests=3, prompt="4000", scheduler="chunked", max_batched_tokens=512)
+    e = debug_engine(users=0, rate=1.0, requests=3, prompt="4000", scheduler="chunked", max_batched_tokens=512)
     ln = e._lanes[0]
     ln.draw_due(100.0)
     before = (ln.R.n, ln.Q.size, ln.pool.used, ln.seq)

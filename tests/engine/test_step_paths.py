@@ -35,16 +35,22 @@ _THRESHOLDS = ((lane, "_FEW_ROWS"), (steps, "_FEW_ADMITTED"), (steps, "_RUN_AGGS
                (admission, "_FEW_QUEUED"), (steps, "_FEW_INC"))
 
 
-def _engine(**kw: Any) -> Engine:
+def debug_engine(**kw: Any) -> Engine:
     base: dict[str, Any] = {"prompt": "200", "output": "100", "seed": 5, "debug": True}
     base.update(kw)
     return Engine(EngineConfig(**base))
 
 
-def _run(name: str) -> tuple[str, bytes]:
-    e = _engine(**CONFIGS[name])
+def run_figures(kw: dict[str, Any]) -> tuple[str, bytes]:
+    """An engine of these options run to the end: its metrics as JSON and its latencies' bytes (tests/engine/
+    test_lone_join.py compares runs the same way)."""
+    e = debug_engine(**kw)
     e.run()
     return json.dumps(e.metrics(), sort_keys=True), e.latencies().tobytes()
+
+
+def _run(name: str) -> tuple[str, bytes]:
+    return run_figures(CONFIGS[name])
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -68,7 +74,7 @@ def test_decode_plans_match_the_array_rule_call_by_call(name: str, monkeypatch: 
         return new, nb, need
 
     monkeypatch.setattr(lane.Lane, "_plan_running", checked)
-    _engine(**CONFIGS[name]).run()
+    debug_engine(**CONFIGS[name]).run()
     assert seen and 0 in seen  # plans were checked, some with no new block
     if name == "busy-open":  # (a batch of tens of rows: plans read the kept aggregates, some with new blocks)
         assert big and max(big) > 0
