@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-
 
 class InputError(ValueError):
     """Bad user input: a preset that does not exist, a malformed file, a batch that does not fit."""
@@ -11,6 +9,8 @@ class InputError(ValueError):
 
 def suggest(name: str, choices: list[str]) -> str:
     """A ' (did you mean a, b?)' suffix naming the closest preset names, or a list of all of them."""
+    import difflib  # for a bad name only: every command imports this module at start-up (issue 26)
+
     close = difflib.get_close_matches(name.lower(), choices, n=3, cutoff=0.4)
     if not close:
         close = [c for c in choices if name.lower() in c or c in name.lower()][:3]

@@ -7,7 +7,6 @@ commands start without loading Textual. Bad input becomes one line on stderr and
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import os
 import signal
@@ -50,6 +49,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if self.prog == "tokensim" and message.startswith("unrecognized arguments: "):
+            import difflib  # only a mistyped command needs it: not loaded at every start (issue 26, start-up)
+
             word = message.removeprefix("unrecognized arguments: ").split()[0]
             close = difflib.get_close_matches(word, list(COMMANDS), n=1, cutoff=0.6)
             if close and not word.startswith("-"):

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import fields, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,9 +24,7 @@ from engine import budget
 from engine import validation as V
 from engine.config import SCHEDULERS, EngineConfig
 from engine.errors import InputError
-from engine.fleet.spec import FleetSpec
 from engine.physics import lora
-from engine.physics.economics import solo_cost_per_mtok_out
 from engine.physics.specs import WEIGHT_DTYPES, Hardware, Model, load_hardware, load_model
 from engine.physics.speculative import Drafter
 from engine.physics.speculative import check as check_spec
@@ -36,11 +34,14 @@ from engine.serving.accounting import H, Rates, Split, explain, lanes_split, rol
 from engine.serving.kv_tiers import TIER_POLICIES, TierSpec, hit_rates, tier_report
 from engine.serving.lane import IDLE_TICK_S, Lane, LaneSpec, TickResult, idle_result
 from engine.serving.scheduler import POLICIES, Scheduler, make_scheduler
-from engine.serving.snapshot import Phase, RequestView, Snapshot
 from engine.serving.tables import BLOCK, done_view
 from engine.traffic.arrivals import Budget, Script
 from engine.traffic.source import RequestSource, Workload, load_script, run_bounds
 from engine.traffic.workload import Stream, seeded_streams
+
+if TYPE_CHECKING:
+    from engine.fleet.spec import FleetSpec
+    from engine.serving.snapshot import Snapshot
 
 SNAPSHOT_QUEUE_ROWS = 1024  # queued requests shown in a snapshot (the count is always exact)
 assert set(SCHEDULERS) == set(POLICIES), "config.SCHEDULERS and the scheduler classes name the same policies"
@@ -429,6 +430,7 @@ class Engine:
         counts cover every lane (fast-lane rows have fast=True). Rows come lane by lane (running, preempted,
         queued, finished), not sorted: the view orders them itself.
         """
+        from engine.serving.snapshot import Phase, RequestView, Snapshot  # the app's frame: a headless run never asks
         main = self._lanes[0]
         cols: dict[str, list[np.ndarray]] = {f: [] for f in ("id", "user", "prompt", "cached", "think", "total",
                                                             "gen", "blocks", "fast", "arrival", "phase")}
@@ -477,6 +479,8 @@ class Engine:
     def _floor_metrics(self, rows: dict[str, np.ndarray]) -> dict[str, float]:
         """The rolling metrics, plus what one user decoding alone would pay per output token at the mean context
         of the rows decoding now (cost_per_mtok_out_batch1; NaN when none decodes): batching's saving on screen."""
+        from engine.physics.economics import solo_cost_per_mtok_out  # a snapshot's only: not loaded by a headless run
+        from engine.serving.snapshot import Phase
         m = self.rolling_metrics()
         decoding = (rows["phase"] == Phase.DECODING) | (rows["phase"] == Phase.THINKING)
         m["cost_per_mtok_out_batch1"] = (
@@ -540,6 +544,7 @@ class Engine:
     @property
     def spec(self) -> FleetSpec:
         """This engine as a deployment (engine.simulator.Simulator): one replica of its live configuration."""
+        from engine.fleet.spec import FleetSpec  # the simulator's question: a plain run never loads the fleet's spec
         return FleetSpec(self._cfg)
 
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.serving.snapshot import KV_BLOCK_TOKENS
+from engine.serving.tables import KV_BLOCK_TOKENS
 
 TIER_NAMES = ("host", "disk", "remote")
 HOST, DISK, REMOTE = range(3)

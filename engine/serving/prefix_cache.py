@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.serving.kv_tiers import HOST, REMOTE, KVTiers, Policy, TierSpec
-from engine.serving.snapshot import KV_BLOCK_TOKENS
+from engine.serving.tables import KV_BLOCK_TOKENS
 
 BLOCK = KV_BLOCK_TOKENS
 

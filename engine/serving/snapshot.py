@@ -9,8 +9,7 @@ import numpy as np
 
 from engine.physics.specs import Hardware, Model
 from engine.physics.step import Roof, StepCost, StepOptions
-
-KV_BLOCK_TOKENS = 16
+from engine.serving.tables import KV_BLOCK_TOKENS as KV_BLOCK_TOKENS  # the app's and scenes' name for it
 
 
 class Phase(IntEnum):

@@ -14,7 +14,9 @@ from typing import TypeVar
 
 import numpy as np
 
-from engine.serving.snapshot import KV_BLOCK_TOKENS
+# Tokens a KV block holds. Defined here, with the pool's tables, not in engine.serving.snapshot (which re-exports
+# it): the serving code needs the number, and a headless run never builds a snapshot's classes (issue 26, start-up).
+KV_BLOCK_TOKENS = 16
 
 
 class IntCol(IntEnum):

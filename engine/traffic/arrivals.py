@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from engine.traffic.trace import Trace
 from engine.traffic.workload import Sampler
-from engine.traffic.workload_file import Plan, Requests
+
+if TYPE_CHECKING:  # types only: a run without --workload or --trace never loads their readers (issue 26, start-up)
+    from engine.traffic.trace import Trace
+    from engine.traffic.workload_file import Plan, Requests
 
 
 class Budget:

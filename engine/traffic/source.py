@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,10 +26,11 @@ from engine.errors import InputError
 from engine.physics.lora import draw_adapters, zipf_cdf
 from engine.serving.tables import FloatCol, IntCol, Rows, Table
 from engine.traffic.arrivals import Arrivals, Budget, PlanScript, Script, TraceScript
-from engine.traffic.trace import load_trace
 from engine.traffic.workload import Dist, Sampler, Stream, parse_dist, seeded_streams
-from engine.traffic.workload_file import Plan, Requests, load_workload
 from engine.validation import MAX_SECONDS
+
+if TYPE_CHECKING:
+    from engine.traffic.workload_file import Requests
 
 _NOBODY = np.zeros(0, dtype=np.int64)
 _NOBODY.flags.writeable = False
@@ -69,6 +70,10 @@ def load_script(cfg: EngineConfig) -> Script | None:
         raise InputError("--workload and --trace both say where requests come from: give one")
     if cfg.fast_share > 0:
         raise InputError("--fast-share splits closed-loop users; it does not apply to --workload or --trace")
+    # The readers are imported here, when a file is named: a plain run never loads them (issue 26, start-up).
+    from engine.traffic.trace import load_trace
+    from engine.traffic.workload_file import Plan, load_workload
+
     if cfg.workload is not None:
         wl = load_workload(cfg.workload, cfg.prompt, cfg.output, cfg.think)
         named = max(s.prompt.adapter for s in wl.stages)

@@ -60,6 +60,21 @@ def test_rich_report_names_the_figures() -> None:
         assert words in r.stdout, words
 
 
+def test_a_json_run_loads_only_what_it_uses() -> None:
+    """Issue 26's start-up target: `run --json` never imports Rich (it prints no table), the workload-file and
+    trace readers, a snapshot's classes, the snapshot's pricing or the fleet: each is imported where it is used."""
+    code = ("import contextlib, io, sys\n"
+            "from tui.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['run', '--requests', '1', '--json']) == 0\n"
+            "unused = ('rich', 'engine.traffic.trace', 'engine.traffic.workload_file', 'engine.serving.snapshot',\n"
+            "          'engine.physics.economics', 'engine.fleet.fleet', 'difflib')\n"
+            "print(','.join(sorted(k for k in sys.modules if k.startswith(unused))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "", f"a --json run imported: {out.stdout.strip()}"
+
+
 @pytest.mark.parametrize("args,words", [
     (["--users", "4", "--rate", "2"], "contradict"),
     (["--users", "0"], "no workload"),

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 from collections.abc import Iterable
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from engine import options as O
 from engine import validation as V
@@ -19,6 +18,9 @@ from engine.evidence import bands
 from engine.numbers import json_safe
 from engine.physics.specs import load_hardware, load_model
 from engine.physics.step import StepModel, StepOptions
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # argparse types: the same checks (and messages) as file fields and EngineConfig, from engine.validation.
 positive_int = V.option(V.whole, lo=1)
@@ -81,6 +83,8 @@ def run_app(app: Any) -> int:
     import io
     import tempfile
 
+    from rich.console import Console
+
     buf = io.StringIO()
     app.error_console = Console(file=buf, width=120, markup=False, highlight=False)  # Textual prints crashes here
     app.run()
@@ -129,19 +133,25 @@ def _jsonable(o: Any) -> Any:
     raise InputError(f"cannot serialise {type(o).__name__} to JSON")
 
 
-class _Console(Console):
+@functools.cache
+def _console_class() -> type[Console]:
     """Rich's console, but a reader that stopped early (`tokensim step | head -1`) is not an error: Rich's own
-    handler exits 1; this one stops writing and lets the CLI's entry point end quietly with 0."""
+    handler exits 1; this one stops writing and lets the CLI's entry point end quietly with 0. Made on first use:
+    rich.console costs ~13 ms to import, which a --json report never needs (issue 26's start-up target)."""
+    from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console
 
 
 def console(stderr: bool = False) -> Console:
     """A Rich console; when piped (no terminal) it is 140 columns wide so tables are not squeezed."""
     stream = sys.stderr if stderr else sys.stdout
-    return _Console(stderr=stderr, width=None if stream.isatty() else 140)
+    return _console_class()(stderr=stderr, width=None if stream.isatty() else 140)
 
 
 def require_terminal(headless_hint: str) -> None:

@@ -18,7 +18,7 @@ from engine.files import atomic_output, check_target
 from engine.numbers import fixed, json_safe
 from engine.physics import energy
 from engine.serving.engine import Engine
-from engine.serving.snapshot import KV_BLOCK_TOKENS
+from engine.serving.tables import KV_BLOCK_TOKENS
 from engine.validation import printable_line
 from tui.commands import progress
 from tui.commands.options import add_options, check_plot_file, console, positive_int, print_json, versioned
